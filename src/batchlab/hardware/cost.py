@@ -1,0 +1,207 @@
+"""The paper GPU: FLOPs, bytes and roofline time of one engine step.
+
+A step is a list of `SeqWork`; its cost is the roofline of Williams, Waterman and Patterson
+(2009, "Roofline: an insightful visual performance model"): the slower of doing its FLOPs at
+peak * mfu and moving its bytes at bandwidth * mbu, plus a fixed per-step overhead. FLOPs and
+bytes are exact Python integers (int64 in the vectorized helpers), so the same step always
+costs the same, bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.hardware.specs import GPUSpec, ModelSpec
+
+INT64_MAX = np.iinfo(np.int64).max
+# Forward FLOPs per parameter per token: one multiply and one add (Kaplan et al. 2020,
+# "Scaling Laws for Neural Language Models", section 2.1: C_forward ~ 2N).
+FLOPS_PER_MAC = 2
+
+
+@dataclass(slots=True)
+class SeqWork:
+    """One sequence's share of a step: `n_new` tokens on top of `n_past` cached ones.
+
+    `emits` is False for a prefill chunk that does not finish the prompt: no LM head runs for it.
+    """
+
+    n_new: int
+    n_past: int
+    emits: bool = True
+
+
+@dataclass(slots=True)
+class StepCost:
+    """The price of one step: its time, FLOPs, bytes and which roofline term bound it."""
+
+    time_s: float
+    flops: int
+    bytes: int
+    bound: str  # "compute" or "memory"
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+
+def _totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
+            attn_units: int) -> tuple[int, int]:
+    """FLOPs and bytes of a step from its sums; attn_units = sum n_new*(2*n_past + n_new + 1).
+
+    Works on Python ints (exact) and on int64 arrays alike.
+    """
+    L, H, V, b = model.n_layers, model.hidden, model.vocab, model.bytes_per_value
+    h, d, kv = model.n_heads, model.head_dim, model.kv_bytes_per_token
+    # Linear layers 2N per token (Kaplan et al. 2020); LM head 2HV per emitted token; causal
+    # attention: QK^T and AV each 2*h*d per (query, key) pair, and query i of a chunk sees
+    # n_past + i keys, so sum_i (n_past + i) = n_new*(n_past + (n_new+1)/2) pairs; in all
+    # 4*L*h*d*n_new*(n_past + (n_new+1)/2) = 2*L*h*d*n_new*(2*n_past + n_new + 1) (the PaLM
+    # paper, Chowdhery et al. 2022, appendix B, and Hoffmann et al. 2022, "Chinchilla",
+    # appendix F, count attention the same way).
+    flops = (FLOPS_PER_MAC * model.n_linear * sum_new
+             + FLOPS_PER_MAC * H * V * n_emit
+             + FLOPS_PER_MAC * L * h * d * attn_units)
+    # Weights once per step; each sequence's KV read once; the new tokens' KV written; the
+    # activations that leave or enter HBM: input embeddings gathered, logits written.
+    nbytes = (model.weight_bytes + kv * sum_past + kv * sum_new
+              + b * (H * sum_new + V * n_emit))
+    return flops, nbytes
+
+
+def step_time(gpu: GPUSpec, flops, nbytes):
+    """max(flops / (peak*mfu), bytes / (bandwidth*mbu)) + overhead, for scalars or arrays.
+
+    The scalar and the array paths do the same IEEE operations in the same order (int to
+    float64, divide, max, add), so an array element equals the scalar result bit for bit.
+    """
+    if isinstance(flops, np.ndarray) or isinstance(nbytes, np.ndarray):
+        compute_s = np.asarray(flops).astype(np.float64) / gpu.compute_rate
+        memory_s = np.asarray(nbytes).astype(np.float64) / gpu.memory_rate
+        return np.maximum(compute_s, memory_s) + gpu.step_overhead_s
+    compute_s = float(flops) / gpu.compute_rate
+    memory_s = float(nbytes) / gpu.memory_rate
+    return (compute_s if compute_s > memory_s else memory_s) + gpu.step_overhead_s
+
+
+def _priced(gpu: GPUSpec, flops: int, nbytes: int) -> StepCost:
+    compute_s = float(flops) / gpu.compute_rate
+    memory_s = float(nbytes) / gpu.memory_rate
+    bound = "compute" if compute_s > memory_s else "memory"
+    return StepCost(step_time(gpu, flops, nbytes), flops, nbytes, bound)
+
+
+def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
+    """Time, FLOPs, bytes and bound of one step running `works` (a non-empty list)."""
+    if not works:
+        raise InputError("step_cost: field 'works' is empty; a step runs at least one SeqWork")
+    sum_new = sum_past = n_emit = attn_units = 0
+    for i, work in enumerate(works):
+        n_new, n_past = work.n_new, work.n_past
+        if n_new < 1 or n_past < 0:
+            raise InputError(f"step_cost: works[{i}]: field '{'n_new' if n_new < 1 else 'n_past'}'"
+                             f" must be {'>= 1' if n_new < 1 else '>= 0'}, got {work}")
+        sum_new += n_new
+        sum_past += n_past
+        n_emit += 1 if work.emits else 0
+        attn_units += n_new * (2 * n_past + n_new + 1)
+    return _priced(gpu, *_totals(model, sum_new, sum_past, n_emit, attn_units))
+
+
+def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int,
+                      new_tokens: int = 1) -> StepCost:
+    """step_cost of `batch` works SeqWork(new_tokens, context), in O(1) for any batch."""
+    _check_uniform(batch, context, new_tokens, min_batch=1)
+    return _priced(gpu, *_uniform_totals(model, batch, context, new_tokens))
+
+
+def _uniform_totals(model: ModelSpec, batch: int, context: int, new_tokens: int):
+    return _totals(model, batch * new_tokens, batch * context, batch,
+                   batch * new_tokens * (2 * context + new_tokens + 1))
+
+
+def _check_uniform(batch: int, context: int, new_tokens: int, min_batch: int) -> None:
+    for field, value, low in (("batch", batch, min_batch), ("context", context, 0),
+                              ("new_tokens", new_tokens, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise InputError(f"field '{field}' must be an integer >= {low}, got {value!r}")
+
+
+def decode_run_totals(model: ModelSpec, n_past: np.ndarray, steps: int):
+    """FLOPs and bytes (int64 arrays of length `steps`) of consecutive pure-decode steps.
+
+    Step j runs [SeqWork(1, n_past[i] + j) for each i]. Both totals are affine in j, so they
+    are base + slope * j, computed exactly in Python ints and checked to fit in int64.
+    """
+    n_past = np.asarray(n_past)
+    if n_past.ndim != 1 or n_past.size == 0 or not np.issubdtype(n_past.dtype, np.integer):
+        raise InputError("decode_run_totals: field 'n_past' must be a non-empty 1-D integer "
+                         f"array, got shape {n_past.shape} dtype {n_past.dtype}")
+    if int(n_past.min()) < 0:
+        raise InputError("decode_run_totals: field 'n_past' must be >= 0 everywhere")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise InputError(f"decode_run_totals: field 'steps' must be an integer >= 0, got {steps!r}")
+    batch, sum_past = int(n_past.size), sum(n_past.tolist())
+    # At step j: sum_new = B, sum_past = S + B*j, attention units = sum_i (2*(p_i + j) + 2).
+    flops0, bytes0 = _totals(model, batch, sum_past, batch, 2 * sum_past + 2 * batch)
+    flops1, bytes1 = _totals(model, batch, sum_past + batch, batch, 2 * sum_past + 4 * batch)
+    flops_slope, bytes_slope = flops1 - flops0, bytes1 - bytes0
+    last = max(steps - 1, 0)
+    if flops0 + flops_slope * last > INT64_MAX or bytes0 + bytes_slope * last > INT64_MAX:
+        raise InputError("decode_run_totals: the totals overflow int64; use fewer steps")
+    j = np.arange(steps, dtype=np.int64)
+    return (np.int64(flops0) + np.int64(flops_slope) * j,
+            np.int64(bytes0) + np.int64(bytes_slope) * j)
+
+
+def kv_capacity_bytes(model: ModelSpec, gpu: GPUSpec) -> float:
+    """memory * memory_utilization - weight bytes: what is left for the KV cache."""
+    free = gpu.memory * gpu.memory_utilization - model.weight_bytes
+    if free < model.kv_bytes_per_token:
+        raise InputError(f"model '{model.name}' on gpu '{gpu.name}': the weights "
+                         f"({model.weight_bytes / 1e9:.2f} GB) leave no room for KV in "
+                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB")
+    return free
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec) -> int:
+    """How many tokens of KV fit: floor(KV capacity bytes / KV bytes per token)."""
+    return math.floor(kv_capacity_bytes(model, gpu) / model.kv_bytes_per_token)
+
+
+def reservations(model: ModelSpec, gpu: GPUSpec, tokens: int) -> int:
+    """How many requests reserving `tokens` tokens of KV each fit (Orca-style reservation)."""
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
+        raise InputError(f"field 'tokens' must be an integer >= 1, got {tokens!r}")
+    # floor(floor(x) / n) == floor(x / n) for a positive integer n.
+    return kv_capacity_tokens(model, gpu) // int(tokens)
+
+
+def max_batch_under(model: ModelSpec, gpu: GPUSpec, limit_s: float, context: int,
+                    new_tokens: int = 1) -> int:
+    """Largest B whose step of B works SeqWork(new_tokens, context) costs <= limit_s (0 if none).
+
+    The step time only grows with B, so double until it breaks the limit, then bisect.
+    """
+    if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not limit_s > 0 \
+            or not math.isfinite(limit_s):
+        raise InputError(f"field 'limit_s' must be a finite number > 0, got {limit_s!r}")
+    _check_uniform(1, context, new_tokens, min_batch=1)
+
+    def fits(batch: int) -> bool:
+        return step_time(gpu, *_uniform_totals(model, batch, context, new_tokens)) <= limit_s
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while fits(high):  # the bytes grow by >= one token's KV per sequence, so this ends
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low

@@ -1,0 +1,153 @@
+"""User specs from TOML or JSON files, and `resolve_model` / `resolve_gpu` for names or paths.
+
+A file holds a `[model]` table, a `[gpu]` table, or both (JSON: objects under "model" and
+"gpu"); a file with neither table is read as one flat spec of the kind asked for. Fields are
+named as the dataclass fields; `base = "Llama-3-8B"` starts from a preset and overrides fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from pathlib import Path
+
+from batchlab.errors import InputError
+from batchlab.hardware.presets import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
+from batchlab.hardware.specs import GPUSpec, ModelSpec
+
+SPEC_SUFFIXES = (".toml", ".json")
+BASE_KEY = "base"
+# Shape fields whose change makes a base preset's published n_params (and head_dim) stale.
+_SHAPE_FIELDS = frozenset({"n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
+                           "head_dim", "mlp_matrices", "tied_embeddings"})
+
+
+def _read(path: Path) -> dict:
+    if path.suffix not in SPEC_SUFFIXES:
+        raise InputError(f"{path}: a spec file must end in {' or '.join(SPEC_SUFFIXES)}")
+    try:
+        if path.suffix == ".toml":
+            with path.open("rb") as handle:
+                data = tomllib.load(handle)
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read spec file ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: the top level must be a table/object")
+    return data
+
+
+def _table(path: Path, data: dict, kind: str, other: str) -> dict:
+    if kind in data:
+        table = data[kind]
+        if not isinstance(table, dict):
+            raise InputError(f"{path}: field '{kind}' must be a table/object")
+        return table
+    if other in data:
+        raise InputError(f"{path}: no [{kind}] table (the file has only [{other}])")
+    return data
+
+
+def _coerce(path: Path, kind: str, field: dataclasses.Field, value: object) -> object:
+    """Check one value against the dataclass field's type; integral floats count as ints."""
+    where = f"{path}: [{kind}] field '{field.name}'"
+    want = str(field.type)
+    if value is None and "None" in want:
+        return None  # JSON null: derive it (head_dim, n_params)
+    if want == "str":
+        if not isinstance(value, str):
+            raise InputError(f"{where} must be a string, got {value!r}")
+    elif want == "bool":
+        if not isinstance(value, bool):
+            raise InputError(f"{where} must be true or false, got {value!r}")
+    elif "int" in want:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 8.03e9 written with an exponent
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{where} must be an integer, got {value!r}")
+    elif want == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{where} must be a number, got {value!r}")
+    return value
+
+
+def _build(path: Path, table: dict, kind: str, cls: type, presets: dict, preset) -> object:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in table:
+        if key not in fields and key != BASE_KEY:
+            raise InputError(f"{path}: [{kind}] field '{key}' is unknown; fields are "
+                             f"{', '.join([BASE_KEY, *fields])}")
+    given = {key: _coerce(path, kind, fields[key], value)
+             for key, value in table.items() if key != BASE_KEY}
+    values: dict[str, object] = {}
+    if BASE_KEY in table:
+        if not isinstance(table[BASE_KEY], str):
+            raise InputError(f"{path}: [{kind}] field 'base' must be a preset name "
+                             f"({', '.join(presets)})")
+        try:
+            base = preset(table[BASE_KEY])
+        except InputError as exc:
+            raise InputError(f"{path}: [{kind}] field 'base': {exc}") from None
+        values = {name: getattr(base, name) for name in fields}
+        if kind == "model" and _SHAPE_FIELDS & given.keys():
+            # The published total belongs to the base's shapes: derive it anew unless given.
+            values["n_params"] = None
+            if base.head_dim == base.hidden // base.n_heads:
+                values["head_dim"] = None
+    values.setdefault("name", path.stem)
+    values.update(given)
+    missing = [name for name, f in fields.items()
+               if name not in values and f.default is dataclasses.MISSING]
+    if missing:
+        raise InputError(f"{path}: [{kind}] field '{missing[0]}' is missing (needed: "
+                         f"{', '.join(missing)}; or set base = one of {', '.join(presets)})")
+    try:
+        return cls(**values)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith(SPEC_SUFFIXES) or "/" in name or Path(name).exists()
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    """The model spec in a TOML/JSON file."""
+    path = Path(path)
+    return _build(path, _table(path, _read(path), "model", "gpu"), "model", ModelSpec,
+                  MODEL_PRESETS, model_preset)
+
+
+def load_gpu(path: str | Path) -> GPUSpec:
+    """The GPU spec in a TOML/JSON file."""
+    path = Path(path)
+    return _build(path, _table(path, _read(path), "gpu", "model"), "gpu", GPUSpec,
+                  GPU_PRESETS, gpu_preset)
+
+
+def resolve_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
+    """A preset by name (any case), a spec file by path, or a ModelSpec as it is."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    if isinstance(name_or_path, Path) or (isinstance(name_or_path, str)
+                                          and name_or_path.casefold() not in
+                                          {k.casefold() for k in MODEL_PRESETS}
+                                          and _looks_like_path(name_or_path)):
+        return load_model(name_or_path)
+    return model_preset(name_or_path)
+
+
+def resolve_gpu(name_or_path: str | Path | GPUSpec) -> GPUSpec:
+    """A preset by name (any case), a spec file by path, or a GPUSpec as it is."""
+    if isinstance(name_or_path, GPUSpec):
+        return name_or_path
+    if isinstance(name_or_path, Path) or (isinstance(name_or_path, str)
+                                          and name_or_path.casefold() not in
+                                          {k.casefold() for k in GPU_PRESETS}
+                                          and _looks_like_path(name_or_path)):
+        return load_gpu(name_or_path)
+    return gpu_preset(name_or_path)

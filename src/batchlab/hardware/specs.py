@@ -1,0 +1,171 @@
+"""`ModelSpec` and `GPUSpec`: the shapes and speeds the paper GPU prices a step with.
+
+Both are frozen dataclasses checked in `__post_init__`, so a spec that exists is a valid one;
+`dataclasses.replace` re-runs the checks, which is how CLI overrides (`--mfu` ...) are validated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from batchlab.errors import InputError
+
+# Matrices in one MLP block: gate, up and down for SwiGLU (Llama, Mistral; Shazeer 2020,
+# "GLU Variants Improve Transformer"), up and down for a plain MLP (OPT, GPT-3).
+GATED_MLP_MATRICES = 3
+PLAIN_MLP_MATRICES = 2
+BF16_BYTES = 2
+
+# Efficiency defaults. MFU (model FLOPs utilization) is defined in the PaLM paper (Chowdhery
+# et al. 2022, section 4.1 and appendix B), which reports 46.2% for PaLM 540B: large matmuls
+# reach about half of peak. MBU (model bandwidth utilization, Databricks, "LLM Inference
+# Performance Engineering: Best Practices", 2023) is the memory-side twin; 0.8 is the figure
+# of DESIGN.md's hand checks (batch-1 Llama-3-8B decode on an H100 in about 6 ms).
+DEFAULT_MFU = 0.5
+DEFAULT_MBU = 0.8
+DEFAULT_STEP_OVERHEAD_S = 0.0
+# vLLM's `gpu_memory_utilization` default: the share of device memory the engine may use.
+DEFAULT_MEMORY_UTILIZATION = 0.9
+# Host link for swapping KV to CPU memory: PCIe Gen5 x16 is 64 GB/s per direction
+# (PCI-SIG PCIe 5.0 spec: 32 GT/s x 16 lanes, 128b/130b encoding).
+PCIE_GEN5_X16_BYTES_S = 64e9
+PCIE_GEN4_X16_BYTES_S = 32e9
+
+
+def _positive_int(record: str, field: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{record}: field '{field}' must be an integer, got {value!r}")
+    if value < minimum:
+        raise InputError(f"{record}: field '{field}' must be >= {minimum}, got {value}")
+    return value
+
+
+def _positive_float(record: str, field: str, value: object, *, zero_ok: bool = False,
+                    at_most_one: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{record}: field '{field}' must be a finite number, got {value!r}")
+    low_ok = value >= 0 if zero_ok else value > 0
+    if not low_ok or (at_most_one and value > 1):
+        bounds = "in (0, 1]" if at_most_one else (">= 0" if zero_ok else "> 0")
+        raise InputError(f"{record}: field '{field}' must be {bounds}, got {value}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer's shapes (the names of HF `config.json` in parentheses)."""
+
+    name: str
+    n_layers: int          # L (num_hidden_layers)
+    hidden: int            # H (hidden_size)
+    n_heads: int           # h, query heads (num_attention_heads)
+    n_kv_heads: int        # h_kv, key/value heads; < h is GQA (num_key_value_heads)
+    ffn: int               # I (intermediate_size)
+    vocab: int             # V (vocab_size)
+    max_context: int       # longest sequence, prompt + output (max_position_embeddings)
+    head_dim: int | None = None   # d; None means hidden // n_heads
+    bytes_per_value: int = BF16_BYTES  # b: 2 for bf16/fp16 weights and KV
+    mlp_matrices: int = GATED_MLP_MATRICES
+    n_params: int | None = None   # total parameters; None derives it from the shapes
+    tied_embeddings: bool = False  # LM head shares the input embedding (OPT); only for n_params
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InputError(f"model: field 'name' must be a non-empty string, got {self.name!r}")
+        rec = f"model '{self.name}'"
+        for field in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
+                      "max_context", "bytes_per_value"):
+            _positive_int(rec, field, getattr(self, field))
+        if self.n_heads % self.n_kv_heads:
+            raise InputError(f"{rec}: field 'n_kv_heads' ({self.n_kv_heads}) must divide "
+                             f"n_heads ({self.n_heads})")
+        if self.mlp_matrices not in (PLAIN_MLP_MATRICES, GATED_MLP_MATRICES) or isinstance(
+                self.mlp_matrices, bool):
+            raise InputError(f"{rec}: field 'mlp_matrices' must be {PLAIN_MLP_MATRICES} (plain "
+                             f"MLP) or {GATED_MLP_MATRICES} (gated MLP), got {self.mlp_matrices!r}")
+        if self.head_dim is None:
+            if self.hidden % self.n_heads:
+                raise InputError(f"{rec}: field 'head_dim' must be given when hidden "
+                                 f"({self.hidden}) is not a multiple of n_heads ({self.n_heads})")
+            object.__setattr__(self, "head_dim", self.hidden // self.n_heads)
+        _positive_int(rec, "head_dim", self.head_dim)
+        if not isinstance(self.tied_embeddings, bool):
+            raise InputError(f"{rec}: field 'tied_embeddings' must be true or false, "
+                             f"got {self.tied_embeddings!r}")
+        if self.n_params is None:
+            object.__setattr__(self, "n_params", self.derived_params)
+        _positive_int(rec, "n_params", self.n_params)
+
+    @property
+    def n_linear(self) -> int:
+        """Parameters of the per-token linear layers (no embedding, no LM head).
+
+        Per layer: Q (H x h*d), K and V (H x h_kv*d each), O (h*d x H), and the MLP's
+        `mlp_matrices` matrices of H x I. Kaplan et al. 2020 ("Scaling Laws for Neural
+        Language Models", Table 1) count N the same way, without embeddings.
+        """
+        h, d, hkv, hid = self.n_heads, self.head_dim, self.n_kv_heads, self.hidden
+        return self.n_layers * (hid * h * d + 2 * hid * hkv * d + h * d * hid
+                                + self.mlp_matrices * hid * self.ffn)
+
+    @property
+    def derived_params(self) -> int:
+        """n_linear plus the input embedding and, unless tied, the LM head (V x H each).
+
+        Norm weights, biases and learned positions are left out: under 0.1% of every preset.
+        """
+        embeddings = 1 if self.tied_embeddings else 2
+        return self.n_linear + embeddings * self.vocab * self.hidden
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of all weights, read once per step."""
+        return self.bytes_per_value * self.n_params
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """One token's K and V over all layers: b * 2 * L * h_kv * d (Llama-3-8B: 128 KiB)."""
+        return self.bytes_per_value * 2 * self.n_layers * self.n_kv_heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    """One accelerator: datasheet peaks plus the efficiencies a real engine reaches."""
+
+    name: str
+    peak_flops: float      # dense bf16 FLOP/s (tensor cores, without sparsity)
+    mem_bandwidth: float   # HBM bytes/s
+    memory: float          # device memory in bytes (decimal: 80 GB = 80e9)
+    mfu: float = DEFAULT_MFU                  # share of peak_flops a step reaches
+    mbu: float = DEFAULT_MBU                  # share of mem_bandwidth a step reaches
+    step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S  # fixed cost per step (launch, sampling)
+    memory_utilization: float = DEFAULT_MEMORY_UTILIZATION  # share of memory for weights + KV
+    host_link_bandwidth: float = PCIE_GEN5_X16_BYTES_S  # bytes/s to host memory (KV swap)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InputError(f"gpu: field 'name' must be a non-empty string, got {self.name!r}")
+        rec = f"gpu '{self.name}'"
+        for field in ("peak_flops", "mem_bandwidth", "memory", "host_link_bandwidth"):
+            object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field)))
+        for field in ("mfu", "mbu", "memory_utilization"):
+            object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
+                                                            at_most_one=True))
+        object.__setattr__(self, "step_overhead_s", _positive_float(
+            rec, "step_overhead_s", self.step_overhead_s, zero_ok=True))
+
+    @property
+    def compute_rate(self) -> float:
+        """FLOP/s a step actually reaches: peak * mfu."""
+        return self.peak_flops * self.mfu
+
+    @property
+    def memory_rate(self) -> float:
+        """Bytes/s a step actually reaches: bandwidth * mbu."""
+        return self.mem_bandwidth * self.mbu
+
+    @property
+    def ridge_intensity(self) -> float:
+        """FLOP per byte above which a step is compute bound (the roofline's ridge point)."""
+        return self.compute_rate / self.memory_rate

@@ -16,6 +16,7 @@ from batchlab.errors import InputError
 # The order in which subcommands appear in `batchlab --help`.
 COMMANDS = (
     "tick",
+    "cost",
 )
 
 

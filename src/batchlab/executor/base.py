@@ -1,0 +1,34 @@
+"""The executor interface: a plan in, the step's duration out."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from batchlab.request import Request
+from batchlab.scheduler.plan import StepPlan
+
+
+class Executor(Protocol):
+    """Prices (and, for a real model, performs) one step.
+
+    `run` returns the step's duration in the engine's time unit (ticks or seconds).
+    `release` is told when a request's KV is discarded (finished, or preempted by recompute).
+    """
+
+    def run(self, plan: StepPlan) -> float: ...
+
+    def release(self, request: Request) -> None: ...
+
+
+@runtime_checkable
+class DecodeRunPricer(Protocol):
+    """An executor that can price `steps` consecutive pure-decode steps at once.
+
+    The step j (0-based) of the run decodes one token for every sequence, sequence i having
+    `n_past[i] + j` tokens in its cache. The result must equal, bit for bit, what `run` would
+    return for each of those steps: the engine uses it to fast-forward.
+    """
+
+    def decode_run(self, n_past: np.ndarray, steps: int) -> np.ndarray: ...

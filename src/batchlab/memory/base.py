@@ -1,0 +1,88 @@
+"""The memory-manager interface: it answers and accounts; the scheduler decides.
+
+A manager tracks, in tokens of KV cache, what each running request holds (`held`: reserved or
+allocated) and what it actually stores (`stored`: tokens computed so far). Check-then-act as in
+nano-vllm's block manager: `try_admit` and `grow` either succeed and account, or fail and change
+nothing. `check_integrity` proves the books balance at any moment (mini-sglang's kvcache base).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from batchlab.request import Request
+
+
+class IntegrityError(AssertionError):
+    """A memory manager's books do not balance: a bug, never a user error."""
+
+
+class MemoryManager(ABC):
+    name: str = "memory"
+    capacity_tokens: int | None = None  # None: unlimited
+
+    @abstractmethod
+    def reject_reason(self, request: Request) -> str | None:
+        """Why `request` can never run here, or None if it can (asked once, at arrival)."""
+
+    @abstractmethod
+    def can_admit(self, request: Request) -> bool:
+        """Whether `try_admit(request)` would succeed now; changes nothing."""
+
+    def try_admit(self, request: Request) -> bool:
+        """Take what `request` needs to start (or restart); False and no change if it can't."""
+        if not self.can_admit(request):
+            return False
+        self._take(request)
+        return True
+
+    @abstractmethod
+    def _take(self, request: Request) -> None:
+        """Account the admission of `request`, already known to fit."""
+
+    @abstractmethod
+    def grow(self, request: Request, n_tokens: int) -> bool:
+        """Room for `n_tokens` more computed tokens; False and no change if there is none."""
+
+    @abstractmethod
+    def free(self, request: Request) -> None:
+        """Release everything `request` holds (finished, or preempted by recompute)."""
+
+    @abstractmethod
+    def held_tokens(self) -> int:
+        """Tokens of KV capacity held by running requests (reserved or allocated)."""
+
+    def stored_tokens(self) -> int:
+        """Tokens of KV actually written: the sum of `computed` over the requests held."""
+        return sum(r.computed for r in self.holders())
+
+    @abstractmethod
+    def holders(self) -> list[Request]:
+        """The requests holding memory now."""
+
+    def growth_room(self, requests: list[Request], steps: int) -> int:
+        """How many consecutive decode steps (one token each) `requests` can all grow by.
+
+        Used by the engine to fast-forward runs of identical decode steps; a manager whose
+        growth never fails returns `steps`.
+        """
+        return steps
+
+    def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
+        """Tokens held during each of `steps` decode steps in which every request grows by one.
+
+        Called before the growth is accounted. Reservations do not change while requests grow.
+        """
+        return np.full(steps, float(self.held_tokens()))
+
+    def check_integrity(self) -> None:
+        held = self.held_tokens()
+        if held < 0:
+            raise IntegrityError(f"{self.name}: negative usage {held}")
+        if self.capacity_tokens is not None and held > self.capacity_tokens:
+            raise IntegrityError(f"{self.name}: {held} tokens held > capacity {self.capacity_tokens}")
+        for r in self.holders():
+            if r.finished:
+                raise IntegrityError(f"{self.name}: finished request {r.id} still holds memory")

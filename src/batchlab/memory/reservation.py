@@ -1,0 +1,77 @@
+"""Orca's reservation: at admission a request reserves every KV slot it may ever need.
+
+Orca (OSDI'22 §4.3) reserves `max_tokens` slots per request so an admitted request can always
+finish; vLLM's paper (SOSP'23 §6) re-implemented it three ways, which are our policies:
+`max` (the model's maximum context), `pow2` (prompt + output rounded up to a power of two,
+capped at the maximum context) and `oracle` (prompt + true output).
+"""
+
+from __future__ import annotations
+
+from batchlab.errors import InputError
+from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.request import Request
+
+POLICIES = ("max", "pow2", "oracle")
+
+
+class ReservationMemory(MemoryManager):
+    def __init__(self, capacity_tokens: int, policy: str = "max", max_context: int = 8192) -> None:
+        if policy not in POLICIES:
+            raise InputError(f"field 'reservation': unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+        if capacity_tokens < 1:
+            raise InputError(f"field 'capacity_tokens': must be >= 1, got {capacity_tokens}")
+        if max_context < 1:
+            raise InputError(f"field 'max_context': must be >= 1, got {max_context}")
+        self.policy = policy
+        self.name = f"reservation-{policy}"
+        self.capacity_tokens = capacity_tokens
+        self.max_context = max_context
+        self._reserved: dict[int, tuple[Request, int]] = {}
+        self._used = 0
+
+    def reservation(self, request: Request) -> int:
+        need = request.prompt_tokens + request.output_tokens
+        if self.policy == "max":
+            return self.max_context
+        if self.policy == "pow2":
+            return min(1 << (need - 1).bit_length(), self.max_context)
+        return need
+
+    def reject_reason(self, request: Request) -> str | None:
+        need = request.prompt_tokens + request.output_tokens
+        if need > self.max_context:
+            return f"needs {need} tokens > max context {self.max_context}"
+        if self.reservation(request) > self.capacity_tokens:
+            return f"reservation of {self.reservation(request)} tokens > KV capacity {self.capacity_tokens}"
+        return None
+
+    def can_admit(self, request: Request) -> bool:
+        return self._used + self.reservation(request) <= self.capacity_tokens
+
+    def _take(self, request: Request) -> None:
+        size = self.reservation(request)
+        self._reserved[id(request)] = (request, size)
+        self._used += size
+
+    def grow(self, request: Request, n_tokens: int) -> bool:
+        return True  # the reservation covers every token the request will ever compute
+
+    def free(self, request: Request) -> None:
+        entry = self._reserved.pop(id(request), None)
+        if entry is not None:
+            self._used -= entry[1]
+
+    def holders(self) -> list[Request]:
+        return [r for r, _ in self._reserved.values()]
+
+    def held_tokens(self) -> int:
+        return self._used
+
+    def check_integrity(self) -> None:
+        super().check_integrity()
+        if self._used != sum(size for _, size in self._reserved.values()):
+            raise IntegrityError(f"{self.name}: usage {self._used} != sum of reservations")
+        for r, size in self._reserved.values():
+            if r.computed > size:
+                raise IntegrityError(f"{self.name}: {r.id} stores {r.computed} > reserved {size}")

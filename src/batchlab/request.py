@@ -1,0 +1,88 @@
+"""A request and its progress: raw counters plus derived properties.
+
+The engine stores only counts (`computed`, `emitted`) and derives everything else, as vLLM and
+nano-vllm do: a request always "catches up" its computed tokens to the tokens it knows
+(prompt + emitted outputs). When nothing is left to catch up but one token, and an output was
+already emitted, the step is a decode; any larger catch-up is a prefill (the first prompt pass,
+a chunk of it, or the recomputation after a preemption).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Status(enum.IntEnum):
+    """Ordered as vLLM's: everything from FINISHED on is done."""
+
+    PENDING = 0    # not arrived yet
+    WAITING = 1    # arrived, queued for admission
+    RUNNING = 2    # admitted: holds a seat and memory
+    PREEMPTED = 3  # evicted back to the queue (recompute) or to host memory (swap)
+    FINISHED = 4
+    REJECTED = 5   # can never run (too long for memory or context); has a reason
+
+
+class Phase(str, enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    id: str
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    index: int = 0                       # position in the input: ties in arrival keep it
+    predicted_output: float | None = None  # what a length-predicting scheduler believes
+
+    status: Status = Status.PENDING
+    computed: int = 0        # tokens whose KV is in the cache
+    peak_computed: int = 0   # the most ever computed: below it, computing again is recomputation
+    emitted: int = 0         # output tokens produced so far
+    admitted_at: float | None = None     # first admission
+    preemptions: int = 0
+    swapped: bool = False    # KV sits in host memory (swap preemption)
+    reject_reason: str | None = None
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def known_tokens(self) -> int:
+        """Tokens whose KV the next output needs: the prompt plus every emitted output."""
+        return self.prompt_tokens + self.emitted
+
+    @property
+    def remaining(self) -> int:
+        """Tokens to compute before the next output appears."""
+        return self.known_tokens - self.computed
+
+    @property
+    def phase(self) -> Phase:
+        if self.emitted >= 1 and self.remaining == 1:
+            return Phase.DECODE
+        return Phase.PREFILL
+
+    @property
+    def prefill_remaining(self) -> int:
+        """The tick contract's prefill_remaining: 0 once only decodes are left."""
+        return 0 if self.phase is Phase.DECODE else self.remaining
+
+    @property
+    def output_remaining(self) -> int:
+        """Outputs not yet produced, the first one included (tick contract)."""
+        return self.output_tokens - self.emitted
+
+    @property
+    def finished(self) -> bool:
+        return self.status >= Status.FINISHED
+
+    @property
+    def total_tokens(self) -> int:
+        """KV tokens the request holds at its end: the prompt and all outputs but the last."""
+        return self.prompt_tokens + self.output_tokens - 1
+
+    def order_key(self) -> tuple[float, int]:
+        """Arrival order: (arrival, input order), never the id."""
+        return (self.arrival, self.index)

@@ -1,0 +1,118 @@
+"""The scheduler: plans each step once, from the start-of-step state.
+
+The rule is the tick contract's (seed L11 §3) generalised, and it is vLLM v1's single
+token-budget loop: admit from the queue in order while seats and memory allow (static batching
+admits only into an empty running set; admission stops at the first request that does not fit,
+never skipping the head: Orca's Select); then every decoding request gets one token in admission
+order while the budget lasts; then prefilling requests get `min(chunk, remaining, budget left)`
+in admission order. Each planned token must fit in memory; when it does not, a victim is
+preempted (nano-vllm / vLLM: the manager answers, the scheduler chooses). The plan is never
+re-scanned: a request that finishes its prefill in this step does not also decode in it.
+"""
+
+from __future__ import annotations
+
+from batchlab.memory.base import MemoryManager
+from batchlab.request import Phase, Request, Status
+from batchlab.scheduler.config import SchedulerConfig
+from batchlab.scheduler.order import WaitingQueue
+from batchlab.scheduler.plan import PlanItem, StepPlan
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, memory: MemoryManager) -> None:
+        self.config = config
+        self.memory = memory
+        self.waiting = WaitingQueue(config.order)
+        self.running: list[Request] = []   # admission order: FIFO within a phase
+
+    def enqueue(self, request: Request) -> None:
+        request.status = Status.WAITING if request.status is Status.PENDING else request.status
+        self.waiting.push(request)
+
+    def plan(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        self._admit(plan, now)
+        self._select_work(plan)
+        self._reserve_growth(plan)
+        return plan
+
+    def can_admit_more(self) -> bool:
+        """Whether a newly arriving request could be admitted before the running set changes."""
+        if self.config.batching == "static" and self.running:
+            return False
+        return len(self.running) < self.config.seats
+
+    # -- the three parts of a plan -------------------------------------------------------
+
+    def _admit(self, plan: StepPlan, now: float) -> None:
+        if self.config.batching == "static" and self.running:
+            return  # the batch enters together; the next waits until all have finished
+        while self.waiting and len(self.running) < self.config.seats:
+            head = self.waiting.head()
+            swapped_tokens = head.computed if head.swapped else 0
+            if not self.memory.try_admit(head):
+                break  # FCFS: never skip the head
+            self.waiting.pop_head()
+            head.status = Status.RUNNING
+            if head.admitted_at is None:
+                head.admitted_at = now
+            if swapped_tokens:
+                head.swapped = False
+                plan.swap_in_tokens += swapped_tokens
+            self.running.append(head)
+            plan.admitted.append(head)
+
+    def _select_work(self, plan: StepPlan) -> None:
+        budget = self.config.budget
+        decodes = [r for r in self.running if r.phase is Phase.DECODE]
+        prefills = [r for r in self.running if r.phase is Phase.PREFILL]
+        if self.config.prefill == "prefill_first" and prefills:
+            decodes = []  # early vLLM: a prefill step pauses every decode
+        for r in decodes:
+            if budget < 1:
+                break
+            plan.items.append(PlanItem(r, 1, r.computed, Phase.DECODE, True))
+            budget -= 1
+        for r in prefills:
+            if budget < 1:
+                break
+            n = int(min(self.config.chunk, r.remaining, budget))
+            plan.items.append(PlanItem(r, n, r.computed, Phase.PREFILL, n == r.remaining))
+            budget -= n
+
+    def _reserve_growth(self, plan: StepPlan) -> None:
+        kept: list[PlanItem] = []
+        for item in plan.items:
+            r = item.request
+            if r.status is not Status.RUNNING:
+                continue  # preempted earlier in this loop to make room for another item
+            while not self.memory.grow(r, item.n_new):
+                victim = self._victim()
+                self._preempt(victim, plan)
+                if victim is r:
+                    break
+            else:
+                kept.append(item)
+        plan.items = [item for item in kept if item.request.status is Status.RUNNING]
+
+    # -- preemption -----------------------------------------------------------------------
+
+    def _victim(self) -> Request:
+        if self.config.victim == "last-admitted":
+            return self.running[-1]
+        return max(self.running, key=Request.order_key)
+
+    def _preempt(self, victim: Request, plan: StepPlan) -> None:
+        self.running.remove(victim)
+        victim.preemptions += 1
+        victim.status = Status.PREEMPTED
+        swap_out = getattr(self.memory, "swap_out", None)
+        if self.config.preempt == "swap" and swap_out is not None and swap_out(victim):
+            victim.swapped = True
+            plan.swap_out_tokens += victim.computed
+        else:
+            self.memory.free(victim)
+            victim.computed = 0  # recompute: prefill prompt + emitted outputs again later
+        plan.preempted.append(victim)
+        self.waiting.push(victim)

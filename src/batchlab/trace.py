@@ -1,0 +1,112 @@
+"""What a run leaves behind: per-step records, per-round detail, per-request token times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from batchlab.request import Request, Status
+
+
+@dataclass(slots=True)
+class RoundRecord:
+    """One round of the tick contract's table (seed L11 §7): what was decided and what it did."""
+
+    t: float
+    admitted: list[str]
+    plan: list[tuple[str, str, int]]                 # (id, phase, tokens)
+    active: list[tuple[str, int, int]]               # end of round: (id, prefill_rem, output_rem)
+    waiting: list[str]                               # end of round, queue order
+    emitted: list[str]
+    finished: list[str]
+    preempted: list[str] = field(default_factory=list)
+
+
+class StepLog:
+    """Per-step series, appended one step at a time or a whole decode run at once."""
+
+    COLUMNS = ("start", "duration", "batch", "prefill_tokens", "decode_tokens", "held", "stored", "seats")
+
+    def __init__(self) -> None:
+        self._chunks: dict[str, list] = {name: [] for name in self.COLUMNS}
+        self._scalars: dict[str, list] = {name: [] for name in self.COLUMNS}
+
+    def add(self, **values: float) -> None:
+        for name in self.COLUMNS:
+            self._scalars[name].append(values[name])
+
+    def add_run(self, **arrays: np.ndarray) -> None:
+        self._flush()
+        for name in self.COLUMNS:
+            self._chunks[name].append(np.asarray(arrays[name], dtype=np.float64))
+
+    def _flush(self) -> None:
+        for name in self.COLUMNS:
+            if self._scalars[name]:
+                self._chunks[name].append(np.asarray(self._scalars[name], dtype=np.float64))
+                self._scalars[name] = []
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        self._flush()
+        return {
+            name: np.concatenate(chunks) if chunks else np.zeros(0)
+            for name, chunks in self._chunks.items()
+        }
+
+
+@dataclass
+class Trace:
+    """A finished run. Requests appear in input order."""
+
+    ids: list[str]
+    arrival: np.ndarray          # float64 [n]
+    prompt: np.ndarray           # int64 [n]
+    output: np.ndarray           # int64 [n]
+    token_offsets: np.ndarray    # int64 [n+1]: request i's tokens are token_times[off[i]:off[i+1]]
+    token_times: np.ndarray      # float64 [sum of emitted outputs]
+    served: np.ndarray           # bool [n]: False for rejected requests
+    reject_reasons: dict[str, str]
+    preemptions: np.ndarray      # int64 [n]
+    admitted_at: np.ndarray      # float64 [n], NaN if never admitted
+    steps: dict[str, np.ndarray]
+    rounds: list[RoundRecord]
+    kv_capacity: int | None
+    work: dict[str, int]         # tokens computed: prefill, decode, recomputed; swapped tokens
+    time_unit: str = "s"
+
+    @classmethod
+    def from_requests(cls, requests: list[Request], steps: StepLog, rounds: list[RoundRecord],
+                      kv_capacity: int | None, work: dict[str, int], time_unit: str) -> "Trace":
+        ordered = sorted(requests, key=lambda r: r.index)
+        counts = np.array([len(r.token_times) for r in ordered], dtype=np.int64)
+        offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        times = [t for r in ordered for t in r.token_times]
+        return cls(
+            ids=[r.id for r in ordered],
+            arrival=np.array([r.arrival for r in ordered], dtype=np.float64),
+            prompt=np.array([r.prompt_tokens for r in ordered], dtype=np.int64),
+            output=np.array([r.output_tokens for r in ordered], dtype=np.int64),
+            token_offsets=offsets,
+            token_times=np.array(times, dtype=np.float64),
+            served=np.array([r.status is not Status.REJECTED for r in ordered], dtype=bool),
+            reject_reasons={r.id: r.reject_reason for r in ordered if r.status is Status.REJECTED},
+            preemptions=np.array([r.preemptions for r in ordered], dtype=np.int64),
+            admitted_at=np.array([np.nan if r.admitted_at is None else r.admitted_at for r in ordered]),
+            steps=steps.arrays(),
+            rounds=rounds,
+            kv_capacity=kv_capacity,
+            work=work,
+            time_unit=time_unit,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def output_times(self, i: int) -> np.ndarray:
+        return self.token_times[self.token_offsets[i]:self.token_offsets[i + 1]]
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps["start"])

@@ -3,6 +3,7 @@
 A file holds a `[model]` table, a `[gpu]` table, or both (JSON: objects under "model" and
 "gpu"); a file with neither table is read as one flat spec of the kind asked for. Fields are
 named as the dataclass fields; `base = "Llama-3-8B"` starts from a preset and overrides fields.
+A spec without `name` is named after its file.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def _build(path: Path, table: dict, kind: str, cls: type, presets: dict, preset)
             values["n_params"] = None
             if base.head_dim == base.hidden // base.n_heads:
                 values["head_dim"] = None
-    values.setdefault("name", path.stem)
+    values["name"] = path.stem  # a changed preset must not pass under the preset's name
     values.update(given)
     missing = [name for name, f in fields.items()
                if name not in values and f.default is dataclasses.MISSING]

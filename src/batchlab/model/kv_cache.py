@@ -1,0 +1,99 @@
+"""A paged KV cache: every request's keys and values live in fixed-size blocks of one pool.
+
+A request's block table lists its blocks in order; token position p lives in block
+`table[p // block_size]` at offset `p % block_size` (vLLM's PagedAttention layout, Kwon et al.
+2023). The tables come from one of two places:
+- a paged memory manager's (the `block_tables` callable, request id -> block ids), so the blocks
+  the manager accounts for are the blocks that hold the numbers;
+- the cache's own free list, lowest block id first, when no such manager is given.
+The pool grows (doubling) when a table names a block beyond it, so sizing it is never a
+correctness question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.model.config import MiniConfig
+
+DEFAULT_BLOCK_SIZE = 16   # tokens per block, vLLM's default
+DEFAULT_INITIAL_BLOCKS = 64
+GROWTH_FACTOR = 2
+
+
+class KVCache:
+    def __init__(self, config: MiniConfig, block_size: int = DEFAULT_BLOCK_SIZE,
+                 n_blocks: int = DEFAULT_INITIAL_BLOCKS,
+                 block_tables: Callable[[object], Sequence[int]] | None = None) -> None:
+        for field, value in (("block_size", block_size), ("n_blocks", n_blocks)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"kv cache: field '{field}' must be an integer >= 1, got {value!r}")
+        self.config = config
+        self.block_size = block_size
+        self.external_tables = block_tables
+        shape = (config.n_layers, n_blocks * block_size, config.n_kv_heads, config.head_dim)
+        self.k = np.zeros(shape, dtype=np.float32)  # [L, slots, h_kv, d], slot = block*bs + offset
+        self.v = np.zeros(shape, dtype=np.float32)  # [L, slots, h_kv, d]
+        self._tables: dict[object, list[int]] = {}
+        self._lengths: dict[object, int] = {}
+        self._free: list[int] = list(range(n_blocks))
+
+    @property
+    def n_blocks(self) -> int:
+        return self.k.shape[1] // self.block_size
+
+    def length(self, rid: object) -> int:
+        """Tokens of `rid` whose K and V are stored."""
+        return self._lengths.get(rid, 0)
+
+    def block_table(self, rid: object) -> list[int]:
+        return list(self._tables.get(rid, []))
+
+    def _grow_pool(self, n_blocks: int) -> None:
+        old = self.n_blocks
+        new = max(n_blocks, old * GROWTH_FACTOR)
+        pad = ((0, 0), (0, (new - old) * self.block_size), (0, 0), (0, 0))
+        self.k = np.pad(self.k, pad)
+        self.v = np.pad(self.v, pad)
+        self._free.extend(range(old, new))
+
+    def reserve(self, rid: object, n_tokens: int) -> np.ndarray:
+        """Make room for `n_tokens` tokens of `rid`; return the slot of each position.  -> [n_tokens]"""
+        need = -(-n_tokens // self.block_size)
+        if self.external_tables is not None:
+            table = [int(b) for b in self.external_tables(rid)]
+            if len(table) < need:
+                raise InputError(f"kv cache: request {rid!r}: block table has {len(table)} blocks, "
+                                 f"{need} needed for {n_tokens} tokens")
+            if table and max(table) >= self.n_blocks:
+                self._grow_pool(max(table) + 1)
+        else:
+            table = list(self._tables.get(rid, []))
+            missing = need - len(table)
+            if missing > 0:
+                if len(self._free) < missing:
+                    self._grow_pool(self.n_blocks + missing - len(self._free))
+                self._free.sort()
+                table += self._free[:missing]
+                del self._free[:missing]
+        self._tables[rid] = table
+        pos = np.arange(n_tokens)                                         # [n_tokens]
+        return np.asarray(table, dtype=np.int64)[pos // self.block_size] * self.block_size \
+            + pos % self.block_size                                       # [n_tokens]
+
+    def commit(self, rid: object, n_tokens: int) -> None:
+        """Record that `rid` now stores `n_tokens` tokens (after a step wrote them)."""
+        self._lengths[rid] = n_tokens
+
+    def release(self, rid: object) -> None:
+        """Drop everything `rid` holds; its own blocks go back to the free list."""
+        table = self._tables.pop(rid, [])
+        self._lengths.pop(rid, None)
+        if self.external_tables is None:
+            self._free.extend(table)
+
+    def requests(self) -> list[object]:
+        return list(self._tables)

@@ -1,0 +1,128 @@
+"""`Workload`: the requests a run serves, as parallel numpy arrays.
+
+Arrays rather than a list of objects: a 100,000-request workload is four arrays, scaling its
+arrival times (`with_rate`) is one multiplication, and the engine reads it column by column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from batchlab.errors import InputError, where
+
+
+@dataclass(slots=True, frozen=True)
+class Workload:
+    """Requests `ids[i]` arriving at `arrival[i]` seconds with `prompt[i]` prompt tokens and
+    `output[i]` output tokens to generate.
+
+    `notes` says what was done to the sample (scaling, clipping, rejections), so a report can
+    show it. `rate` is the mean arrival rate (req/s) the arrival times stand for: the nominal
+    rate of the process they were drawn from, or for a trace the measured one; None means
+    "measure it from the arrivals" (see `mean_rate`). The arrays are read-only.
+    """
+
+    ids: list[str]
+    arrival: np.ndarray  # [n] float64 seconds, nondecreasing, >= 0
+    prompt: np.ndarray  # [n] int64 >= 1
+    output: np.ndarray  # [n] int64 >= 1, counts the first output token too
+    name: str = "workload"
+    notes: list[str] = field(default_factory=list)
+    rate: float | None = None
+
+    def __post_init__(self) -> None:
+        ids = [str(i) for i in self.ids]
+        n = len(ids)
+        arrival = _column(self.arrival, np.float64, "arrival", n, ids)
+        prompt = _column(self.prompt, np.int64, "prompt", n, ids)
+        output = _column(self.output, np.int64, "output", n, ids)
+        _check_ids(ids)
+        _check_arrival(arrival, ids)
+        _check_at_least_one(prompt, "prompt", ids)
+        _check_at_least_one(output, "output", ids)
+        if self.rate is not None and not (np.isfinite(self.rate) and self.rate > 0):
+            raise InputError(f"workload '{self.name}': field 'rate' must be a positive number, got {self.rate!r}")
+        for name, value in (("ids", ids), ("arrival", arrival), ("prompt", prompt), ("output", output)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "notes", list(self.notes))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def mean_rate(self) -> float:
+        """Mean arrival rate in req/s: `rate` if set, else (n − 1) / (last − first arrival)."""
+        if self.rate is not None:
+            return float(self.rate)
+        span = float(self.arrival[-1] - self.arrival[0]) if len(self) else 0.0
+        if len(self) < 2 or span <= 0.0:
+            raise InputError(
+                f"workload '{self.name}': field 'arrival' spans no time, so it has no mean rate to scale"
+            )
+        return (len(self) - 1) / span
+
+    def with_rate(self, rate: float, *, note: bool = True) -> Workload:
+        """The same requests with arrival times scaled so the mean rate is `rate` req/s.
+
+        The goodput search draws one sample and calls this at every probe, so every probe
+        serves the same requests in the same order; only the clock of their arrivals changes.
+        """
+        if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
+            raise InputError(f"field 'rate' must be a positive number of requests per second, got {rate!r}")
+        factor = self.mean_rate / float(rate)
+        notes = [*self.notes, f"arrival times scaled by {factor:.6g} to a mean rate of {rate:g} req/s"]
+        return replace(self, arrival=self.arrival * factor, rate=float(rate), notes=notes if note else self.notes)
+
+    @property
+    def total(self) -> np.ndarray:
+        """Prompt + output tokens of each request: the context it reaches."""
+        return self.prompt + self.output
+
+
+def _column(values, dtype, name: str, n: int, ids: list[str]) -> np.ndarray:
+    raw = np.asarray(values)
+    if raw.ndim != 1:
+        raise InputError(f"{where(None, name)} must be one-dimensional, got shape {raw.shape}")
+    if raw.shape[0] != n:
+        raise InputError(f"{where(None, name)} has {raw.shape[0]} values for {n} ids")
+    if dtype is np.int64 and raw.size and raw.dtype.kind not in "iu":
+        # Floats are accepted only when they hold whole numbers: 12.0 yes, 12.5 no.
+        as_float = raw.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(as_float) | (as_float != np.round(as_float)))
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(f"{where(ids[i], name)} must be an integer, got {raw[i]!r}")
+    column = np.array(raw, dtype=dtype)  # a private copy
+    column.flags.writeable = False
+    return column
+
+
+def _check_ids(ids: list[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, request_id in enumerate(ids):
+        if request_id in seen:
+            raise InputError(f"{where(request_id, 'id')} appears twice (records {seen[request_id]} and {i})")
+        seen[request_id] = i
+
+
+def _check_arrival(arrival: np.ndarray, ids: list[str]) -> None:
+    bad = np.flatnonzero(~np.isfinite(arrival) | (arrival < 0))
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"{where(ids[i], 'arrival')} must be a finite number >= 0, got {arrival[i]!r}")
+    back = np.flatnonzero(np.diff(arrival) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise InputError(
+            f"{where(ids[i], 'arrival')} is {arrival[i]!r}, before the previous request's {arrival[i - 1]!r}:"
+            " arrivals must be nondecreasing"
+        )
+
+
+def _check_at_least_one(column: np.ndarray, name: str, ids: list[str]) -> None:
+    bad = np.flatnonzero(column < 1)
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"{where(ids[i], name)} must be >= 1 token, got {int(column[i])}")

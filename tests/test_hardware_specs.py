@@ -5,7 +5,14 @@ import dataclasses
 import pytest
 
 from batchlab.errors import InputError
-from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, GPUSpec, ModelSpec, resolve_gpu, resolve_model
+from batchlab.hardware import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    GPUSpec,
+    ModelSpec,
+    resolve_gpu,
+    resolve_model,
+)
 
 KIB = 1024
 

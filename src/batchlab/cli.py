@@ -17,6 +17,7 @@ from batchlab.errors import InputError
 COMMANDS = (
     "tick",
     "cost",
+    "clipper",
 )
 
 

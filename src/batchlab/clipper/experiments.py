@@ -190,6 +190,19 @@ def run_controller(
     return run
 
 
+EXERCISE_BATCHES = 8
+
+
+def exercise_aimd(slo_ms: float = SEED_SLO_MS, n_batches: int = EXERCISE_BATCHES) -> ControllerRun:
+    """Exercise 2(c): AIMD (+1, ×0.9) on the noiseless interfered medium model, from its B_max."""
+    slowed = MEDIUM.scaled(INTERFERENCE_FACTOR)
+    controller = AIMDController(target=slo_ms, start=slowed.b_max(slo_ms))
+    return run_controller(
+        "AIMD from B_max", controller, slowed, np.random.default_rng(0), slo_ms=slo_ms,
+        n_batches=n_batches, window=(n_batches, n_batches), factor=1.0, steady_start=0,
+    )
+
+
 def controller_experiment(seed: int = 0, slo_ms: float = SEED_SLO_MS) -> list[ControllerRun]:
     """Seed §2.3: each controller on the same noisy medium model, each with its own stream."""
     profile = MEDIUM.with_noise(NOISE)

@@ -1,0 +1,121 @@
+"""`batchlab clipper`: the seed's Clipper tables (L02 §2): profiles, AIMD, delayed batching, LLM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DEFAULT_SLO_MS = 20.0
+DEFAULT_REQUESTS = 20_000
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "clipper", help="Clipper's adaptive batching: latency profiles, AIMD, delayed batching",
+        description="Reproduce seed L02 §2: B_max and throughput of the toy models under an SLO, "
+                    "the batch-size controllers under interference, delayed batching at 80%% "
+                    "load, and Llama-3-8B decode as a latency profile on the paper GPU. "
+                    "See docs/clipper.md.")
+    parser.add_argument("--slo-ms", type=float, default=DEFAULT_SLO_MS, metavar="MS",
+                        help="latency objective of one batch (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the noise and the arrivals (default: %(default)s)")
+    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, metavar="N",
+                        help="requests per delayed-batching run (default: %(default)s)")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON (with every controller's batch-size trace) instead")
+    parser.set_defaults(run=run)
+
+
+def compute(args) -> dict:
+    """Every figure the command shows, validated before anything runs."""
+    import math
+
+    from batchlab.clipper import experiments as ex
+    from batchlab.errors import InputError
+
+    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
+        raise InputError(f"field '--slo-ms' must be > 0, got {args.slo_ms}")
+    if args.requests < 1:
+        raise InputError(f"field '--requests' must be >= 1, got {args.requests}")
+    if args.seed < 0:
+        raise InputError(f"field '--seed' must be >= 0, got {args.seed}")
+    exercise = ex.exercise_aimd(args.slo_ms)
+    return {
+        "slo_ms": args.slo_ms,
+        "seed": args.seed,
+        "profiles": [r.to_dict() for r in ex.profile_rows(args.slo_ms)],
+        "exercise_2c": {"sizes": exercise.sizes.tolist(),
+                        "latencies_ms": exercise.latencies_ms.tolist()},
+        "controllers": [r.to_dict() for r in ex.controller_experiment(args.seed, args.slo_ms)],
+        "delayed": [r.to_dict() for r in ex.delayed_experiment(args.seed, args.slo_ms, args.requests)],
+        "llm": [r.to_dict() for r in ex.llm_rows(args.slo_ms)],
+    }
+
+
+def _tables(out: dict) -> list:
+    from rich.table import Table
+
+    slo = f"{out['slo_ms']:g} ms"
+    profiles = Table(title=f"Latency profiles a + b·B and the largest batch under {slo} (§2.2)")
+    for name in ("model", "a (ms)", "b (ms)", "B_max", "latency at B_max (ms)",
+                 "qps at B_max", "qps unbatched", "gain"):
+        profiles.add_column(name, justify="left" if name == "model" else "right")
+    for r in out["profiles"]:
+        profiles.add_row(r["name"], f"{r['fixed_ms']:g}", f"{r['per_input_ms']:g}",
+                         f"{r['b_max']:,}", f"{r['latency_at_b_max_ms']:.2f}",
+                         f"{r['qps_at_b_max']:,.0f}", f"{r['unbatched_qps']:,.0f}",
+                         f"{r['batching_gain']:.2f}x")
+    ex2 = out["exercise_2c"]
+    profiles.caption = ("exercise 2(c), AIMD from 17 under interference: sizes "
+                        + ", ".join(str(s) for s in ex2["sizes"]) + "; latencies (ms) "
+                        + ", ".join(f"{v:g}" for v in ex2["latencies_ms"]))
+
+    controllers = Table(title=f"Batch-size controllers, medium model, 5% noise, per-input cost "
+                              f"x2 in batches 300-500, SLO {slo} (§2.3)")
+    for name in ("controller", "miss steady", "miss in window", "miss overall",
+                 "qps steady", "qps in window", "qps overall", "mean B steady",
+                 "mean B in window", "react (batches)", "recover (batches)"):
+        controllers.add_column(name, justify="left" if name == "controller" else "right")
+    for r in out["controllers"]:
+        controllers.add_row(
+            r["controller"], f"{r['miss_rate_steady']:.1%}", f"{r['miss_rate_window']:.1%}",
+            f"{r['miss_rate']:.1%}", f"{r['throughput_qps_steady']:,.0f}",
+            f"{r['throughput_qps_window']:,.0f}", f"{r['throughput_qps']:,.0f}",
+            f"{r['mean_batch_steady']:.1f}", f"{r['mean_batch_window']:.1f}",
+            "never" if r["reaction_batches"] is None else str(r["reaction_batches"]),
+            "never" if r["recovery_batches"] is None else str(r["recovery_batches"]))
+    controllers.caption = "steady = batches 100-299; react/recover read a 5-batch rolling median"
+
+    delayed = Table(title="Delayed batching at 80% of unbatched capacity (§2.4)")
+    for name in ("model", "rate (qps)", "max wait (ms)", "max batch", "busy", "mean batch",
+                 "mean latency (ms)", "p99 latency (ms)"):
+        delayed.add_column(name, justify="left" if name == "model" else "right")
+    for r in out["delayed"]:
+        delayed.add_row(r["model"], f"{r['rate_qps']:,.0f}", f"{r['max_wait_ms']:g}",
+                        f"{r['max_batch']:,}", f"{r['busy_fraction']:.1%}",
+                        f"{r['mean_batch']:.2f}", f"{r['mean_latency_ms']:.2f}",
+                        f"{r['p99_latency_ms']:.2f}")
+
+    llm = Table(title=f"Llama-3-8B decode on the paper GPU (H100-SXM) as a + b·B (§2.6)")
+    for name in ("context", "a (ms)", "b (ms/seq)", "B=1 step (ms)", f"B_max fitted",
+                 "B_max exact", "worst fit error"):
+        llm.add_column(name, justify="right")
+    for r in out["llm"]:
+        llm.add_row(f"{r['context']:,}", f"{r['fixed_ms']:.3f}", f"{r['per_seq_ms']:.4f}",
+                    f"{r['batch1_ms']:.3f}", f"{r['b_max_fitted']:,}", f"{r['b_max']:,}",
+                    f"{r['max_rel_error']:.1e}")
+    return [profiles, controllers, delayed, llm]
+
+
+def run(args: argparse.Namespace) -> int:
+    out = compute(args)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        from rich.console import Console
+
+        console = Console()
+        for table in _tables(out):
+            console.print(table)
+    return 0

@@ -1,0 +1,50 @@
+"""`batchlab tick`: the exact virtual-tick model (seed L11) on a case file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tick", help="run the exact tick model on a case file",
+        description="Run the tick contract of seed L11: static or continuous batching with a "
+                    "per-round token budget, a per-request prefill chunk and max active requests.")
+    p.add_argument("file", nargs="?", default="-", metavar="FILE|-",
+                   help="JSON case file (default: standard input)")
+    p.add_argument("--policy", choices=("static", "continuous", "both"),
+                   help="batching policy (default: the file's, else continuous)")
+    p.add_argument("--max-active", type=int, help="max active requests (overrides the file)")
+    p.add_argument("--token-budget", type=int, help="tokens per round (overrides the file)")
+    p.add_argument("--chunk-size", type=int, help="prefill tokens per request per round (overrides the file)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--timeline", action="store_true", help="print the timeline chart")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from batchlab.display.tick_table import round_table, summary_table
+    from batchlab.display.timeline import render_timeline
+    from batchlab.tick import parse_case, policies_of, read_case_text, run_case
+
+    text, source = read_case_text(args.file)
+    case = parse_case(text, source, {"policy": args.policy, "max_active": args.max_active,
+                                     "token_budget": args.token_budget, "chunk_size": args.chunk_size})
+    results = [run_case(case, policy) for policy in policies_of(case.policy)]
+    if args.json:
+        payload = results[0].to_dict() if len(results) == 1 else {r.policy: r.to_dict() for r in results}
+        print(json.dumps(payload, indent=2))
+        return 0
+    console = Console()
+    for res in results:
+        if args.timeline:
+            console.print(render_timeline(res.trace, static=res.policy == "static",
+                                          title=f"{res.policy} batching ({res.trace.n_steps} rounds)"),
+                          highlight=False, markup=False)
+        else:
+            console.print(round_table(res))
+    console.print(summary_table(results))
+    return 0

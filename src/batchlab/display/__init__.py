@@ -1,0 +1,1 @@
+"""Text displays for people: rich tables and ASCII timelines."""

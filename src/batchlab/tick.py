@@ -1,0 +1,212 @@
+"""The exact virtual-tick model of seed L11: a case file, its validation, runs and summary.
+
+A case is a list of requests `(id, arrival, prompt_tokens, output_tokens)` plus `max_active`,
+`token_budget`, `chunk_size` and a policy. It runs on the one engine with the unit executor
+(every round lasts one tick) and prefill `chunked`: decode first, FIFO within a phase.
+Everything is checked before anything runs; the first problem raises `InputError` naming the
+record and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.engine import Engine
+from batchlab.errors import InputError
+from batchlab.executor.unit import UnitExecutor
+from batchlab.request import Request
+from batchlab.scheduler.config import SchedulerConfig
+from batchlab.trace import Trace
+
+POLICIES = ("static", "continuous")
+REQUEST_FIELDS = ("id", "arrival", "prompt_tokens", "output_tokens")
+SETTINGS = ("max_active", "token_budget", "chunk_size")
+CASE_FIELDS = ("requests", *SETTINGS, "policy")
+# minimum value of each integer field
+MINIMUM = {"arrival": 0, "prompt_tokens": 1, "output_tokens": 1,
+           "max_active": 1, "token_budget": 1, "chunk_size": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class TickRequest:
+    id: str
+    arrival: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class TickCase:
+    requests: tuple[TickRequest, ...]
+    max_active: int
+    token_budget: int
+    chunk_size: int
+    policy: str = "continuous"
+
+    def __post_init__(self) -> None:
+        if not self.requests:
+            raise InputError("field 'requests': the request list is empty")
+        seen: dict[str, int] = {}
+        for k, r in enumerate(self.requests):
+            for name in REQUEST_FIELDS[1:]:
+                _check_int(getattr(r, name), name, _record(k, r.id))
+            if not isinstance(r.id, str) or not r.id:
+                raise InputError(f"{_record(k, None)}: field 'id': must be a non-empty string, got {r.id!r}")
+            if r.id in seen:
+                raise InputError(f"{_record(k, r.id)}: field 'id': duplicate of request {seen[r.id]}")
+            seen[r.id] = k
+        for name in SETTINGS:
+            _check_int(getattr(self, name), name, None)
+        if self.policy not in (*POLICIES, "both"):
+            raise InputError(f"field 'policy': unknown policy {self.policy!r} (choose from static, continuous, both)")
+
+    def scheduler_config(self, policy: str) -> SchedulerConfig:
+        return SchedulerConfig(batching=policy, max_active=self.max_active, prefill="chunked",
+                               token_budget=self.token_budget, chunk_size=self.chunk_size)
+
+    def fresh_requests(self) -> list[Request]:
+        return [Request(r.id, r.arrival, r.prompt_tokens, r.output_tokens, index=k)
+                for k, r in enumerate(self.requests)]
+
+
+def _record(k: int, rid: object) -> str:
+    return f"request {k}" + (f" (id {rid!r})" if isinstance(rid, str) else "")
+
+
+def _check_int(value: object, name: str, record: str | None) -> None:
+    where = f"{record}: field '{name}'" if record else f"field '{name}'"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{where}: must be an integer, got {value!r}")
+    if value < MINIMUM[name]:
+        raise InputError(f"{where}: must be >= {MINIMUM[name]}, got {value}")
+
+
+# -- reading a case ----------------------------------------------------------------------
+
+def read_case_text(path: str) -> tuple[str, str]:
+    """The text of a case file (`-` is standard input) and the name to cite in errors."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError(f"field 'FILE': cannot read {path!r}: {reason}") from None
+
+
+def parse_case(text: str, source: str, overrides: dict[str, object] | None = None) -> TickCase:
+    """A validated case from JSON text; `overrides` (flags) replace the file's settings."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: the top level must be a JSON object with a 'requests' list")
+    unknown = sorted(set(data) - set(CASE_FIELDS))
+    if unknown:
+        raise InputError(f"{source}: field {unknown[0]!r}: unknown field (expected {', '.join(CASE_FIELDS)})")
+    values = {k: v for k, v in data.items() if k != "requests"}
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for name in SETTINGS:
+        if name not in values:
+            raise InputError(f"{source}: field '{name}': missing (set it in the file or with --{name.replace('_', '-')})")
+    if "requests" not in data:
+        raise InputError(f"{source}: field 'requests': missing")
+    return TickCase(requests=_parse_requests(data["requests"], source),
+                    policy=values.get("policy", "continuous"),
+                    **{name: values[name] for name in SETTINGS})
+
+
+def _parse_requests(items: object, source: str) -> tuple[TickRequest, ...]:
+    if not isinstance(items, list):
+        raise InputError(f"{source}: field 'requests': must be a list, got {type(items).__name__}")
+    if not items:
+        raise InputError(f"{source}: field 'requests': the request list is empty")
+    parsed = []
+    for k, item in enumerate(items):
+        last = " (the last record)" if k == len(items) - 1 and k > 0 else ""
+        record = f"{source}: request {k}{last}"
+        if not isinstance(item, dict):
+            raise InputError(f"{record}: must be an object with fields {', '.join(REQUEST_FIELDS)}, got {item!r}")
+        unknown = sorted(set(item) - set(REQUEST_FIELDS))
+        if unknown:
+            raise InputError(f"{record}: field {unknown[0]!r}: unknown field (expected {', '.join(REQUEST_FIELDS)})")
+        missing = [name for name in REQUEST_FIELDS if name not in item]
+        if missing:
+            raise InputError(f"{record}: field {missing[0]!r}: missing")
+        if not isinstance(item["id"], str) or not item["id"]:
+            raise InputError(f"{record}: field 'id': must be a non-empty string, got {item['id']!r}")
+        for name in REQUEST_FIELDS[1:]:
+            _check_int(item[name], name, f"{record} (id {item['id']!r})")
+        parsed.append(TickRequest(item["id"], item["arrival"], item["prompt_tokens"], item["output_tokens"]))
+    return tuple(parsed)
+
+
+# -- running and summarising -------------------------------------------------------------
+
+@dataclass(slots=True)
+class TickResult:
+    policy: str
+    case: TickCase
+    trace: Trace
+
+    def summary(self) -> dict:
+        tr = self.trace
+        first = tr.token_times[tr.token_offsets[:-1]]
+        last = tr.token_times[tr.token_offsets[1:] - 1]
+        ttft = first - tr.arrival
+        makespan = float(last.max())
+        outputs = int(len(tr.token_times))
+        return {
+            "makespan": _num(makespan),
+            "total_output_tokens": outputs,
+            "mean_ttft": float(ttft.mean()),
+            "throughput": outputs / makespan,
+            "work": {"prefill": tr.work["prefill"], "decode": tr.work["decode"]},
+            "rounds": tr.n_steps,
+        }
+
+    def to_dict(self) -> dict:
+        tr = self.trace
+        requests = []
+        for i, rid in enumerate(tr.ids):
+            times = [_num(t) for t in tr.output_times(i)]
+            requests.append({"id": rid, "arrival": _num(tr.arrival[i]), "output_times": times,
+                             "first_output": times[0], "finish": times[-1],
+                             "ttft": _num(times[0] - tr.arrival[i])})
+        rounds = [{
+            "t": _num(r.t), "admitted": r.admitted,
+            "plan": [{"id": i, "phase": p, "tokens": n} for i, p, n in r.plan],
+            "active": [{"id": i, "prefill_remaining": p, "output_remaining": o} for i, p, o in r.active],
+            "waiting": r.waiting, "emitted": r.emitted, "finished": r.finished,
+        } for r in tr.rounds]
+        settings = {name: getattr(self.case, name) for name in SETTINGS}
+        return {"policy": self.policy, "settings": settings, "requests": requests,
+                "rounds": rounds, "summary": self.summary()}
+
+
+def _num(x: float) -> int | float:
+    """Ticks are whole numbers: print them as integers."""
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def run_case(case: TickCase, policy: str) -> TickResult:
+    if policy not in POLICIES:
+        raise InputError(f"field 'policy': unknown policy {policy!r} (choose from static, continuous)")
+    engine = Engine(case.scheduler_config(policy), UnitExecutor(), record_rounds=True, time_unit="tick")
+    return TickResult(policy, case, engine.run(case.fresh_requests()))
+
+
+def policies_of(policy: str) -> tuple[str, ...]:
+    return POLICIES if policy == "both" else (policy,)
+
+
+def ttft_array(result: TickResult) -> np.ndarray:
+    tr = result.trace
+    return tr.token_times[tr.token_offsets[:-1]] - tr.arrival

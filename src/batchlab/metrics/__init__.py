@@ -1,0 +1,24 @@
+"""Serving metrics over plain numpy arrays: latencies, SLO attainment, throughput, goodput."""
+
+from batchlab.metrics.export import COLUMNS, request_rows, requests_csv, requests_json, write_requests
+from batchlab.metrics.goodput import GoodputResult, find_goodput
+from batchlab.metrics.latency import (
+    PERCENTILES,
+    LatencyStats,
+    RequestLatencies,
+    TokenTimes,
+    inter_token_latencies,
+    none_if_nan,
+    request_latencies,
+    token_times,
+)
+from batchlab.metrics.run import RunMetrics, compute_metrics
+from batchlab.metrics.slo import SLO, slo_attainment, slo_met
+from batchlab.metrics.throughput import overall_throughput, steady_throughput
+
+__all__ = [
+    "COLUMNS", "PERCENTILES", "SLO", "GoodputResult", "LatencyStats", "RequestLatencies", "RunMetrics",
+    "TokenTimes", "compute_metrics", "find_goodput", "inter_token_latencies", "none_if_nan",
+    "request_latencies", "request_rows", "requests_csv", "requests_json", "slo_attainment", "slo_met",
+    "overall_throughput", "steady_throughput", "token_times", "write_requests",
+]

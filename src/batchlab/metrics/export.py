@@ -1,0 +1,71 @@
+"""Per-request results as rows, CSV and JSON: one row per request, in workload order."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.metrics.latency import RequestLatencies, none_if_nan
+
+COLUMNS = ("id", "arrival", "prompt", "output", "ttft", "tpot", "e2e", "first_token", "finish", "rejected")
+
+
+def request_rows(lat: RequestLatencies, ids: Sequence[str], prompt, output,
+                 reasons: Mapping[str, str] | None = None) -> list[dict]:
+    """One dict per request with COLUMNS as keys; times in seconds, None where undefined.
+
+    `rejected` is the reason a request was not served ("" when served); an unserved request
+    without a reason in `reasons` gets "not served".
+    """
+    n = lat.served.shape[0]
+    prompt, output = np.asarray(prompt), np.asarray(output)
+    if len(ids) != n or prompt.shape != (n,) or output.shape != (n,):
+        raise InputError(f"fields 'ids', 'prompt' and 'output' must each have {n} values (one per request)")
+    reasons = reasons or {}
+    rows = []
+    for i, request_id in enumerate(ids):
+        served = bool(lat.served[i])
+        rows.append({
+            "id": str(request_id),
+            "arrival": float(lat.arrival[i]),
+            "prompt": int(prompt[i]),
+            "output": int(output[i]),
+            "ttft": none_if_nan(lat.ttft[i]),
+            "tpot": none_if_nan(lat.tpot[i]),
+            "e2e": none_if_nan(lat.e2e[i]),
+            "first_token": none_if_nan(lat.first_token[i]),
+            "finish": none_if_nan(lat.finish[i]),
+            "rejected": "" if served else reasons.get(str(request_id), "not served"),
+        })
+    return rows
+
+
+def requests_csv(rows: list[dict]) -> str:
+    """CSV text with a header; floats in full precision (repr), undefined cells empty."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for row in rows:
+        writer.writerow(["" if row[c] is None else (repr(row[c]) if isinstance(row[c], float) else row[c])
+                         for c in COLUMNS])
+    return buffer.getvalue()
+
+
+def requests_json(rows: list[dict]) -> str:
+    return json.dumps(rows, indent=1, allow_nan=False)
+
+
+def write_requests(path: str | Path, rows: list[dict]) -> None:
+    """Write rows as CSV, or as JSON when the path ends in .json."""
+    path = Path(path)
+    text = requests_json(rows) if path.suffix.lower() == ".json" else requests_csv(rows)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the per-request results: {exc}") from exc

@@ -1,0 +1,78 @@
+"""`compute_metrics`: every aggregate figure of one run from its token timestamps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchlab.metrics.latency import (
+    LatencyStats,
+    RequestLatencies,
+    inter_token_latencies,
+    none_if_nan,
+    request_latencies,
+    token_times,
+)
+from batchlab.metrics.slo import SLO, slo_attainment
+from batchlab.metrics.throughput import overall_throughput, steady_throughput
+
+
+@dataclass(slots=True, frozen=True)
+class RunMetrics:
+    """Aggregate metrics of one run; `requests` keeps the per-request figures."""
+
+    requests_total: int
+    served: int
+    rejected: int
+    output_tokens: int  # emitted by served requests
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2e: LatencyStats
+    throughput: float  # overall, tokens/s (NaN if undefined)
+    steady_throughput: float
+    slo: SLO | None
+    slo_attainment: float | None
+    requests: RequestLatencies
+
+    def to_dict(self) -> dict:
+        """JSON-ready: plain floats, None where a figure is undefined, no NaN."""
+        return {
+            "requests": self.requests_total,
+            "served": self.served,
+            "rejected": self.rejected,
+            "output_tokens": self.output_tokens,
+            "ttft": self.ttft.to_dict(),
+            "tpot": self.tpot.to_dict(),
+            "itl": self.itl.to_dict(),
+            "e2e": self.e2e.to_dict(),
+            "throughput": none_if_nan(self.throughput),
+            "steady_throughput": none_if_nan(self.steady_throughput),
+            "slo": self.slo.to_dict() if self.slo else None,
+            "slo_attainment": self.slo_attainment,
+        }
+
+
+def compute_metrics(arrival, token_offsets, token_times_, served=None, slo: SLO | None = None) -> RunMetrics:
+    """TTFT, TPOT, ITL and E2E statistics, throughput (overall and steady) and SLO attainment.
+
+    arrival [n] s; token_offsets [n+1] int64; token_times_ [T] s (CSR: request i's tokens are
+    token_times_[token_offsets[i]:token_offsets[i+1]]); served [n] bool, default all.
+    """
+    tt = token_times(arrival, token_offsets, token_times_, served)
+    lat = request_latencies(tt)
+    served_count = int(tt.served.sum())
+    return RunMetrics(
+        requests_total=int(tt.arrival.shape[0]),
+        served=served_count,
+        rejected=int(tt.arrival.shape[0]) - served_count,
+        output_tokens=int(tt.counts[tt.served].sum()),
+        ttft=LatencyStats.of(lat.ttft),
+        tpot=LatencyStats.of(lat.tpot),
+        itl=LatencyStats.of(inter_token_latencies(tt)),
+        e2e=LatencyStats.of(lat.e2e),
+        throughput=overall_throughput(tt),
+        steady_throughput=steady_throughput(tt),
+        slo=slo,
+        slo_attainment=slo_attainment(lat, slo) if slo is not None and tt.arrival.size else None,
+        requests=lat,
+    )

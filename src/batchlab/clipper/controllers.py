@@ -24,6 +24,7 @@ FLOOR_SLACK = 1e-9
 P99 = 0.99
 IRLS_ITERATIONS = 50
 IRLS_MIN_RESIDUAL = 1e-6  # caps the weight 1/|r| of points sitting on the line
+IRLS_TOLERANCE = 1e-9
 
 
 class BatchController(Protocol):
@@ -96,26 +97,38 @@ class AIMDController:
             self.size = self._clamp(max(self.size, batch) + self.step)
 
 
+def _weighted_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """Weighted least-squares line, solving the 2x2 normal equations in closed form."""
+    s0, s1, s2 = w.sum(), w @ x, w @ (x * x)
+    t0, t1 = w @ y, w @ (x * y)
+    det = s0 * s2 - s1 * s1
+    if det <= 0:  # a single distinct x: no slope to fit
+        return float(t0 / s0), 0.0
+    return float((s2 * t0 - s1 * t1) / det), float((s0 * t1 - s1 * t0) / det)
+
+
 def fit_quantile_line(x: np.ndarray, y: np.ndarray, quantile: float = P99) -> tuple[float, float]:
     """Intercept and slope of the `quantile` line of y on x (pinball loss, Koenker & Bassett 1978).
 
     Solved by iteratively reweighted least squares: the pinball loss ρ_τ(r) equals a weighted
     squared loss with weight τ/|r| above the line and (1-τ)/|r| below it.
     """
-    design = np.column_stack([np.ones_like(x), x])  # [n, 2]
-    beta, *_ = np.linalg.lstsq(design, y, rcond=None)
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    a, b = _weighted_line(x, y, np.ones_like(x))
     for _ in range(IRLS_ITERATIONS):
-        resid = y - design @ beta  # [n]
+        resid = y - (a + b * x)  # [n]
         weight = np.where(resid >= 0, quantile, 1.0 - quantile) / np.maximum(
             np.abs(resid), IRLS_MIN_RESIDUAL
         )
-        weighted = design * weight[:, None]  # [n, 2]
-        new_beta, *_ = np.linalg.lstsq(design.T @ weighted, weighted.T @ y, rcond=None)
-        converged = np.allclose(new_beta, beta, rtol=1e-9, atol=1e-12)
-        beta = new_beta
+        new_a, new_b = _weighted_line(x, y, weight)
+        converged = abs(new_a - a) <= IRLS_TOLERANCE * (1 + abs(a)) and abs(
+            new_b - b
+        ) <= IRLS_TOLERANCE * (1 + abs(b))
+        a, b = new_a, new_b
         if converged:
             break
-    return float(beta[0]), float(beta[1])
+    return a, b
 
 
 @dataclass(slots=True)

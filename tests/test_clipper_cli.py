@@ -1,0 +1,51 @@
+"""`batchlab clipper`: tables for people, JSON (with the controllers' traces) for programs."""
+
+import json
+
+import pytest
+
+from batchlab.cli import main
+
+
+@pytest.fixture(scope="module")
+def out():
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = main(["clipper", "--json", "--requests", "3000", "--seed", "2"])
+    assert code == 0
+    return json.loads(buffer.getvalue())
+
+
+def test_json_has_the_seeds_tables(out):
+    profiles = {p["name"]: p for p in out["profiles"]}
+    assert profiles["medium"]["b_max"] == 34 and profiles["medium"]["qps_at_b_max"] == 1700.0
+    assert profiles["medium, interference"]["b_max"] == 17
+    assert out["exercise_2c"]["sizes"][:3] == [17, 18, 16]
+    names = [c["controller"] for c in out["controllers"]]
+    assert names[1] == "AIMD" and len(names) == 4
+    for run in out["controllers"]:
+        assert len(run["sizes"]) == len(run["latencies_ms"]) == 800  # the trace a plot draws
+        assert run["window"] == [300, 500]
+    assert out["controllers"][0]["miss_rate_window"] == 1.0
+    assert {(d["model"], d["max_wait_ms"]) for d in out["delayed"]} == {
+        ("high fixed cost", 0.0), ("high fixed cost", 2.0),
+        ("low fixed cost, fast", 0.0), ("low fixed cost, fast", 2.0)}
+    assert [r["b_max"] for r in out["llm"]][1] == 34
+
+
+def test_tables_for_people(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps long cells at the terminal width
+    assert main(["clipper", "--requests", "500"]) == 0
+    text = capsys.readouterr().out
+    for title in ("§2.2", "§2.3", "§2.4", "§2.6", "quantile regression", "exercise 2(c)"):
+        assert title in text
+
+
+@pytest.mark.parametrize("flag, value", [("--slo-ms", "0"), ("--requests", "0"), ("--seed", "-1")])
+def test_bad_flags_exit_2_with_one_line(capsys, flag, value):
+    assert main(["clipper", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err

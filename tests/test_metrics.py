@@ -1,0 +1,215 @@
+"""Metrics over CSR token times: a hand-made trace, a naive per-request reference, bad input."""
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchlab.errors import InputError
+from batchlab.metrics import (
+    COLUMNS,
+    SLO,
+    LatencyStats,
+    compute_metrics,
+    inter_token_latencies,
+    request_latencies,
+    request_rows,
+    requests_csv,
+    requests_json,
+    token_times,
+    write_requests,
+)
+
+# Hand-made trace. Request 0 arrives at 0 and emits tokens at 1, 1.5, 2.5; request 1 arrives at
+# 0.5 and emits one token at 2; request 2 arrives at 1 and emits at 2, 2.25, 2.5, 3; request 3
+# arrives at 1.5 and is rejected.
+ARRIVAL = [0.0, 0.5, 1.0, 1.5]
+OFFSETS = [0, 3, 4, 8, 8]
+TIMES = [1.0, 1.5, 2.5, 2.0, 2.0, 2.25, 2.5, 3.0]
+SERVED = np.array([True, True, True, False])
+
+
+def hand_metrics(slo=None):
+    return compute_metrics(ARRIVAL, OFFSETS, TIMES, SERVED, slo)
+
+
+def test_hand_trace_per_request():
+    lat = hand_metrics().requests
+    assert lat.ttft[:3].tolist() == [1.0, 1.5, 1.0]  # first − arrival
+    assert lat.tpot[0] == 0.75 and math.isnan(lat.tpot[1])  # (2.5 − 1) / 2; O = 1 has none
+    assert lat.tpot[2] == pytest.approx(1 / 3)  # (3 − 2) / 3
+    assert lat.e2e[:3].tolist() == [2.5, 1.5, 2.0]
+    assert lat.first_token[:3].tolist() == [1.0, 2.0, 2.0] and lat.finish[:3].tolist() == [2.5, 2.0, 3.0]
+    assert all(math.isnan(getattr(lat, f)[3]) for f in ("ttft", "tpot", "e2e", "first_token", "finish"))
+
+
+def test_hand_trace_aggregates():
+    m = hand_metrics()
+    assert (m.requests_total, m.served, m.rejected, m.output_tokens) == (4, 3, 1, 8)
+    # TTFT 1, 1.5, 1: sorted 1, 1, 1.5; p90 at position 1.8 -> 1 + 0.8 * 0.5.
+    assert m.ttft == LatencyStats(3, pytest.approx(7 / 6), 1.0, pytest.approx(1.4), pytest.approx(1.49), 1.5)
+    assert m.tpot.count == 2 and m.tpot.mean == pytest.approx((0.75 + 1 / 3) / 2) and m.tpot.max == 0.75
+    # ITL pooled: 0.5, 1.0 (request 0) and 0.25, 0.25, 0.5 (request 2); none across requests.
+    assert inter_token_latencies(token_times(ARRIVAL, OFFSETS, TIMES, SERVED)).tolist() == [0.5, 1.0, 0.25, 0.25, 0.5]
+    assert (m.itl.count, m.itl.mean, m.itl.p50, m.itl.max) == (5, 0.5, 0.5, 1.0)
+    assert m.itl.p90 == pytest.approx(0.8) and m.itl.p99 == pytest.approx(0.98)
+    assert (m.e2e.mean, m.e2e.p50, m.e2e.max) == (2.0, 2.0, 2.5)
+    # overall: 8 tokens over 3 s (first arrival 0, last token 3).
+    assert m.throughput == pytest.approx(8 / 3)
+    # steady: the last first token is at 2 (requests 1 and 2); 4 tokens by then, over 2 s.
+    assert m.steady_throughput == pytest.approx(2.0)
+
+
+def test_hand_trace_slo_attainment():
+    # Request 0 misses TPOT, request 1 misses TTFT, request 3 was rejected: 1 of 4.
+    assert hand_metrics(SLO(ttft=1.0, tpot=0.5)).slo_attainment == 0.25
+    # Looser TTFT: request 1 meets it, and its TPOT bound holds trivially (one token): 2 of 4.
+    assert hand_metrics(SLO(ttft=1.5, tpot=0.5)).slo_attainment == 0.5
+    assert hand_metrics(SLO(e2e=2.0)).slo_attainment == 0.5
+    assert hand_metrics(SLO()).slo_attainment == 0.75  # no bounds: every served request
+    assert hand_metrics().slo_attainment is None
+
+
+def test_to_dict_is_plain_json_without_nan():
+    one = compute_metrics([0.0], [0, 1], [0.5], slo=SLO(ttft=1.0))  # one token: TPOT and ITL undefined
+    d = one.to_dict()
+    text = json.dumps(d, allow_nan=False)
+    assert json.loads(text)["tpot"] == {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    assert d["itl"]["count"] == 0 and d["steady_throughput"] == 2.0 and d["slo_attainment"] == 1.0
+    full = hand_metrics(SLO(ttft=1.0, tpot=0.5)).to_dict()
+    assert full["ttft"]["p50"] == 1.0 and full["slo"] == {"ttft": 1.0, "tpot": 0.5, "e2e": None}
+    assert all(type(v) in (int, float, type(None)) for v in full["ttft"].values())
+
+
+def test_nothing_served():
+    m = compute_metrics([0.0, 1.0], [0, 0, 0], [], np.array([False, False]), SLO(ttft=1.0))
+    assert m.served == 0 and m.slo_attainment == 0.0
+    assert m.to_dict()["throughput"] is None and m.to_dict()["ttft"]["mean"] is None
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (([0.0, 1.0], [0, 1], [1.0]), r"field 'token_offsets' must be 3 integers"),
+    (([0.0, 1.0], [0, 1, 3], [1.0, 2.0]), r"must start at 0 and end at 2"),
+    (([0.0, 1.0], [0, 2, 1], [1.0]), r"record 1: field 'token_offsets' must be nondecreasing"),
+    (([0.0, 1.0], [0, 1, 1], [1.0]), r"record 1: field 'token_times' is empty, but a served request"),
+    (([0.0, 1.0], [0, 1, 3], [1.0, 3.0, 2.0]), r"record 1: field 'token_times' must be nondecreasing"),
+    (([0.0, 1.0], [0, 1, 2], [1.0, 0.5]), r"record 1: field 'token_times' has a first token before"),
+    (([0.0, math.inf], [0, 1, 2], [1.0, 2.0]), r"record 1: field 'arrival' must be a finite number"),
+    (([0.0], [0, 1], [math.nan]), r"field 'token_times' token 0 must be a finite number"),
+    (([0.0], [0.0, 1.0], [1.0]), r"field 'token_offsets' must be 2 integers"),
+])
+def test_bad_token_times(args, fragment):
+    with pytest.raises(InputError, match=fragment):
+        compute_metrics(*args)
+
+
+def test_bad_served_mask_and_slo():
+    with pytest.raises(InputError, match="field 'served' must be 1 booleans"):
+        compute_metrics([0.0], [0, 1], [1.0], [1])
+    with pytest.raises(InputError, match=r"field 'slo.tpot' must be a positive number"):
+        SLO(tpot=0)
+
+
+def test_tokens_going_back_across_requests_are_fine():
+    # Request 1's first token is earlier than request 0's last: no order across requests.
+    m = compute_metrics([0.0, 0.0], [0, 2, 3], [1.0, 5.0, 2.0])
+    assert m.itl.count == 1 and m.itl.max == 4.0
+
+
+# --- naive reference ---------------------------------------------------------------------------
+
+def naive(arrival, counts, times_per_request, served):
+    ttft, tpot, e2e, itl = [], [], [], []
+    for a, c, ts, s in zip(arrival, counts, times_per_request, served):
+        if not s:
+            continue
+        ttft.append(ts[0] - a)
+        e2e.append(ts[-1] - a)
+        if c > 1:
+            tpot.append((ts[-1] - ts[0]) / (c - 1))
+        for k in range(1, c):
+            itl.append(ts[k] - ts[k - 1])
+    return ttft, tpot, e2e, itl
+
+
+@st.composite
+def runs(draw):
+    n = draw(st.integers(1, 25))
+    arrival = draw(st.lists(st.floats(0, 100, allow_nan=False), min_size=n, max_size=n))
+    counts = draw(st.lists(st.integers(0, 7), min_size=n, max_size=n))
+    served = [c > 0 and draw(st.booleans() | st.just(True)) for c in counts]
+    times = []
+    for a, c in zip(arrival, counts):
+        gaps = draw(st.lists(st.floats(0, 10, allow_nan=False), min_size=c, max_size=c))
+        times.append(list(a + np.cumsum(gaps)) if c else [])
+    return arrival, counts, times, served
+
+
+@settings(max_examples=150, deadline=None)
+@given(run=runs())
+def test_csr_metrics_equal_a_naive_per_request_computation(run):
+    arrival, counts, times, served = run
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    flat = np.array([t for ts in times for t in ts], dtype=np.float64)
+    tt = token_times(arrival, offsets, flat, np.array(served, dtype=bool))
+    lat = request_latencies(tt)
+    ttft, tpot, e2e, itl = naive(arrival, counts, times, served)
+    mask = np.array(served)
+    assert np.allclose(lat.ttft[mask], ttft) and np.allclose(lat.e2e[mask], e2e)
+    assert np.allclose(lat.tpot[~np.isnan(lat.tpot)], tpot)
+    assert np.allclose(inter_token_latencies(tt), itl)
+    m = compute_metrics(arrival, offsets, flat, np.array(served, dtype=bool), SLO(ttft=5.0, tpot=2.0))
+    for stats, values in ((m.ttft, ttft), (m.tpot, tpot), (m.itl, itl), (m.e2e, e2e)):
+        assert stats.count == len(values)
+        if values:
+            assert stats.max == pytest.approx(max(values))
+            assert stats.p90 == pytest.approx(float(np.percentile(values, 90)))
+    met = sum(1 for i, s in enumerate(served)
+              if s and lat.ttft[i] <= 5.0 and (counts[i] == 1 or lat.tpot[i] <= 2.0))
+    assert m.slo_attainment == met / len(arrival)
+    served_times = [t for ts, s in zip(times, served) if s for t in ts]
+    if served_times:
+        span = max(served_times) - min(arrival)
+        assert m.output_tokens == len(served_times)
+        if span > 0:
+            assert m.throughput == pytest.approx(len(served_times) / span)
+        moment = max(ts[0] for ts, s in zip(times, served) if s)
+        steady_span = moment - min(arrival)
+        if steady_span > 0:
+            assert m.steady_throughput == pytest.approx(sum(t <= moment for t in served_times) / steady_span)
+
+
+# --- per-request export ---------------------------------------------------------------------------
+
+def hand_rows():
+    lat = hand_metrics().requests
+    return request_rows(lat, ["a", "b", "c", "d"], [10, 20, 30, 9000], [3, 1, 4, 5], {"d": "exceeds the max context"})
+
+
+def test_request_rows():
+    rows = hand_rows()
+    assert [list(r) for r in rows] == [list(COLUMNS)] * 4
+    assert rows[0] == {"id": "a", "arrival": 0.0, "prompt": 10, "output": 3, "ttft": 1.0, "tpot": 0.75, "e2e": 2.5,
+                       "first_token": 1.0, "finish": 2.5, "rejected": ""}
+    assert rows[1]["tpot"] is None
+    assert rows[3]["rejected"] == "exceeds the max context" and rows[3]["ttft"] is None
+    with pytest.raises(InputError, match="must each have 4 values"):
+        request_rows(hand_metrics().requests, ["a"], [1], [1])
+
+
+def test_request_csv_and_json(tmp_path):
+    rows = hand_rows()
+    parsed = list(csv.DictReader(io.StringIO(requests_csv(rows))))
+    assert parsed[2]["tpot"] == repr(1 / 3) and parsed[1]["tpot"] == "" and parsed[3]["rejected"] == "exceeds the max context"
+    assert json.loads(requests_json(rows)) == rows
+    write_requests(tmp_path / "r.json", rows)
+    write_requests(tmp_path / "r.csv", rows)
+    assert json.loads((tmp_path / "r.json").read_text()) == rows
+    assert (tmp_path / "r.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
+    with pytest.raises(InputError, match="cannot write"):
+        write_requests(tmp_path / "missing-dir" / "r.csv", rows)

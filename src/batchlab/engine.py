@@ -69,9 +69,9 @@ class Engine:
                     t = self._fast_forward(t, steps)
                     continue
             plan = sched.plan(t)
-            if not plan.items and not sched.running:
+            if not plan and not sched.running:
                 raise RuntimeError(f"no progress at t={t}: {len(sched.waiting)} waiting, none admissible")
-            duration = self.executor.run(plan) if plan.items or plan.swap_out_tokens else 0.0
+            duration = self.executor.run(plan) if plan or plan.swap_out_tokens else 0.0
             t = self._commit(plan, t, duration)
         return Trace.from_requests(requests, self.steps, self.rounds, self.memory.capacity_tokens,
                                    self.work, self.time_unit)
@@ -99,7 +99,6 @@ class Engine:
     # -- 4 commit -------------------------------------------------------------------------
 
     def _commit(self, plan: StepPlan, t: float, duration: float) -> float:
-        memory = self.memory
         self._log_step(plan, t, duration)
         for r in plan.preempted:
             if r.swapped:
@@ -110,30 +109,41 @@ class Engine:
         end = t + duration
         finished: list[Request] = []
         emitted: list[str] = []
-        for item in plan.items:
+        self.work["decode"] += len(plan.decodes)
+        for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
+            r.computed += 1
+            r.peak_computed = r.computed
+            self._emit(r, end, emitted, finished)
+        for item in plan.prefills:
             r = item.request
             self._account_work(r, item.n_new)
             r.computed += item.n_new
             if item.emits:
-                r.emitted += 1
-                r.token_times.append(end)
-                emitted.append(r.id)
-                if r.emitted == r.output_tokens:
-                    r.status = Status.FINISHED
-                    memory.free(r)
-                    self.executor.release(r)
-                    finished.append(r)
+                self._emit(r, end, emitted, finished)
         if finished:
             self.scheduler.running = [r for r in self.scheduler.running if r.status is Status.RUNNING]
-            self.unfinished -= len(finished)
         if self.check_memory:
-            memory.check_integrity()
+            self.memory.check_integrity()
         if self.record_rounds:
             self._record_round(plan, t, emitted, finished)
         return end
 
+    def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request]) -> None:
+        r.emitted += 1
+        r.token_times.append(end)
+        emitted.append(r.id)
+        if r.emitted == r.output_tokens:
+            self._finish(r)
+            finished.append(r)
+
+    def _finish(self, r: Request) -> None:
+        r.status = Status.FINISHED
+        self.memory.free(r)
+        self.executor.release(r)
+        self.unfinished -= 1
+
     def _account_work(self, r: Request, n_new: int) -> None:
-        """Split a step's tokens for `r` into recomputed ones and new prompt / output ones.
+        """Split a prefill step's tokens for `r` into recomputed ones and new work.
 
         Positions below the request's peak were computed before and discarded by a
         preemption; of the rest, prompt positions are prefill work and later ones decode work,
@@ -149,11 +159,9 @@ class Engine:
             r.peak_computed = hi
 
     def _log_step(self, plan: StepPlan, t: float, duration: float) -> None:
-        prefill = sum(i.n_new for i in plan.items if i.phase is Phase.PREFILL)
-        decode = sum(i.n_new for i in plan.items if i.phase is Phase.DECODE)
-        self.steps.add(start=t, duration=duration, batch=len(plan.items), prefill_tokens=prefill,
-                       decode_tokens=decode, held=self.memory.held_tokens(),
-                       stored=self.memory.stored_tokens(), seats=len(self.scheduler.running))
+        decodes = len(plan.decodes)
+        self.steps.add(t, duration, decodes + len(plan.prefills), plan.prefill_tokens, decodes,
+                       self.memory.held_tokens(), self.memory.stored_tokens(), len(self.scheduler.running))
 
     def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
         sched = self.scheduler
@@ -176,19 +184,22 @@ class Engine:
         running = sched.running
         if not running or len(running) > self.config.budget:
             return 0
-        if any(r.phase is not Phase.DECODE for r in running):
-            return 0
         if sched.waiting and sched.can_admit_more() and self.memory.can_admit(sched.waiting.head()):
             return 0
-        steps = min(r.output_remaining for r in running)
+        steps = None
+        for r in running:   # all decoding? and the fewest outputs left
+            if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
+                return 0
+            left = r.output_tokens - r.emitted
+            if steps is None or left < steps:
+                steps = left
         return self.memory.growth_room(running, steps)
 
     def _fast_forward(self, t: float, steps: int) -> float:
         """Run decode steps until the first finish, or until an arrival could be admitted."""
         sched, memory = self.scheduler, self.memory
         running = sched.running
-        n_past = np.fromiter((r.computed for r in running), dtype=np.int64, count=len(running))
-        durations = self.executor.decode_run(n_past, steps)
+        durations = self.executor.decode_run([r.computed for r in running], steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
         if self.next_arrival < len(self.pending) and sched.can_admit_more() and not sched.waiting:
             # an arrival could join at the first step boundary at or after it
@@ -197,37 +208,25 @@ class Engine:
             durations, ends = durations[:steps], ends[:steps]
         batch = len(running)
         held = memory.decode_run_held(running, steps)
-        stored0 = memory.stored_tokens()
+        self.steps.add_run(np.concatenate(([t], ends[:-1])), durations, batch, held, memory.stored_tokens())
         for r in running:
             memory.grow(r, steps)
-        growth = np.arange(steps, dtype=np.float64) * batch
-        self.steps.add_run(
-            start=np.concatenate(([t], ends[:-1])), duration=durations,
-            batch=np.full(steps, batch), prefill_tokens=np.zeros(steps), decode_tokens=np.full(steps, batch),
-            held=held,
-            stored=stored0 + growth, seats=np.full(steps, len(running)),
-        )
         times = ends.tolist()
-        end = times[-1]
-        finished = []
+        finished = False
         for r in running:
             r.computed += steps
+            r.peak_computed = r.computed
             r.emitted += steps
             r.token_times.extend(times)
             if r.emitted == r.output_tokens:
-                r.status = Status.FINISHED
-                memory.free(r)
-                self.executor.release(r)
-                finished.append(r)
+                self._finish(r)
+                finished = True
         self.work["decode"] += steps * batch
-        for r in running:
-            r.peak_computed = max(r.peak_computed, r.computed)
         if finished:
             sched.running = [r for r in running if r.status is Status.RUNNING]
-            self.unfinished -= len(finished)
         if self.check_memory:
             memory.check_integrity()
-        return end
+        return times[-1]
 
 
 def _check_fresh(requests: list[Request]) -> None:

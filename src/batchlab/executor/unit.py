@@ -19,5 +19,5 @@ class UnitExecutor:
     def release(self, request: Request) -> None:
         pass  # nothing is cached: there is no real model
 
-    def decode_run(self, n_past: np.ndarray, steps: int) -> np.ndarray:
+    def decode_run(self, n_past: list[int], steps: int) -> np.ndarray:
         return np.full(steps, TICK)

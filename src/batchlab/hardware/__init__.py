@@ -12,12 +12,14 @@ from batchlab.hardware.cost import (
     reservations,
     step_cost,
     step_time,
+    step_totals,
 )
 from batchlab.hardware.loading import resolve_gpu, resolve_model
 from batchlab.hardware.presets import GPU_PRESETS, MODEL_PRESETS
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
 __all__ = [
+    "step_totals",
     "ModelSpec", "GPUSpec", "SeqWork", "StepCost", "step_cost", "step_time",
     "decode_run_totals", "kv_capacity_tokens", "max_batch_under", "reservations",
     "resolve_model", "resolve_gpu", "MODEL_PRESETS", "GPU_PRESETS",

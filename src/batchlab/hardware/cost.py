@@ -50,7 +50,7 @@ class StepCost:
         return self.flops / self.bytes
 
 
-def _totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
+def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
             attn_units: int) -> tuple[int, int]:
     """FLOPs and bytes of a step from its sums; attn_units = sum n_new*(2*n_past + n_new + 1).
 
@@ -110,7 +110,7 @@ def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
         sum_past += n_past
         n_emit += 1 if work.emits else 0
         attn_units += n_new * (2 * n_past + n_new + 1)
-    return _priced(gpu, *_totals(model, sum_new, sum_past, n_emit, attn_units))
+    return _priced(gpu, *step_totals(model, sum_new, sum_past, n_emit, attn_units))
 
 
 def step_cost_arrays(model: ModelSpec, gpu: GPUSpec, n_new: np.ndarray, n_past: np.ndarray,
@@ -124,7 +124,7 @@ def step_cost_arrays(model: ModelSpec, gpu: GPUSpec, n_new: np.ndarray, n_past: 
     if int(n_new.min()) < 1 or int(n_past.min()) < 0:
         raise InputError("step_cost_arrays: field 'n_new' must be >= 1 and 'n_past' >= 0")
     attn_units = int((n_new * (2 * n_past + n_new + 1)).sum())
-    return _priced(gpu, *_totals(model, int(n_new.sum()), int(n_past.sum()),
+    return _priced(gpu, *step_totals(model, int(n_new.sum()), int(n_past.sum()),
                                  int(emits.sum()), attn_units))
 
 
@@ -136,7 +136,7 @@ def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int,
 
 
 def _uniform_totals(model: ModelSpec, batch: int, context: int, new_tokens: int):
-    return _totals(model, batch * new_tokens, batch * context, batch,
+    return step_totals(model, batch * new_tokens, batch * context, batch,
                    batch * new_tokens * (2 * context + new_tokens + 1))
 
 
@@ -163,8 +163,8 @@ def decode_run_totals(model: ModelSpec, n_past: np.ndarray, steps: int):
         raise InputError(f"decode_run_totals: field 'steps' must be an integer >= 0, got {steps!r}")
     batch, sum_past = int(n_past.size), sum(n_past.tolist())
     # At step j: sum_new = B, sum_past = S + B*j, attention units = sum_i (2*(p_i + j) + 2).
-    flops0, bytes0 = _totals(model, batch, sum_past, batch, 2 * sum_past + 2 * batch)
-    flops1, bytes1 = _totals(model, batch, sum_past + batch, batch, 2 * sum_past + 4 * batch)
+    flops0, bytes0 = step_totals(model, batch, sum_past, batch, 2 * sum_past + 2 * batch)
+    flops1, bytes1 = step_totals(model, batch, sum_past + batch, batch, 2 * sum_past + 4 * batch)
     flops_slope, bytes_slope = flops1 - flops0, bytes1 - bytes0
     last = max(steps - 1, 0)
     if flops0 + flops_slope * last > INT64_MAX or bytes0 + bytes_slope * last > INT64_MAX:

@@ -22,6 +22,7 @@ class IntegrityError(AssertionError):
 class MemoryManager(ABC):
     name: str = "memory"
     capacity_tokens: int | None = None  # None: unlimited
+    may_refuse_growth: bool = False     # True only where `grow` can fail (paged)
 
     @abstractmethod
     def reject_reason(self, request: Request) -> str | None:

@@ -18,18 +18,22 @@ class PlanItem:
 
 @dataclass(slots=True)
 class StepPlan:
-    items: list[PlanItem] = field(default_factory=list)        # decodes first, then prefills
+    decodes: list[Request] = field(default_factory=list)       # one token each, admission order
+    prefills: list[PlanItem] = field(default_factory=list)     # then prefill chunks
     admitted: list[Request] = field(default_factory=list)      # entered the running set now
     preempted: list[Request] = field(default_factory=list)     # evicted while planning
     swap_in_tokens: int = 0    # KV tokens copied back from host memory before the step
     swap_out_tokens: int = 0   # KV tokens copied out to host memory by this step's preemptions
 
     @property
-    def new_tokens(self) -> int:
-        return sum(item.n_new for item in self.items)
+    def items(self) -> list[PlanItem]:
+        """Every planned piece of work, decodes first; read it before the step is committed."""
+        decodes = [PlanItem(r, 1, r.computed, Phase.DECODE, True) for r in self.decodes]
+        return decodes + self.prefills
 
     @property
-    def is_pure_decode(self) -> bool:
-        return not self.admitted and not self.preempted and not self.swap_in_tokens and all(
-            item.phase is Phase.DECODE for item in self.items
-        )
+    def prefill_tokens(self) -> int:
+        return sum(item.n_new for item in self.prefills)
+
+    def __bool__(self) -> bool:
+        return bool(self.decodes or self.prefills)

@@ -65,36 +65,41 @@ class Scheduler:
 
     def _select_work(self, plan: StepPlan) -> None:
         budget = self.config.budget
-        decodes = [r for r in self.running if r.phase is Phase.DECODE]
-        prefills = [r for r in self.running if r.phase is Phase.PREFILL]
+        decodes: list[Request] = []
+        prefills: list[Request] = []
+        for r in self.running:   # phase and remaining inlined: this loop is the hot path
+            if r.emitted and r.prompt_tokens + r.emitted - r.computed == 1:
+                decodes.append(r)
+            else:
+                prefills.append(r)
         if self.config.prefill == "prefill_first" and prefills:
             decodes = []  # early vLLM: a prefill step pauses every decode
-        for r in decodes:
-            if budget < 1:
-                break
-            plan.items.append(PlanItem(r, 1, r.computed, Phase.DECODE, True))
-            budget -= 1
+        if len(decodes) > budget:
+            decodes = decodes[:int(budget)]
+        plan.decodes = decodes
+        budget -= len(decodes)
+        chunk = self.config.chunk
         for r in prefills:
             if budget < 1:
                 break
-            n = int(min(self.config.chunk, r.remaining, budget))
-            plan.items.append(PlanItem(r, n, r.computed, Phase.PREFILL, n == r.remaining))
+            remaining = r.remaining
+            n = int(min(chunk, remaining, budget))
+            plan.prefills.append(PlanItem(r, n, r.computed, Phase.PREFILL, n == remaining))
             budget -= n
 
     def _reserve_growth(self, plan: StepPlan) -> None:
-        kept: list[PlanItem] = []
-        for item in plan.items:
-            r = item.request
+        if not self.memory.may_refuse_growth:
+            return
+        for r, n_new in [(r, 1) for r in plan.decodes] + [(i.request, i.n_new) for i in plan.prefills]:
             if r.status is not Status.RUNNING:
-                continue  # preempted earlier in this loop to make room for another item
-            while not self.memory.grow(r, item.n_new):
+                continue  # preempted earlier in this loop to make room for another request
+            while not self.memory.grow(r, n_new):
                 victim = self._victim()
                 self._preempt(victim, plan)
                 if victim is r:
                     break
-            else:
-                kept.append(item)
-        plan.items = [item for item in kept if item.request.status is Status.RUNNING]
+        plan.decodes = [r for r in plan.decodes if r.status is Status.RUNNING]
+        plan.prefills = [i for i in plan.prefills if i.request.status is Status.RUNNING]
 
     # -- preemption -----------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The serving simulator: named systems on the paper GPU, runs, goodput and comparisons."""

@@ -1,0 +1,129 @@
+"""A serving system: a scheduler configuration plus a memory manager, by name or spec string.
+
+A spec string is a preset name optionally followed by `:field=value` overrides, e.g.
+`orca-oracle:max_bs=64:order=sjf`. The presets are the systems of seed L02:
+static batching with B = 128, Orca with reservations by max / pow2 / oracle, sequential
+(batch size one), and the later systems its §6 and §7 point to: paged memory with preemption
+(vLLM), and chunked prefill on paged memory (Sarathi-Serve, vLLM v1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from batchlab.errors import InputError
+from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
+from batchlab.memory import MemoryManager, ReservationMemory, UnlimitedMemory
+from batchlab.scheduler import QueueOrder, SchedulerConfig
+
+MEMORY_KINDS = ("unlimited", "reservation-max", "reservation-pow2", "reservation-oracle", "paged")
+DEFAULT_MAX_BS = 256   # seed L02 §6.4 and exercise 5 run Orca with max_bs = 256
+STATIC_BATCH = 128     # seed L02 §5.2: static batching with B = 128
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    name: str
+    batching: str = "continuous"
+    max_bs: int | None = DEFAULT_MAX_BS
+    prefill: str = "mixed"
+    token_budget: int | None = None
+    chunk_size: int | None = None
+    memory: str = "reservation-oracle"
+    block_size: int = 16
+    watermark: float = 0.0
+    order: str = "fcfs"
+    predict_sigma: float = 0.0      # sjf-predicted / aging: log-normal noise of the length guess
+    aging_rate: float = 0.0         # aging: output tokens of priority gained per second waited
+    preempt: str = "recompute"
+    victim: str = "latest-arrival"
+    host_capacity_tokens: int | None = None   # swap space; None: as large as the KV capacity
+
+    def __post_init__(self) -> None:
+        if self.memory not in MEMORY_KINDS:
+            raise InputError(f"system {self.name!r}: field 'memory': unknown {self.memory!r} "
+                             f"(choose from {', '.join(MEMORY_KINDS)})")
+        if not (0.0 <= self.watermark < 1.0):
+            raise InputError(f"system {self.name!r}: field 'watermark': must be in [0, 1), got {self.watermark}")
+        if not self.predict_sigma >= 0:
+            raise InputError(f"system {self.name!r}: field 'predict_sigma': must be >= 0, got {self.predict_sigma}")
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+            raise InputError(f"system {self.name!r}: field 'block_size': must be an integer >= 1, got {self.block_size!r}")
+        try:
+            self.scheduler_config()
+        except InputError as exc:
+            raise InputError(f"system {self.name!r}: {exc}") from None
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            batching=self.batching, max_active=self.max_bs, prefill=self.prefill,
+            token_budget=self.token_budget, chunk_size=self.chunk_size,
+            order=QueueOrder(self.order, self.aging_rate), preempt=self.preempt, victim=self.victim)
+
+    def memory_manager(self, model: ModelSpec, gpu: GPUSpec) -> MemoryManager:
+        if self.memory == "unlimited":
+            return UnlimitedMemory()
+        capacity = kv_capacity_tokens(model, gpu)
+        if self.memory.startswith("reservation-"):
+            return ReservationMemory(capacity, self.memory.removeprefix("reservation-"), model.max_context)
+        from batchlab.memory.paged import PagedMemory
+        host = capacity if self.host_capacity_tokens is None else self.host_capacity_tokens
+        return PagedMemory(capacity, block_size=self.block_size, watermark=self.watermark,
+                           host_capacity_tokens=host)
+
+
+PRESETS: dict[str, System] = {s.name: s for s in (
+    System("static", batching="static", max_bs=STATIC_BATCH),
+    System("orca-max", memory="reservation-max"),
+    System("orca-pow2", memory="reservation-pow2"),
+    System("orca-oracle", memory="reservation-oracle"),
+    System("sequential", max_bs=1),
+    System("unlimited", memory="unlimited"),
+    System("paged", memory="paged"),
+    System("chunked", memory="paged", prefill="chunked", token_budget=512),
+)}
+
+_FIELD_TYPES = {f.name: f.type for f in fields(System)}
+
+
+def parse_system(spec: str) -> System:
+    """`preset[:field=value...]` -> System; the name is the spec itself."""
+    name, *overrides = spec.strip().split(":")
+    if name not in PRESETS:
+        raise InputError(f"field 'systems': unknown system {name!r} (choose from {', '.join(PRESETS)}, "
+                         "optionally with :field=value overrides)")
+    changes: dict[str, object] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in _FIELD_TYPES or key == "name":
+            raise InputError(f"system {spec!r}: override {item!r} is not field=value with a field of "
+                             f"{', '.join(k for k in _FIELD_TYPES if k != 'name')}")
+        changes[key] = _convert(spec, key, value.strip())
+    return replace(PRESETS[name], name=spec.strip(), **changes)
+
+
+def _convert(spec: str, key: str, value: str) -> object:
+    kind = str(_FIELD_TYPES[key])
+    if value.lower() == "none" and "None" in kind:
+        return None
+    try:
+        if kind.startswith("int"):
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+    except ValueError:
+        raise InputError(f"system {spec!r}: field {key!r}: {value!r} is not a number") from None
+    return value
+
+
+def parse_systems(text: str) -> list[System]:
+    specs = [s for s in text.split(",") if s.strip()]
+    if not specs:
+        raise InputError("field 'systems': no system given")
+    systems = [parse_system(s) for s in specs]
+    names = [s.name for s in systems]
+    for k, n in enumerate(names):
+        if n in names[:k]:
+            raise InputError(f"field 'systems': {n!r} is listed twice")
+    return systems

@@ -104,9 +104,9 @@ class ControllerRun:
     latencies_ms: np.ndarray  # [batches]
     window: tuple[int, int]  # interference batches [start, end)
     steady_start: int
-    # Batches from the window start until the rolling median size is <= B_max under interference.
+    # Batches into the window until the median of the last 5 sizes is <= B_max under interference.
     reaction_batches: int | None = None
-    # Batches from the window end until the rolling median size is back to its steady median.
+    # Batches after the window until the median of the last 5 sizes is back to its steady median.
     recovery_batches: int | None = None
     extras: dict = field(default_factory=dict)
 
@@ -183,10 +183,14 @@ def run_controller(
         sizes[k], latencies[k] = batch, latency
     run = ControllerRun(name, slo_ms, sizes, latencies, window, steady_start)
     start, end = window
+    # Count to the last batch of the first qualifying run: the moment the median is known.
     reaction = _first_index(rolling_median(sizes[start:end]) <= slowed.b_max(slo_ms))
     steady_median = float(np.median(sizes[steady_start:start]))
     recovery = _first_index(rolling_median(sizes[end:]) >= steady_median)
-    run.reaction_batches, run.recovery_batches = reaction, recovery
+    run.reaction_batches = None if reaction is None else reaction + SMOOTHING_BATCHES
+    # A controller that never shrank has nothing to recover from.
+    never = reaction is None or recovery is None
+    run.recovery_batches = None if never else recovery + SMOOTHING_BATCHES
     return run
 
 

@@ -84,7 +84,7 @@ def _tables(out: dict) -> list:
             f"{r['throughput_qps_window']:,.0f}", f"{r['throughput_qps']:,.0f}",
             f"{r['mean_batch_steady']:.1f}", f"{r['mean_batch_window']:.1f}",
             "never" if r["reaction_batches"] is None else str(r["reaction_batches"]),
-            "never" if r["recovery_batches"] is None else str(r["recovery_batches"]))
+            "-" if r["recovery_batches"] is None else str(r["recovery_batches"]))
     controllers.caption = "steady = batches 100-299; react/recover read a 5-batch rolling median"
 
     delayed = Table(title="Delayed batching at 80% of unbatched capacity (§2.4)")

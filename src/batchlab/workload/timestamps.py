@@ -9,6 +9,7 @@ exactly up to 2**53 ns, about 104 days of trace.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 
 NS_PER_S = 1_000_000_000
@@ -27,6 +28,12 @@ def is_number(text: str) -> bool:
     return _NUMBER.fullmatch(text.strip()) is not None
 
 
+@functools.lru_cache(maxsize=1024)
+def _day_ordinal(year: str, month: str, day: str) -> int:
+    # A trace spans few days: cache the calendar arithmetic per day.
+    return _dt.date(int(year), int(month), int(day)).toordinal()  # ValueError on 2023-02-30
+
+
 def datetime_ns(text: str) -> int:
     """`YYYY-MM-DD[ T]HH:MM:SS[.f{1,9}][Z|±HH:MM]` as integer nanoseconds since 1970 (UTC if an
     offset is given, else naive). Raises ValueError with the reason."""
@@ -36,8 +43,8 @@ def datetime_ns(text: str) -> int:
             f"{text!r} is neither a number of seconds nor a date-time YYYY-MM-DD HH:MM:SS[.fraction]"
             f" (at most {MAX_FRACTION_DIGITS} fractional digits)"
         )
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    day_ordinal = _dt.date(year, month, day).toordinal()  # ValueError on 2023-02-30
+    hour, minute, second = int(m.group(4)), int(m.group(5)), int(m.group(6))
+    day_ordinal = _day_ordinal(m.group(1), m.group(2), m.group(3))
     if hour > 23 or minute > 59 or second > 59:
         raise ValueError(f"{text!r} has a time of day out of range")
     fraction = (m.group(7) or "").ljust(MAX_FRACTION_DIGITS, "0")

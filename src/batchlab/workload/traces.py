@@ -180,6 +180,10 @@ def _fail(source: str, record: _Record, column: str, message: str) -> InputError
 
 def _tokens(source: str, record: _Record, column: str) -> int:
     value = record.row[column]
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # the common case, fast
+        count = int(value)
+        if count >= 1:
+            return count
     if isinstance(value, bool):
         raise _fail(source, record, column, f"must be a whole number of tokens >= 1, got {value!r}")
     if isinstance(value, int):

@@ -21,6 +21,7 @@ from batchlab.metrics import (
     request_rows,
     requests_csv,
     requests_json,
+    time_weighted_mean,
     token_times,
     write_requests,
 )
@@ -213,3 +214,15 @@ def test_request_csv_and_json(tmp_path):
     assert (tmp_path / "r.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
     with pytest.raises(InputError, match="cannot write"):
         write_requests(tmp_path / "missing-dir" / "r.csv", rows)
+
+
+# --- time-weighted step means ---------------------------------------------------------------------
+
+def test_time_weighted_mean():
+    # Batch 4 for 1 s, then batch 1 for 3 s: (4 + 3) / 4, not the step average 2.5.
+    assert time_weighted_mean([1.0, 3.0], [4, 1]) == 1.75
+    assert math.isnan(time_weighted_mean([0.0], [3.0]))
+    with pytest.raises(InputError, match="record 1: field 'durations'"):
+        time_weighted_mean([1.0, -1.0], [1, 1])
+    with pytest.raises(InputError, match="of one length"):
+        time_weighted_mean([1.0], [1, 2])

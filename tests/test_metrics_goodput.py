@@ -104,3 +104,8 @@ def test_bad_arguments(kwargs, fragment):
 def test_attainment_out_of_range_is_reported():
     with pytest.raises(InputError, match=r"attainment at rate 1.0 must be a share in \[0, 1\], got 90"):
         find_goodput(lambda rate: 90)
+
+
+def test_numpy_attainment_values_are_accepted():
+    result = find_goodput(lambda rate: np.float32(1.0 if rate <= 3.0 else 0.5))
+    assert 3.0 / 1.01 <= result.goodput <= 3.0 and isinstance(result.probes[0][1], float)

@@ -14,11 +14,12 @@ from batchlab.metrics.latency import (
 )
 from batchlab.metrics.run import RunMetrics, compute_metrics
 from batchlab.metrics.slo import SLO, slo_attainment, slo_met
+from batchlab.metrics.steps import time_weighted_mean
 from batchlab.metrics.throughput import overall_throughput, steady_throughput
 
 __all__ = [
     "COLUMNS", "PERCENTILES", "SLO", "GoodputResult", "LatencyStats", "RequestLatencies", "RunMetrics",
     "TokenTimes", "compute_metrics", "find_goodput", "inter_token_latencies", "none_if_nan",
     "request_latencies", "request_rows", "requests_csv", "requests_json", "slo_attainment", "slo_met",
-    "overall_throughput", "steady_throughput", "token_times", "write_requests",
+    "overall_throughput", "steady_throughput", "time_weighted_mean", "token_times", "write_requests",
 ]

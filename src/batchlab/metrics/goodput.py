@@ -10,6 +10,7 @@ same request sample at every rate (`Workload.with_rate`) so the probes differ on
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,9 +71,10 @@ def find_goodput(attainment_at: Callable[[float], float], target: float = 0.9, s
 
     def passes(rate: float) -> bool:
         value = attainment_at(rate)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
             raise InputError(f"attainment at rate {rate!r} must be a share in [0, 1], got {value!r}")
-        probes.append((float(rate), float(value)))
+        value = float(value)
+        probes.append((float(rate), value))
         return value >= target
 
     lo: float | None = None

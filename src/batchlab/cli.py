@@ -15,6 +15,9 @@ from batchlab.errors import InputError
 
 # The order in which subcommands appear in `batchlab --help`.
 COMMANDS = (
+    "compare",
+    "simulate",
+    "goodput",
     "tick",
     "cost",
     "clipper",

@@ -113,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        from rich.console import Console
+        from batchlab.display import console as make_console
 
-        console = Console()
+        console = make_console()
         for table in _tables(out):
             console.print(table)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-MS_PER_S = 1e3
+from batchlab.commands.options import MS_PER_S, add_hardware, hardware
 
 
 def register(subparsers) -> None:
@@ -14,10 +14,7 @@ def register(subparsers) -> None:
         description="Price one step of B sequences, each with C tokens of context and N new "
                     "tokens, on a roofline model of a GPU. M and G are preset names or "
                     ".toml/.json spec files (see docs/hardware.md).")
-    parser.add_argument("--model", default="Llama-3-8B", metavar="M",
-                        help="model preset or spec file (default: %(default)s)")
-    parser.add_argument("--gpu", default="H100-SXM", metavar="G",
-                        help="GPU preset or spec file (default: %(default)s)")
+    add_hardware(parser)
     parser.add_argument("--batch", type=int, default=1, metavar="B",
                         help="sequences in the step (default: %(default)s)")
     parser.add_argument("--context", type=int, default=0, metavar="C",
@@ -29,32 +26,14 @@ def register(subparsers) -> None:
                         help="also print the largest batch whose step stays under MS ms")
     parser.add_argument("--reservations", type=int, metavar="TOKENS",
                         help="also print how many requests reserving TOKENS tokens fit in KV")
-    parser.add_argument("--mfu", type=float, help="override the GPU's compute efficiency")
-    parser.add_argument("--mbu", type=float, help="override the GPU's bandwidth efficiency")
-    parser.add_argument("--overhead-ms", type=float, help="override the fixed per-step overhead")
-    parser.add_argument("--memory-utilization", type=float,
-                        help="override the share of GPU memory for weights and KV")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(run=run)
-
-
-def _gpu_with_overrides(args):
-    import dataclasses
-
-    from batchlab.hardware import resolve_gpu
-
-    gpu = resolve_gpu(args.gpu)
-    overrides = {"mfu": args.mfu, "mbu": args.mbu, "memory_utilization": args.memory_utilization,
-                 "step_overhead_s": None if args.overhead_ms is None
-                 else args.overhead_ms / MS_PER_S}
-    overrides = {key: value for key, value in overrides.items() if value is not None}
-    return dataclasses.replace(gpu, **overrides) if overrides else gpu  # replace re-validates
 
 
 def compute(args) -> dict:
     """Every figure the command shows, validated before anything is printed."""
     from batchlab.errors import InputError
-    from batchlab.hardware import kv_capacity_tokens, max_batch_under, reservations, resolve_model
+    from batchlab.hardware import kv_capacity_tokens, max_batch_under, reservations
     from batchlab.hardware.cost import uniform_step_cost
 
     for flag, value, low in (("--batch", args.batch, 1), ("--context", args.context, 0),
@@ -65,7 +44,7 @@ def compute(args) -> dict:
         raise InputError(f"field '--max-batch-under' must be > 0 ms, got {args.max_batch_under}")
     if args.reservations is not None and args.reservations < 1:
         raise InputError(f"field '--reservations' must be >= 1 token, got {args.reservations}")
-    model, gpu = resolve_model(args.model), _gpu_with_overrides(args)
+    model, gpu = hardware(args)
     cost = uniform_step_cost(model, gpu, args.batch, args.context, args.new_tokens)
     out = {
         "model": model.name, "gpu": gpu.name, "batch": args.batch, "context": args.context,
@@ -128,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        from rich.console import Console
+        from batchlab.display import console as make_console
 
-        Console().print(_table(out))
+        make_console().print(_table(out))
     return 0

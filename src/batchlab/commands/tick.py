@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from batchlab.display import console as make_console
 
     from batchlab.display.tick_table import round_table, summary_table
     from batchlab.display.timeline import render_timeline
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         payload = results[0].to_dict() if len(results) == 1 else {r.policy: r.to_dict() for r in results}
         print(json.dumps(payload, indent=2))
         return 0
-    console = Console()
+    console = make_console()
     for res in results:
         if args.timeline:
             console.print(render_timeline(res.trace, static=res.policy == "static",

@@ -1,0 +1,86 @@
+"""Experiments made of many runs: goodput searches and the system comparison of seed L02 §5.
+
+Independent runs go to a local process pool (`jobs` workers, one per core by default); a run's
+result is reduced to plain figures in the worker, so only small dicts cross processes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.metrics import SLO, GoodputResult, find_goodput
+from batchlab.serving.run import simulate
+from batchlab.serving.systems import System
+from batchlab.workload import Workload
+
+GOODPUT_REL_TOL = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """Everything a run needs besides the system and the rate."""
+
+    workload: Workload          # at any rate: each run rescales it (same sample every time)
+    model: ModelSpec
+    gpu: GPUSpec
+    slo: SLO
+    context_mode: str = "reject"
+    seed: int = 0
+
+
+def point(setting: Setting, system: System, rate: float) -> dict:
+    """One run at `rate` req/s, reduced to the figures a table shows."""
+    res = simulate(setting.workload.with_rate(rate), system, setting.model, setting.gpu,
+                   slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
+    m = res.metrics
+    return {
+        "rate": rate,
+        "ttft_p50": _f(m.ttft.p50), "ttft_p99": _f(m.ttft.p99), "ttft_max": _f(m.ttft.max),
+        "tpot_mean": _f(m.tpot.mean), "tpot_p99": _f(m.tpot.p99),
+        "itl_p99": _f(m.itl.p99), "itl_max": _f(m.itl.max), "e2e_p50": _f(m.e2e.p50),
+        "throughput": _f(m.throughput), "steady_throughput": _f(m.steady_throughput),
+        "slo_attainment": m.slo_attainment, "served": m.served, "rejected": m.rejected,
+        **res.usage,
+    }
+
+
+def goodput(setting: Setting, system: System, target: float = 0.9,
+            rel_tol: float = GOODPUT_REL_TOL, start: float = 1.0) -> GoodputResult:
+    """The largest rate whose SLO attainment stays >= target, the same requests at every probe."""
+    def attainment(rate: float) -> float:
+        res = simulate(setting.workload.with_rate(rate), system, setting.model, setting.gpu,
+                       slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
+        return float(res.metrics.slo_attainment)
+    return find_goodput(attainment, target=target, start=start, rel_tol=rel_tol)
+
+
+def _f(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def run_tasks(tasks: Iterable[tuple[Callable, tuple]], jobs: int,
+              on_done: Callable[[], None] | None = None) -> list:
+    """Results of `fn(*args)` for each task, in task order; a pool when jobs > 1."""
+    tasks = list(tasks)
+    if jobs <= 1:
+        results = []
+        for fn, args in tasks:
+            results.append(fn(*args))
+            if on_done:
+                on_done()
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures: list[Future] = [pool.submit(fn, *args) for fn, args in tasks]
+        if on_done:
+            for f in futures:
+                f.add_done_callback(lambda _: on_done())
+        return [f.result() for f in futures]

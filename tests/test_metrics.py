@@ -15,6 +15,7 @@ from batchlab.metrics import (
     COLUMNS,
     SLO,
     LatencyStats,
+    check_token_times,
     compute_metrics,
     inter_token_latencies,
     request_latencies,
@@ -22,7 +23,6 @@ from batchlab.metrics import (
     requests_csv,
     requests_json,
     time_weighted_mean,
-    token_times,
     write_requests,
 )
 
@@ -56,7 +56,7 @@ def test_hand_trace_aggregates():
     assert m.ttft == LatencyStats(3, pytest.approx(7 / 6), 1.0, pytest.approx(1.4), pytest.approx(1.49), 1.5)
     assert m.tpot.count == 2 and m.tpot.mean == pytest.approx((0.75 + 1 / 3) / 2) and m.tpot.max == 0.75
     # ITL pooled: 0.5, 1.0 (request 0) and 0.25, 0.25, 0.5 (request 2); none across requests.
-    assert inter_token_latencies(token_times(ARRIVAL, OFFSETS, TIMES, SERVED)).tolist() == [0.5, 1.0, 0.25, 0.25, 0.5]
+    assert inter_token_latencies(check_token_times(ARRIVAL, OFFSETS, TIMES, SERVED)).tolist() == [0.5, 1.0, 0.25, 0.25, 0.5]
     assert (m.itl.count, m.itl.mean, m.itl.p50, m.itl.max) == (5, 0.5, 0.5, 1.0)
     assert m.itl.p90 == pytest.approx(0.8) and m.itl.p99 == pytest.approx(0.98)
     assert (m.e2e.mean, m.e2e.p50, m.e2e.max) == (2.0, 2.0, 2.5)
@@ -157,7 +157,7 @@ def test_csr_metrics_equal_a_naive_per_request_computation(run):
     arrival, counts, times, served = run
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     flat = np.array([t for ts in times for t in ts], dtype=np.float64)
-    tt = token_times(arrival, offsets, flat, np.array(served, dtype=bool))
+    tt = check_token_times(arrival, offsets, flat, np.array(served, dtype=bool))
     lat = request_latencies(tt)
     ttft, tpot, e2e, itl = naive(arrival, counts, times, served)
     mask = np.array(served)

@@ -7,10 +7,10 @@ from batchlab.metrics.latency import (
     LatencyStats,
     RequestLatencies,
     TokenTimes,
+    check_token_times,
     inter_token_latencies,
     none_if_nan,
     request_latencies,
-    token_times,
 )
 from batchlab.metrics.run import RunMetrics, compute_metrics
 from batchlab.metrics.slo import SLO, slo_attainment, slo_met
@@ -19,7 +19,7 @@ from batchlab.metrics.throughput import overall_throughput, steady_throughput
 
 __all__ = [
     "COLUMNS", "PERCENTILES", "SLO", "GoodputResult", "LatencyStats", "RequestLatencies", "RunMetrics",
-    "TokenTimes", "compute_metrics", "find_goodput", "inter_token_latencies", "none_if_nan",
+    "TokenTimes", "check_token_times", "compute_metrics", "find_goodput", "inter_token_latencies", "none_if_nan",
     "request_latencies", "request_rows", "requests_csv", "requests_json", "slo_attainment", "slo_met",
-    "overall_throughput", "steady_throughput", "time_weighted_mean", "token_times", "write_requests",
+    "overall_throughput", "steady_throughput", "time_weighted_mean", "write_requests",
 ]

@@ -40,7 +40,7 @@ class TokenTimes:
         return np.repeat(np.arange(len(self.arrival)), self.counts)  # [T] request of each token
 
 
-def token_times(arrival, token_offsets, token_times, served=None) -> TokenTimes:
+def check_token_times(arrival, token_offsets, token_times, served=None) -> TokenTimes:
     """Check and convert the CSR arrays; InputError names the request and the field."""
     arrival = np.asarray(arrival, dtype=np.float64)
     times = np.asarray(token_times, dtype=np.float64)

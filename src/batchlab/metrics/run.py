@@ -10,7 +10,7 @@ from batchlab.metrics.latency import (
     inter_token_latencies,
     none_if_nan,
     request_latencies,
-    token_times,
+    check_token_times,
 )
 from batchlab.metrics.slo import SLO, slo_attainment
 from batchlab.metrics.throughput import overall_throughput, steady_throughput
@@ -52,13 +52,13 @@ class RunMetrics:
         }
 
 
-def compute_metrics(arrival, token_offsets, token_times_, served=None, slo: SLO | None = None) -> RunMetrics:
+def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO | None = None) -> RunMetrics:
     """TTFT, TPOT, ITL and E2E statistics, throughput (overall and steady) and SLO attainment.
 
-    arrival [n] s; token_offsets [n+1] int64; token_times_ [T] s (CSR: request i's tokens are
-    token_times_[token_offsets[i]:token_offsets[i+1]]); served [n] bool, default all.
+    arrival [n] s; token_offsets [n+1] int64; token_times [T] s (CSR: request i's tokens are
+    token_times[token_offsets[i]:token_offsets[i+1]]); served [n] bool, default all.
     """
-    tt = token_times(arrival, token_offsets, token_times_, served)
+    tt = check_token_times(arrival, token_offsets, token_times, served)
     lat = request_latencies(tt)
     served_count = int(tt.served.sum())
     return RunMetrics(

@@ -18,6 +18,7 @@ from batchlab.errors import InputError
 from batchlab.model.counters import Counter, attention_flops, linear, read_weight
 from batchlab.model.kv_cache import KVCache
 from batchlab.model.ops import attention, rms_norm, rope, softmax, swiglu
+from batchlab.model.paged_attention import decode_layout, paged_decode_attention
 from batchlab.model.weights import MiniModel
 
 PAD_TOKEN = 0  # what padded positions hold; their results are never used
@@ -99,23 +100,35 @@ def forward_batch(model: MiniModel, works: list[TokenWork], cache: KVCache,
     new_slots = np.concatenate([s[w.n_past:] for s, w in zip(slots, works)])  # [N]
     cos, sin = model.rope_cos[positions], model.rope_sin[positions]   # [N, d/2] each
     pairs = sum(w.n_new * w.n_past + w.n_new * (w.n_new + 1) // 2 for w in works)
+    # 1/sqrt(d) folded into q's rotation: one multiply per step instead of one per request.
+    qcos, qsin = cos * np.float32(1 / np.sqrt(d)), sin * np.float32(1 / np.sqrt(d))  # [N, d/2]
+
+    dec = [i for i, w in enumerate(works) if w.n_new == 1]
+    dec_rows = starts[dec]                                            # [B_decode]
+    layout = decode_layout([cache.block_array(works[i].rid) for i in dec],
+                           [works[i].n_past + 1 for i in dec], cache.block_size) if dec else None
+    multi = [(w, s, a, b) for w, s, a, b in zip(works, slots, starts, ends) if w.n_new > 1]
+    # The past tokens' K and V, read once per layer (float32 = the cache's dtype).
+    kv_read = 2 * sum(w.n_past for w in works) * hkv * d * cache.k.itemsize
 
     x = _embed(model, tokens, counter)                                # [N, H]
     for li, layer in enumerate(model.layers):
         hn = rms_norm(x, read_weight(layer.attn_norm, counter))      # [N, H]
         qkv = linear(hn, layer.wqkv, counter)                         # [N, (h+2h_kv)*d]
-        q = rope(qkv[:, :h * d].reshape(-1, h, d), cos, sin)          # [N, h, d]
+        q = rope(qkv[:, :h * d].reshape(-1, h, d), qcos, qsin)        # [N, h, d], / sqrt(d)
         k = rope(qkv[:, h * d:(h + hkv) * d].reshape(-1, hkv, d), cos, sin)  # [N, h_kv, d]
         v = qkv[:, (h + hkv) * d:].reshape(-1, hkv, d)                # [N, h_kv, d]
         cache.k[li, new_slots] = k                                    # write the new KV once
         cache.v[li, new_slots] = v
         counter.bytes_kv_write += k.nbytes + v.nbytes
-        # Split: each request's queries against its own keys, then merge back in place.
+        # Split: each request's queries against its own keys, then merge back in place. Decode
+        # rows go through the paged kernel together; longer chunks one request at a time.
         att = np.empty((x.shape[0], h * d), dtype=x.dtype)            # [N, h*d]
-        for w, s, a, b in zip(works, slots, starts, ends):
-            kk, vv = cache.k[li, s], cache.v[li, s]                   # [n_past+n_new, h_kv, d]
-            counter.bytes_kv_read += kk[:w.n_past].nbytes + vv[:w.n_past].nbytes
-            att[a:b] = attention(q[a:b], kk, vv, w.n_past)            # [n_new, h*d]
+        if len(dec_rows):
+            att[dec_rows] = paged_decode_attention(q[dec_rows], cache.k[li], cache.v[li], layout)
+        for w, s, a, b in multi:
+            att[a:b] = attention(q[a:b], cache.k[li, s], cache.v[li, s], w.n_past)  # [n_new, h*d]
+        counter.bytes_kv_read += kv_read
         counter.flops_attention += attention_flops(h, d, pairs)
         x = x + linear(att, layer.wo, counter)                        # [N, H]
         hn = rms_norm(x, read_weight(layer.mlp_norm, counter))       # [N, H]

@@ -52,6 +52,10 @@ class KVCache:
     def block_table(self, rid: object) -> list[int]:
         return list(self._tables.get(rid, []))
 
+    def block_array(self, rid: object) -> np.ndarray:
+        """`rid`'s block ids as an int64 array.  -> [n_blocks_of_rid]"""
+        return np.asarray(self._tables.get(rid, []), dtype=np.int64)
+
     def _grow_pool(self, n_blocks: int) -> None:
         old = self.n_blocks
         new = max(n_blocks, old * GROWTH_FACTOR)

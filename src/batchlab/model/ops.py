@@ -46,8 +46,9 @@ def swiglu(gate_up: np.ndarray) -> np.ndarray:
 
 def softmax(x: np.ndarray) -> np.ndarray:
     """Along the last axis, shifted by the max so exp never overflows."""
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
 
 
 def causal_mask(n_new: int, n_past: int) -> np.ndarray:
@@ -59,18 +60,19 @@ def causal_mask(n_new: int, n_past: int) -> np.ndarray:
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_past: int) -> np.ndarray:
     """Grouped-query causal attention of one request's new tokens against its whole KV.
 
-    q [n, h, d]; k, v [t, h_kv, d] with t = n_past + n; -> [n, h*d]. Query head j reads KV head
-    j // (h / h_kv), as Llama's `repeat_kv` arranges.
+    q [n, h, d], already scaled by 1/sqrt(d); k, v [t, h_kv, d] with t = n_past + n;
+    -> [n, h*d]. Query head j reads KV head j // (h / h_kv), as Llama's `repeat_kv` arranges.
     """
     n, h, d = q.shape
     t, hkv, _ = k.shape
     g = h // hkv
+    if n == 1:  # a decode: one query sees every key, no mask, no transposes of q
+        scores = q.reshape(hkv, g, d) @ k.transpose(1, 2, 0)                   # [h_kv, g, t]
+        out = softmax(scores) @ v.transpose(1, 0, 2)                           # [h_kv, g, d]
+        return out.reshape(1, h * d)                                           # [1, h*d]
     qg = q.reshape(n, hkv, g, d).transpose(1, 2, 0, 3).reshape(hkv, g * n, d)  # [h_kv, g*n, d]
-    scores = qg @ k.transpose(1, 2, 0) / np.float32(np.sqrt(d))              # [h_kv, g*n, t]
-    if n > 1:  # a single new token sees every key: no mask needed
-        scores = scores.reshape(hkv, g, n, t)                                  # [h_kv, g, n, t]
-        scores = np.where(causal_mask(n, n_past), scores, np.float32(-np.inf))
-        scores = scores.reshape(hkv, g * n, t)                                 # [h_kv, g*n, t]
-    out = softmax(scores) @ v.transpose(1, 0, 2)                               # [h_kv, g*n, d]
+    scores = (qg @ k.transpose(1, 2, 0)).reshape(hkv, g, n, t)                 # [h_kv, g, n, t]
+    scores = np.where(causal_mask(n, n_past), scores, np.float32(-np.inf))
+    out = softmax(scores.reshape(hkv, g * n, t)) @ v.transpose(1, 0, 2)        # [h_kv, g*n, d]
     out = out.reshape(hkv, g, n, d).transpose(2, 0, 1, 3)                      # [n, h_kv, g, d]
     return out.reshape(n, h * d)                                               # [n, h*d]

@@ -310,3 +310,24 @@ def test_every_caller_gets_its_own_result_and_no_batch_is_too_big(n, max_batch):
     assert asyncio.run(main()) == [2 * i for i in range(n)]
     assert max(len(c) for c in fn.calls) <= max_batch
     assert sum(len(c) for c in fn.calls) == n
+
+
+def test_a_batch_function_that_raises_cancelled_error_leaves_no_caller_hanging():
+    state = {"calls": 0}
+
+    async def flaky(items):
+        state["calls"] += 1
+        if state["calls"] == 1:
+            raise asyncio.CancelledError  # e.g. an inner client call was cancelled
+        return items
+
+    batcher = AdaptiveBatcher(flaky, max_batch=2, max_wait_s=LONG_WAIT)
+
+    async def main():
+        first = await asyncio.gather(batcher(1), batcher(2), return_exceptions=True)
+        second = await asyncio.gather(batcher(3), batcher(4))  # a fresh worker takes over
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert all(isinstance(r, asyncio.CancelledError) for r in first)
+    assert second == [3, 4]

@@ -261,7 +261,14 @@ class AdaptiveBatcher(Generic[T, R]):
                 waits = [now - p.enqueued for p in batch]
                 self.metrics.total_wait_s += sum(waits)
                 self.metrics.max_wait_s = max(self.metrics.max_wait_s, *waits)
-                await self._call(batch, max(waits))
+                try:
+                    await self._call(batch, max(waits))
+                except BaseException:
+                    # The worker is being cancelled (or fn raised CancelledError): nobody may hang.
+                    for pending in batch:
+                        if not pending.future.done():
+                            pending.future.cancel()
+                    raise
 
     def _take(self, limit: int) -> list[_Pending]:
         batch: list[_Pending] = []

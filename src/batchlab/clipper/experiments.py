@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -108,7 +108,6 @@ class ControllerRun:
     reaction_batches: int | None = None
     # Batches after the window until the median of the last 5 sizes is back to its steady median.
     recovery_batches: int | None = None
-    extras: dict = field(default_factory=dict)
 
     @property
     def misses(self) -> np.ndarray:

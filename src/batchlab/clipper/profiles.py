@@ -110,7 +110,7 @@ def fit_profile(batches, latencies_ms, name: str = "fitted") -> LatencyProfile:
     x = np.asarray(batches, dtype=float)
     y = np.asarray(latencies_ms, dtype=float)
     if x.ndim != 1 or x.shape != y.shape:
-        raise InputError(f"fit_profile: 'batches' and 'latencies_ms' must be 1-D and equal length")
+        raise InputError("fit_profile: 'batches' and 'latencies_ms' must be 1-D and equal length")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise InputError("fit_profile: samples must be finite")
     if np.any(x < 1):

@@ -72,10 +72,10 @@ def _tables(out: dict) -> list:
                         + ", ".join(f"{v:g}" for v in ex2["latencies_ms"]))
 
     controllers = Table(title=f"Batch-size controllers, medium model, 5% noise, per-input cost "
-                              f"x2 in batches 300-500, SLO {slo} (§2.3)")
-    for name in ("controller", "miss steady", "miss in window", "miss overall",
-                 "qps steady", "qps in window", "qps overall", "mean B steady",
-                 "mean B in window", "react (batches)", "recover (batches)"):
+                              f"x2 in batches 300-499, SLO {slo} (§2.3)")
+    for name in ("controller", "miss\nsteady", "miss\nwindow", "miss\nall", "qps\nsteady",
+                 "qps\nwindow", "qps\nall", "mean B\nsteady", "mean B\nwindow",
+                 "react\n(batches)", "recover\n(batches)"):
         controllers.add_column(name, justify="left" if name == "controller" else "right")
     for r in out["controllers"]:
         controllers.add_row(
@@ -85,7 +85,8 @@ def _tables(out: dict) -> list:
             f"{r['mean_batch_steady']:.1f}", f"{r['mean_batch_window']:.1f}",
             "never" if r["reaction_batches"] is None else str(r["reaction_batches"]),
             "-" if r["recovery_batches"] is None else str(r["recovery_batches"]))
-    controllers.caption = "steady = batches 100-299; react/recover read a 5-batch rolling median"
+    controllers.caption = ("steady = batches 100-299, window = 300-499; react/recover read a "
+                           "5-batch rolling median")
 
     delayed = Table(title="Delayed batching at 80% of unbatched capacity (§2.4)")
     for name in ("model", "rate (qps)", "max wait (ms)", "max batch", "busy", "mean batch",

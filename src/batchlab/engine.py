@@ -71,7 +71,8 @@ class Engine:
             plan = sched.plan(t)
             if not plan and not sched.running:
                 raise RuntimeError(f"no progress at t={t}: {len(sched.waiting)} waiting, none admissible")
-            duration = self.executor.run(plan) if plan or plan.swap_out_tokens else 0.0
+            priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
+            duration = self.executor.run(plan) if priced else 0.0
             t = self._commit(plan, t, duration)
         return Trace.from_requests(requests, self.steps, self.rounds, self.memory.capacity_tokens,
                                    self.work, self.time_unit)
@@ -113,7 +114,13 @@ class Engine:
         for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
             r.computed += 1
             r.peak_computed = r.computed
-            self._emit(r, end, emitted, finished)
+            r.emitted += 1
+            r.token_times.append(end)
+            if r.emitted == r.output_tokens:
+                self._finish(r)
+                finished.append(r)
+        if self.record_rounds:
+            emitted += [r.id for r in plan.decodes]
         for item in plan.prefills:
             r = item.request
             self._account_work(r, item.n_new)
@@ -161,7 +168,8 @@ class Engine:
     def _log_step(self, plan: StepPlan, t: float, duration: float) -> None:
         decodes = len(plan.decodes)
         self.steps.add(t, duration, decodes + len(plan.prefills), plan.prefill_tokens, decodes,
-                       self.memory.held_tokens(), self.memory.stored_tokens(), len(self.scheduler.running))
+                       self.memory.held_tokens(), sum(r.computed for r in self.scheduler.running),
+                       len(self.scheduler.running))
 
     def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
         sched = self.scheduler
@@ -208,7 +216,8 @@ class Engine:
             durations, ends = durations[:steps], ends[:steps]
         batch = len(running)
         held = memory.decode_run_held(running, steps)
-        self.steps.add_run(np.concatenate(([t], ends[:-1])), durations, batch, held, memory.stored_tokens())
+        stored = sum(r.computed for r in running)
+        self.steps.add_run(np.concatenate(([t], ends[:-1])), durations, batch, held, stored)
         for r in running:
             memory.grow(r, steps)
         times = ends.tolist()

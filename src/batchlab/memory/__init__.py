@@ -1,7 +1,8 @@
 """Memory managers: unlimited, reservation (Orca), paged (vLLM)."""
 
 from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.memory.paged import PagedMemory
 from batchlab.memory.reservation import ReservationMemory
 from batchlab.memory.unlimited import UnlimitedMemory
 
-__all__ = ["IntegrityError", "MemoryManager", "ReservationMemory", "UnlimitedMemory"]
+__all__ = ["IntegrityError", "MemoryManager", "PagedMemory", "ReservationMemory", "UnlimitedMemory"]

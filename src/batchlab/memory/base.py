@@ -47,6 +47,10 @@ class MemoryManager(ABC):
     def grow(self, request: Request, n_tokens: int) -> bool:
         """Room for `n_tokens` more computed tokens; False and no change if there is none."""
 
+    def grow_each(self, requests: list[Request]) -> bool:
+        """Room for one more token for every request, all or nothing; False and no change if not."""
+        return all(self.grow(r, 1) for r in requests) if self.may_refuse_growth else True
+
     @abstractmethod
     def free(self, request: Request) -> None:
         """Release everything `request` holds (finished, or preempted by recompute)."""

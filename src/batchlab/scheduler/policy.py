@@ -90,7 +90,11 @@ class Scheduler:
     def _reserve_growth(self, plan: StepPlan) -> None:
         if not self.memory.may_refuse_growth:
             return
-        for r, n_new in [(r, 1) for r in plan.decodes] + [(i.request, i.n_new) for i in plan.prefills]:
+        if self.memory.grow_each(plan.decodes):  # the common case: every decode fits
+            todo = [(i.request, i.n_new) for i in plan.prefills]
+        else:
+            todo = [(r, 1) for r in plan.decodes] + [(i.request, i.n_new) for i in plan.prefills]
+        for r, n_new in todo:
             if r.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop to make room for another request
             while not self.memory.grow(r, n_new):

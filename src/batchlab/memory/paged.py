@@ -1,0 +1,173 @@
+"""Paged KV memory (vLLM's PagedAttention, SOSP'23): fixed-size blocks allocated on demand.
+
+Each running request owns a block table; free blocks sit on a free list. Admission allocates the
+blocks for the tokens a request must compute before its next output (its prompt, plus its
+outputs after a preemption), as nano-vllm's `can_allocate`/`allocate`; every step then grows it
+token by token, a new block whenever one fills (`can_append`/`may_append`). When a request
+cannot grow the scheduler preempts a victim: `free` (recompute later) or `swap_out` (blocks
+copied to host memory, within a host capacity, and back at re-admission).
+
+An optional watermark keeps a share of blocks free at admission, so running requests have room
+to grow (vLLM's `watermark`); it is waived when nothing else holds memory, so a lone request
+that fits at all can always start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.request import Request, Status
+
+DEFAULT_BLOCK_SIZE = 16   # vLLM's default block size in tokens
+
+
+class PagedMemory(MemoryManager):
+    may_refuse_growth = True
+
+    def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
+                 watermark: float = 0.0, host_capacity_tokens: int = 0) -> None:
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise InputError(f"field 'block_size': must be an integer >= 1, got {block_size!r}")
+        if capacity_tokens < block_size:
+            raise InputError(f"field 'capacity_tokens': {capacity_tokens} holds no block of {block_size} tokens")
+        if not 0.0 <= watermark < 1.0:
+            raise InputError(f"field 'watermark': must be in [0, 1), got {watermark}")
+        if host_capacity_tokens < 0:
+            raise InputError(f"field 'host_capacity_tokens': must be >= 0, got {host_capacity_tokens}")
+        self.name = "paged"
+        self.block_size = block_size
+        self.total_blocks = capacity_tokens // block_size
+        self.capacity_tokens = self.total_blocks * block_size
+        self.watermark_blocks = int(watermark * self.total_blocks)
+        self.host_blocks = host_capacity_tokens // block_size
+        self.free_list: list[int] = list(range(self.total_blocks - 1, -1, -1))
+        self.tables: dict[int, list[int]] = {}        # id(request) -> block ids
+        self.owners: dict[int, Request] = {}
+        self.swapped: dict[int, int] = {}             # id(request) -> blocks held in host memory
+        self.host_used = 0
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    # -- the interface --------------------------------------------------------------------
+
+    def reject_reason(self, request: Request) -> str | None:
+        need = request.prompt_tokens + request.output_tokens - 1
+        if self.blocks_for(need) > self.total_blocks:
+            return f"needs {need} tokens of KV > capacity {self.capacity_tokens}"
+        return None
+
+    def can_admit(self, request: Request) -> bool:
+        need = self.blocks_for(request.known_tokens)
+        reserve = self.watermark_blocks if self.tables else 0
+        return len(self.free_list) - need >= reserve
+
+    def _take(self, request: Request) -> None:
+        key = id(request)
+        self.tables[key] = self._allocate(self.blocks_for(request.known_tokens))
+        self.owners[key] = request
+        self.host_used -= self.swapped.pop(key, 0)   # swapped KV comes back into these blocks
+
+    def grow(self, request: Request, n_tokens: int) -> bool:
+        table = self.tables[id(request)]
+        need = self.blocks_for(request.computed + n_tokens) - len(table)
+        if need <= 0:
+            return True
+        if need > len(self.free_list):
+            return False
+        table.extend(self._allocate(need))
+        return True
+
+    def grow_each(self, requests: list[Request]) -> bool:
+        """Room for one more token for every request, all or nothing (the decodes of a step)."""
+        bs, tables = self.block_size, self.tables
+        full = [table for r in requests if r.computed + 1 > len(table := tables[id(r)]) * bs]
+        if len(full) > len(self.free_list):
+            return False
+        for table in full:
+            table.append(self.free_list.pop())
+        return True
+
+    def free(self, request: Request) -> None:
+        key = id(request)
+        table = self.tables.pop(key, None)
+        self.owners.pop(key, None)
+        if table:
+            self.free_list.extend(reversed(table))
+
+    def swap_out(self, request: Request) -> bool:
+        """Move the blocks of `request`'s computed tokens to host memory; False if no room."""
+        blocks = self.blocks_for(request.computed)
+        if self.host_used + blocks > self.host_blocks:
+            return False
+        self.free(request)
+        self.swapped[id(request)] = blocks
+        self.host_used += blocks
+        return True
+
+    def holders(self) -> list[Request]:
+        return list(self.owners.values())
+
+    def held_tokens(self) -> int:
+        return (self.total_blocks - len(self.free_list)) * self.block_size
+
+    def block_table(self, request: Request) -> list[int]:
+        return self.tables[id(request)]
+
+    def _allocate(self, n: int) -> list[int]:
+        if n > len(self.free_list):
+            raise IntegrityError(f"paged: allocating {n} blocks with {len(self.free_list)} free")
+        if n <= 0:
+            return []
+        taken = self.free_list[-n:]
+        del self.free_list[-n:]
+        taken.reverse()
+        return taken
+
+    # -- fast-forward support -------------------------------------------------------------
+
+    def _extra_blocks(self, requests: list[Request], steps: np.ndarray) -> np.ndarray:
+        """Blocks each request must add to hold `computed + s` tokens, for each s: [len(steps)]."""
+        computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
+        have = np.fromiter((len(self.tables[id(r)]) for r in requests), dtype=np.int64, count=len(requests))
+        need = -(-(computed[:, None] + steps[None, :]) // self.block_size) - have[:, None]
+        return np.maximum(need, 0).sum(axis=0)
+
+    def growth_room(self, requests: list[Request], steps: int) -> int:
+        free = len(self.free_list)
+        lo, hi = 0, steps          # the largest k <= steps whose growth fits: bisection
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if int(self._extra_blocks(requests, np.array([mid]))[0]) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
+        extra = self._extra_blocks(requests, np.arange(1, steps + 1, dtype=np.int64))
+        return ((self.total_blocks - len(self.free_list)) + extra).astype(np.float64) * self.block_size
+
+    # -- the books ------------------------------------------------------------------------
+
+    def check_integrity(self) -> None:
+        super().check_integrity()
+        used = [b for table in self.tables.values() for b in table]
+        if len(used) + len(self.free_list) != self.total_blocks:
+            raise IntegrityError(f"paged: {len(used)} used + {len(self.free_list)} free != {self.total_blocks} blocks")
+        if len(set(used) | set(self.free_list)) != self.total_blocks:
+            raise IntegrityError("paged: a block is owned twice or both owned and free")
+        for key, table in self.tables.items():
+            r = self.owners[key]
+            if r.status is not Status.RUNNING:
+                raise IntegrityError(f"paged: {r.id} holds blocks but is {r.status.name}")
+            if len(table) * self.block_size < r.computed:
+                raise IntegrityError(f"paged: {r.id} stores {r.computed} tokens in {len(table)} blocks")
+        if not 0 <= self.host_used <= self.host_blocks or self.host_used != sum(self.swapped.values()):
+            raise IntegrityError(f"paged: host memory {self.host_used} of {self.host_blocks} blocks does not balance")
+
+    @property
+    def empty(self) -> bool:
+        return not self.tables and not self.swapped and len(self.free_list) == self.total_blocks

@@ -21,6 +21,7 @@ COMMANDS = (
     "tick",
     "cost",
     "clipper",
+    "mini",
 )
 
 

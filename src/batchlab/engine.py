@@ -59,6 +59,8 @@ class Engine:
         t = 0.0
         while self.unfinished:
             self._arrivals(t)
+            if not self.unfinished:
+                break  # the last arrivals were all rejected: nothing is left to run or wait for
             sched = self.scheduler
             if not sched.running and not sched.waiting:
                 t = max(t, self.pending[self.next_arrival].arrival)

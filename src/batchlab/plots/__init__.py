@@ -1,0 +1,16 @@
+"""matplotlib figures of runs and experiments, each written as PNG and SVG.
+
+matplotlib is imported inside the drawing functions, with the Agg backend, so importing this
+package (or the CLI) costs nothing. Every function takes plain data (a `Trace`, report rows,
+controller runs), an output directory and a file stem, and returns the paths it wrote.
+"""
+
+from batchlab.plots.curves import goodput_bars, rate_curves
+from batchlab.plots.clipper import aimd_trace
+from batchlab.plots.latency import latency_cdfs
+from batchlab.plots.timeline import request_timeline
+from batchlab.plots.usage import batch_size, kv_memory
+from batchlab.plots.run import plot_run
+
+__all__ = ["aimd_trace", "batch_size", "goodput_bars", "kv_memory", "latency_cdfs", "plot_run",
+           "rate_curves", "request_timeline"]

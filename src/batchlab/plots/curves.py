@@ -1,0 +1,93 @@
+"""Load curves of a comparison: TTFT and TPOT against arrival rate per system, and goodput bars.
+
+The input is the comparison's row format (`batchlab.serving.experiments.point`): a list of
+{"name": system, "rates": [rows with rate, ttft_p50, ttft_p99, tpot_mean, ...]}, as in
+`compare(...)["systems"]`, so any experiment that reports per-rate rows can draw them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from batchlab.plots.figure import COLORS, pyplot, save
+
+SIZE_IN = (12.0, 4.5)
+BAR_SIZE_IN = (8.0, 4.0)
+MS = 1e3
+LOG_SPAN = 10.0   # log axes when the values span more than this factor
+
+
+def _values(rows: Sequence[dict], key: str, scale: float = 1.0) -> np.ndarray:
+    return np.array([np.nan if r.get(key) is None else r[key] * scale for r in rows], dtype=float)
+
+
+def _log_if_wide(ax, axis: str, values: np.ndarray) -> None:
+    v = values[np.isfinite(values) & (values > 0)]
+    if v.size and v.max() / v.min() > LOG_SPAN:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
+def rate_curves(series: Sequence[dict], directory: str | Path, stem: str = "rate_curves",
+                slo: dict | None = None, title: str = "") -> list[Path]:
+    """TTFT (p50 dashed, p99 solid) and mean TPOT against rate; `slo` as {"ttft": s, "tpot": s}."""
+    plt = pyplot()
+    fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=SIZE_IN, layout="constrained")
+    all_rates, all_ttft, all_tpot = [], [], []
+    for k, entry in enumerate(series):
+        rows = sorted(entry["rates"], key=lambda r: r["rate"])
+        rate = _values(rows, "rate")
+        color = COLORS[k % len(COLORS)]
+        p99, p50 = _values(rows, "ttft_p99"), _values(rows, "ttft_p50")
+        tpot = _values(rows, "tpot_mean", MS)
+        ax_ttft.plot(rate, p99, marker="o", color=color, label=f"{entry['name']} p99")
+        ax_ttft.plot(rate, p50, marker=".", linestyle="--", color=color, alpha=0.7, label=f"{entry['name']} p50")
+        ax_tpot.plot(rate, tpot, marker="o", color=color, label=entry["name"])
+        all_rates.append(rate), all_ttft.extend([p50, p99]), all_tpot.append(tpot)
+    slo = slo or {}
+    if slo.get("ttft") is not None:
+        ax_ttft.axhline(slo["ttft"], color="black", linestyle=":", linewidth=1.2, label=f"SLO {slo['ttft']:g} s")
+        all_ttft.append(np.array([slo["ttft"]]))
+    if slo.get("tpot") is not None:
+        ax_tpot.axhline(slo["tpot"] * MS, color="black", linestyle=":", linewidth=1.2,
+                        label=f"SLO {slo['tpot'] * MS:g} ms")
+        all_tpot.append(np.array([slo["tpot"] * MS]))
+    rates = np.concatenate(all_rates) if all_rates else np.array([])
+    for ax, ys, label in ((ax_ttft, all_ttft, "TTFT (s)"), (ax_tpot, all_tpot, "mean TPOT (ms)")):
+        _log_if_wide(ax, "x", rates)
+        _log_if_wide(ax, "y", np.concatenate(ys) if ys else np.array([]))
+        ax.set_xlabel("arrival rate (req/s)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize="x-small", loc="upper left")
+    ax_ttft.set_title("time to first token", fontsize="medium")
+    ax_tpot.set_title("time per output token", fontsize="medium")
+    fig.suptitle(title or "latency against load")
+    return save(fig, directory, stem)
+
+
+def goodput_bars(systems: Sequence[dict], directory: str | Path, stem: str = "goodput",
+                 target: float | None = None, fleet_rate: float | None = None, title: str = "") -> list[Path]:
+    """One bar per system with a "goodput" (req/s); GPUs for `fleet_rate` written on each bar."""
+    plt = pyplot()
+    entries = [s for s in systems if s.get("goodput") is not None]
+    fig, ax = plt.subplots(figsize=BAR_SIZE_IN, layout="constrained")
+    names = [s["name"] for s in entries]
+    values = [float(s["goodput"]) for s in entries]
+    bars = ax.bar(range(len(entries)), values, color=[COLORS[k % len(COLORS)] for k in range(len(entries))])
+    ax.set_xticks(range(len(entries)), names, rotation=15 if len(entries) > 4 else 0)
+    for bar, s in zip(bars, entries):
+        note = f"{s['goodput']:.3g}"
+        if fleet_rate and s.get("gpus_needed"):
+            note += f"\n{s['gpus_needed']} GPUs for {fleet_rate:g}/s"
+        ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                    va="bottom", fontsize="small", xytext=(0, 2), textcoords="offset points")
+    if values:
+        _log_if_wide(ax, "y", np.array(values))
+        ax.margins(y=0.25)
+    ax.set_ylabel("goodput (req/s)")
+    ax.grid(axis="x", visible=False)
+    share = f" with ≥ {target * 100:g}% within the SLO" if target else ""
+    ax.set_title(title or f"goodput: largest rate{share}")
+    return save(fig, directory, stem)

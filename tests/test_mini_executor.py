@@ -11,6 +11,7 @@ from batchlab.errors import InputError
 from batchlab.executor.numpy_exec import NumpyExecutor
 from batchlab.hardware import GPU_PRESETS, SeqWork, step_cost
 from batchlab.memory.base import MemoryManager
+from batchlab.memory.paged import PagedMemory
 from batchlab.model import init_model, tiny_config
 from batchlab.model.continuous import (continuous_generate, demo_requests, demo_timelines,
                                        sequential_generate)
@@ -120,6 +121,33 @@ def test_preemption_happens_in_a_crowded_case():
                               memory=OnDemandMemory(24))
     assert sum(r.preemptions for r in requests) > 0
     assert gen.trace is not None
+    assert gen.outputs == sequential_generate(MODEL, prompts, {r.id: r.output_tokens for r in requests})
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.lists(request_st, min_size=2, max_size=6), st.sampled_from(["recompute", "swap"]),
+       st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_paged_memory_places_the_kv_and_preempts(spec, preempt, block_size, seed):
+    """The paged manager's block tables hold the numbers; preemption by recompute or by swap to
+    host memory (KV copied out and back into new blocks) leaves every output unchanged."""
+    requests, prompts = build(spec, seed)
+    longest = max(p + o - 1 for _, p, o in spec)
+    capacity = -(-longest // block_size) * block_size + block_size   # the longest, and a block
+    memory = PagedMemory(capacity, block_size=block_size, host_capacity_tokens=4 * capacity)
+    gen = continuous_generate(MODEL, requests, prompts, SchedulerConfig(preempt=preempt),
+                              memory=memory)
+    assert gen.outputs == sequential_generate(MODEL, prompts, {r.id: r.output_tokens for r in requests})
+    assert gen.executor.cache.block_size == block_size and memory.empty
+
+
+@pytest.mark.parametrize("preempt", ["recompute", "swap"])
+def test_paged_preemption_happens(preempt):
+    requests, prompts = build([(0, 12, 8), (0, 10, 9), (1, 14, 6), (2, 9, 7)], 5)
+    memory = PagedMemory(28, block_size=4, host_capacity_tokens=200)
+    gen = continuous_generate(MODEL, requests, prompts, SchedulerConfig(preempt=preempt),
+                              memory=memory)
+    assert sum(r.preemptions for r in requests) > 0
+    assert (gen.executor.swap_ins > 0) == (preempt == "swap")
     assert gen.outputs == sequential_generate(MODEL, prompts, {r.id: r.output_tokens for r in requests})
 
 

@@ -14,12 +14,13 @@ the forward counted, priced by the paper GPU's `step_time`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, step_time
+from batchlab.memory.base import MemoryManager
 from batchlab.model.counters import Counter
 from batchlab.model.decoding import greedy
 from batchlab.model.forward import TokenWork, forward_batch
@@ -36,8 +37,7 @@ class NumpyExecutor:
     name = "numpy"
 
     def __init__(self, model: MiniModel, prompts: Mapping[str, Sequence[int]],
-                 clock: str | GPUSpec = "wall", block_size: int = DEFAULT_BLOCK_SIZE,
-                 block_tables: Callable[[object], Sequence[int]] | None = None) -> None:
+                 clock: str | GPUSpec = "wall", memory: MemoryManager | None = None) -> None:
         if not isinstance(clock, GPUSpec) and clock not in CLOCKS:
             raise InputError(f"numpy executor: field 'clock' must be one of {', '.join(CLOCKS)} "
                              f"or a GPUSpec, got {clock!r}")
@@ -51,7 +51,15 @@ class NumpyExecutor:
         self.model = model
         self.prompts = {rid: [int(t) for t in p] for rid, p in prompts.items()}
         self.clock = clock
-        self.cache = KVCache(model.config, block_size=block_size, block_tables=block_tables)
+        # A paged manager's block tables decide where each request's KV lives; without one the
+        # cache keeps its own tables.
+        self.paged = memory if hasattr(memory, "block_table") else None
+        self._running: dict[str, Request] = {}
+        tables = (lambda rid: self.paged.block_table(self._running[rid])) if self.paged else None
+        block_size = getattr(self.paged, "block_size", DEFAULT_BLOCK_SIZE)
+        self.cache = KVCache(model.config, block_size=block_size, block_tables=tables)
+        self.host: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # KV swapped out to host memory
+        self.swap_ins = 0        # swapped KV copied back into new blocks
         self.outputs: dict[str, list[int]] = {}
         self.total = Counter()   # FLOPs and bytes of every step run so far
         self.steps = 0
@@ -73,7 +81,22 @@ class NumpyExecutor:
                                f"of a sequence of {len(seq)} with {request.emitted} emitted")
         return TokenWork(rid, np.asarray(seq[n_past:n_past + n_new]), n_past, emits)
 
+    def _swap(self, plan: StepPlan) -> None:
+        """Copy out the KV of requests swapped out by this plan (before their blocks are reused),
+        and copy back, into their new blocks, the KV of swapped requests that run again."""
+        for r in plan.preempted:
+            if r.swapped and self.cache.length(r.id):
+                self.host[r.id] = self.cache.export(r.id)
+                self.cache.release(r.id)
+        for item in plan.items:
+            rid = item.request.id
+            self._running[rid] = item.request
+            if rid in self.host:
+                self.cache.restore(rid, *self.host.pop(rid))
+                self.swap_ins += 1
+
     def run(self, plan: StepPlan) -> float:
+        self._swap(plan)
         items = plan.items
         if not items:
             return 0.0  # a plan of swap-outs only: nothing to compute
@@ -92,3 +115,5 @@ class NumpyExecutor:
     def release(self, request: Request) -> None:
         """The request finished or was preempted by recompute: its KV is gone; its outputs stay."""
         self.cache.release(request.id)
+        self.host.pop(request.id, None)
+        self._running.pop(request.id, None)

@@ -54,14 +54,11 @@ def _check_prompts(requests: Sequence[Request], prompts: Mapping[str, Sequence[i
 
 def continuous_generate(model: MiniModel, requests: list[Request],
                         prompts: Mapping[str, Sequence[int]], config: SchedulerConfig,
-                        memory: MemoryManager | None = None, clock: str | GPUSpec = "unit",
-                        block_size: int | None = None) -> Generation:
+                        memory: MemoryManager | None = None, clock: str | GPUSpec = "unit"
+                        ) -> Generation:
     """Run `requests` through the engine on the mini model (fresh Request objects each run)."""
     _check_prompts(requests, prompts)
-    tables = getattr(memory, "block_table", None)  # a paged manager's tables place the KV
-    size = block_size if block_size is not None else getattr(memory, "block_size", None)
-    kwargs = {"block_size": size} if size is not None else {}
-    executor = NumpyExecutor(model, prompts, clock=clock, block_tables=tables, **kwargs)
+    executor = NumpyExecutor(model, prompts, clock=clock, memory=memory)
     engine = Engine(config, executor, memory, max_context=model.config.max_context,
                     record_rounds=True, check_memory=True,
                     time_unit="s" if clock != "unit" else "step")

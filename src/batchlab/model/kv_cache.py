@@ -99,5 +99,20 @@ class KVCache:
         if self.external_tables is None:
             self._free.extend(table)
 
+    def export(self, rid: object) -> tuple[np.ndarray, np.ndarray]:
+        """A copy of `rid`'s stored K and V (a swap to host memory).  -> [L, n, h_kv, d] each"""
+        n = self.length(rid)
+        pos = np.arange(n)
+        slots = self.block_array(rid)[pos // self.block_size] * self.block_size + pos % self.block_size
+        return self.k[:, slots].copy(), self.v[:, slots].copy()
+
+    def restore(self, rid: object, k: np.ndarray, v: np.ndarray) -> None:
+        """Write back what `export` copied, into whatever blocks `rid` holds now (a swap-in)."""
+        n = k.shape[1]
+        slots = self.reserve(rid, n)
+        self.k[:, slots] = k
+        self.v[:, slots] = v
+        self.commit(rid, n)
+
     def requests(self) -> list[object]:
         return list(self._tables)

@@ -223,7 +223,7 @@ def test_prefill_first_slows_the_running_decodes_more_than_mixed():
 SYSTEMS = ["static", "orca-max", "orca-pow2", "orca-oracle", "sequential", "unlimited"]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     system=st.sampled_from(SYSTEMS),
     max_bs=st.one_of(st.none(), st.integers(1, 8)),

@@ -20,6 +20,9 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--csv", metavar="FILE", help="write per-request results as CSV to FILE")
     p.add_argument("--requests-json", metavar="FILE", help="write per-request results as JSON to FILE")
+    p.add_argument("--plot", metavar="DIR", help="write the run's figures (PNG and SVG) into DIR")
+    p.add_argument("--perfetto", metavar="FILE",
+                   help="write the run as a Chrome/Perfetto trace (trace-event JSON) to FILE")
     p.set_defaults(run=run)
 
 
@@ -38,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
     for path, render in ((args.csv, requests_csv), (args.requests_json, requests_json)):
         if path:
             _write(path, render(rows))
+    if args.plot:
+        from batchlab.plots import plot_run
+        plot_run(result.trace, args.plot, slo=slo, title=system.name)
+    if args.perfetto:
+        from batchlab.perfetto import write_trace_events
+        write_trace_events(result.trace, args.perfetto, name=f"{system.name}, {workload.name}")
     data["config"] = {"system": system.name, "model": model.name, "gpu": gpu.name, "seed": args.seed,
                       "slo": slo.to_dict(), "context_mode": args.context_mode}
     if args.json:

@@ -22,6 +22,7 @@ COMMANDS = (
     "cost",
     "clipper",
     "mini",
+    "knobs",
 )
 
 

@@ -1,0 +1,64 @@
+"""Tables of `batchlab knobs`: one per experiment, its columns named by the experiment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.table import Table
+
+from batchlab.display.serving_tables import _ms, _num, _pct, _s
+
+# row key -> (header, formatter)
+COLUMNS: dict[str, tuple[str, Callable]] = {
+    "ttft_p50": ("TTFT p50 (s)", _s),
+    "ttft_p99": ("TTFT p99 (s)", _s),
+    "ttft_max": ("TTFT max (s)", _s),
+    "tpot_mean": ("TPOT (ms)", _ms),
+    "itl_p99": ("ITL p99 (ms)", _ms),
+    "itl_max": ("ITL max (ms)", _ms),
+    "throughput": ("throughput (tok/s)", _num),
+    "slo_attainment": ("SLO", _pct),
+    "mean_batch": ("mean batch", lambda x: _num(x, 1)),
+    "max_batch": ("max batch", _num),
+    "kv_held_share": ("KV held", _pct),
+    "kv_stored_share": ("KV stored", _pct),
+    "stored_per_held": ("stored / held", lambda x: _num(x, 2)),
+    "preemptions": ("preemptions", _num),
+    "recomputed_tokens": ("recomputed tokens", _num),
+    "swapped_gb": ("swapped (GB)", lambda x: _num(x, 1)),
+    "swap_time": ("swap time (s)", lambda x: _num(x, 2)),
+}
+
+
+def experiment_table(exp: dict) -> Table:
+    cfg = exp["config"]
+    slo = cfg["slo"]
+    t = Table(title=f"{exp['section']} {exp['title']}: {cfg['requests']} {cfg['workload']} requests, "
+                    f"{cfg['model']} on {cfg['gpu']}, SLO TTFT ≤ {slo['ttft']:g} s and "
+                    f"TPOT ≤ {slo['tpot'] * 1e3:g} ms")
+    t.add_column("system")
+    t.add_column("rate", justify="right")
+    for key in exp["columns"]:
+        t.add_column(COLUMNS[key][0], justify="right")
+    systems = exp["systems"]
+    for n, sys in enumerate(systems):
+        rows = sys["rates"]
+        for k, row in enumerate(rows):
+            last = k == len(rows) - 1 and (len(rows) > 1 or n == len(systems) - 1)
+            t.add_row(sys["name"] if k == 0 else "", f"{row['rate']:g}",
+                      *(COLUMNS[key][1](row.get(key)) for key in exp["columns"]), end_section=last)
+    return t
+
+
+def findings_table(exp: dict) -> Table | None:
+    if not exp["findings"]:
+        return None
+    t = Table(title=f"{exp['section']} checks")
+    t.add_column("claim")
+    t.add_column("rate", justify="right")
+    t.add_column("value", justify="right")
+    for f in exp["findings"]:
+        v = f["value"]
+        shown = ("yes" if v else "no") if isinstance(v, bool) else f"{v:.3g}"
+        t.add_row(f["claim"], "" if "rate" not in f else f"{f['rate']:g}", shown)
+    return t

@@ -55,17 +55,21 @@ def _check(model: MiniModel, works: list[TokenWork], cache: KVCache) -> None:
         if w.rid in seen:
             raise InputError(f"{rec}: field 'rid' appears twice in one step")
         seen.add(w.rid)
-        tokens = np.asarray(w.tokens)
-        if tokens.ndim != 1 or tokens.size < 1 or not np.issubdtype(tokens.dtype, np.integer):
+        tokens = w.tokens
+        if not isinstance(tokens, np.ndarray) or tokens.ndim != 1 or tokens.size < 1 \
+                or not np.issubdtype(tokens.dtype, np.integer):
             raise InputError(f"{rec}: field 'tokens' must be a non-empty 1-D array of token ids")
-        if tokens.min() < 0 or tokens.max() >= c.vocab:
-            raise InputError(f"{rec}: field 'tokens' must hold ids in [0, {c.vocab})")
         if w.n_past != cache.length(w.rid):
             raise InputError(f"{rec}: field 'n_past' is {w.n_past} but the cache holds "
                              f"{cache.length(w.rid)} tokens")
         if w.n_past + tokens.size > c.max_context:
             raise InputError(f"{rec}: n_past + n_new = {w.n_past + tokens.size} exceeds "
                              f"max_context {c.max_context}")
+    every = np.concatenate([w.tokens for w in works])   # one range check for the whole step
+    if every.min() < 0 or every.max() >= c.vocab:
+        i = next(i for i, w in enumerate(works) if w.tokens.min() < 0 or w.tokens.max() >= c.vocab)
+        raise InputError(f"work {i} (request {works[i].rid!r}): field 'tokens' must hold ids in "
+                         f"[0, {c.vocab})")
 
 
 def _embed(model: MiniModel, tokens: np.ndarray, counter: Counter) -> np.ndarray:
@@ -94,10 +98,10 @@ def forward_batch(model: MiniModel, works: list[TokenWork], cache: KVCache,
     sizes = [w.n_new for w in works]
     ends = np.cumsum(sizes)                                          # [B]
     starts = ends - np.asarray(sizes)                                # [B]
-    tokens = np.concatenate([np.asarray(w.tokens) for w in works])   # [N] with N = ΣL
+    tokens = np.concatenate([w.tokens for w in works])               # [N] with N = ΣL
     positions = np.concatenate([np.arange(w.n_past, w.n_past + w.n_new) for w in works])  # [N]
-    slots = [cache.reserve(w.rid, w.n_past + w.n_new) for w in works]  # each [n_past + n_new]
-    new_slots = np.concatenate([s[w.n_past:] for s, w in zip(slots, works)])  # [N]
+    new_slots = np.concatenate([cache.reserve(w.rid, w.n_past + w.n_new, start=w.n_past)
+                                for w in works])                     # [N]
     cos, sin = model.rope_cos[positions], model.rope_sin[positions]   # [N, d/2] each
     pairs = sum(w.n_new * w.n_past + w.n_new * (w.n_new + 1) // 2 for w in works)
     # 1/sqrt(d) folded into q's rotation: one multiply per step instead of one per request.
@@ -107,7 +111,8 @@ def forward_batch(model: MiniModel, works: list[TokenWork], cache: KVCache,
     dec_rows = starts[dec]                                            # [B_decode]
     layout = decode_layout([cache.block_array(works[i].rid) for i in dec],
                            [works[i].n_past + 1 for i in dec], cache.block_size) if dec else None
-    multi = [(w, s, a, b) for w, s, a, b in zip(works, slots, starts, ends) if w.n_new > 1]
+    multi = [(w, cache.reserve(w.rid, w.n_past + w.n_new), a, b)    # every slot of the request
+             for w, a, b in zip(works, starts, ends) if w.n_new > 1]
     # The past tokens' K and V, read once per layer (float32 = the cache's dtype).
     kv_read = 2 * sum(w.n_past for w in works) * hkv * d * cache.k.itemsize
 

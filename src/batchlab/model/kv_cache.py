@@ -64,8 +64,8 @@ class KVCache:
         self.v = np.pad(self.v, pad)
         self._free.extend(range(old, new))
 
-    def reserve(self, rid: object, n_tokens: int) -> np.ndarray:
-        """Make room for `n_tokens` tokens of `rid`; return the slot of each position.  -> [n_tokens]"""
+    def reserve(self, rid: object, n_tokens: int, start: int = 0) -> np.ndarray:
+        """Make room for `n_tokens` tokens of `rid`; return the slots of positions [start, n_tokens)."""
         need = -(-n_tokens // self.block_size)
         if self.external_tables is not None:
             table = [int(b) for b in self.external_tables(rid)]
@@ -84,9 +84,9 @@ class KVCache:
                 table += self._free[:missing]
                 del self._free[:missing]
         self._tables[rid] = table
-        pos = np.arange(n_tokens)                                         # [n_tokens]
+        pos = np.arange(start, n_tokens)                                  # [n_tokens - start]
         return np.asarray(table, dtype=np.int64)[pos // self.block_size] * self.block_size \
-            + pos % self.block_size                                       # [n_tokens]
+            + pos % self.block_size                                       # [n_tokens - start]
 
     def commit(self, rid: object, n_tokens: int) -> None:
         """Record that `rid` now stores `n_tokens` tokens (after a step wrote them)."""

@@ -1,12 +1,12 @@
 """Decode attention over paged KV for many requests at once.
 
-A decode row (one new token) attends every key of its request, and nothing needs a mask but the
-unused tail of the request's last block. Per layer this gathers the blocks of every decoding
-request in one go (as vLLM's PagedAttention kernel reads blocks through the block table, Kwon et
-al. 2023), computes each request's scores into one flat [h_kv, g, Σ keys] buffer, does the
-softmax for all requests at once with segment reductions (`reduceat` over each request's run of
-keys), and multiplies each request's probabilities by its own values. Only the two small matmuls
-per request stay in Python; the rest is a fixed number of numpy calls per layer.
+A decode row (one new token) attends every key of its request; nothing needs a mask but the keys
+past the request's length in its last blocks. Requests are bucketed by their number of blocks,
+rounded up to `BUCKET_BLOCKS`; each bucket is one batched computation: gather its requests'
+blocks through their block tables (as vLLM's PagedAttention kernel reads blocks, Kwon et al.
+2023), scores, masked softmax, values. A request never attends another's keys and is never padded
+to the longest request: at most BUCKET_BLOCKS * block_size - 1 masked keys per request. The
+numpy calls per layer grow with the number of buckets, not with the batch.
 """
 
 from __future__ import annotations
@@ -15,33 +15,42 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchlab.model.ops import softmax
+
+# Blocks per bucket step: 2 blocks of 16 = 32 keys. Coarser buckets mean fewer numpy calls and
+# more masked keys; 2 kept the masked share near a tenth at contexts of about 128 tokens.
+BUCKET_BLOCKS = 2
+
+
+@dataclass(slots=True)
+class Bucket:
+    rows: np.ndarray       # [n] which decode rows (of q) are in this bucket
+    block_ids: np.ndarray  # [n, nb] their blocks; past a request's last block, block 0 (masked)
+    valid: np.ndarray      # [n, nb * bs] key present (position < the request's length)
+
 
 @dataclass(slots=True)
 class DecodeLayout:
     """Where each decoding request's keys are; built once per step, used by every layer."""
 
-    block_ids: np.ndarray  # [nb] the blocks of every decode row, row after row
-    starts: np.ndarray     # [B] where each row's keys begin in the gathered, flat key axis
-    ends: np.ndarray       # [B] where its blocks end (a multiple of the block size)
-    spans: np.ndarray      # [B] ends - starts: keys gathered per row, tail included
-    tail: np.ndarray       # [n_tail] flat positions of unused block tails (masked out)
+    buckets: list[Bucket]
     block_size: int
-
-    @property
-    def n_keys(self) -> int:
-        return int(self.ends[-1])
 
 
 def decode_layout(tables: list[np.ndarray], lengths: list[int], block_size: int) -> DecodeLayout:
     """tables[i]: block ids of decode row i's request; lengths[i]: its keys, new token included."""
     lengths_arr = np.asarray(lengths)
-    counts = -(-lengths_arr // block_size)                                     # [B] blocks used
-    block_ids = np.concatenate([t[:c] for t, c in zip(tables, counts)])        # [nb]
-    spans = counts * block_size                                                # [B]
-    ends = np.cumsum(spans)                                                    # [B]
-    starts = ends - spans                                                      # [B]
-    tail = np.concatenate([np.arange(s + n, e) for s, n, e in zip(starts, lengths_arr, ends)])
-    return DecodeLayout(block_ids, starts, ends, spans, tail.astype(np.int64), block_size)
+    used = -(-lengths_arr // block_size)                                     # [B] blocks used
+    padded = -(-used // BUCKET_BLOCKS) * BUCKET_BLOCKS                       # [B] bucket width
+    buckets = []
+    for width in np.unique(padded):                                          # sorted: deterministic
+        rows = np.flatnonzero(padded == width)                               # [n]
+        ids = np.zeros((len(rows), width), dtype=np.int64)                   # [n, nb]
+        for j, r in enumerate(rows):
+            ids[j, :used[r]] = tables[r][:used[r]]
+        valid = np.arange(width * block_size)[None, :] < lengths_arr[rows][:, None]  # [n, nb*bs]
+        buckets.append(Bucket(rows, ids, valid))
+    return DecodeLayout(buckets, block_size)
 
 
 def paged_decode_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray,
@@ -51,20 +60,15 @@ def paged_decode_attention(q: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray
     hkv = k_pool.shape[1]
     g = h // hkv
     bs = layout.block_size
-    keys = k_pool.reshape(-1, bs, hkv, d)[layout.block_ids].reshape(-1, hkv, d)   # [T, h_kv, d]
-    vals = v_pool.reshape(-1, bs, hkv, d)[layout.block_ids].reshape(-1, hkv, d)   # [T, h_kv, d]
-    keys_t = keys.transpose(1, 2, 0)                                   # [h_kv, d, T]
-    vals_h = vals.transpose(1, 0, 2)                                   # [h_kv, T, d]
-    qg = q.reshape(n_rows, hkv, g, d)                                  # [B, h_kv, g, d]
-    scores = np.empty((hkv, g, layout.n_keys), dtype=q.dtype)          # [h_kv, g, T]
-    for i, (a, b) in enumerate(zip(layout.starts, layout.ends)):
-        np.matmul(qg[i], keys_t[:, :, a:b], out=scores[:, :, a:b])    # [h_kv, g, span_i]
-    scores[:, :, layout.tail] = -np.inf                                # unused block tails
-    row_max = np.maximum.reduceat(scores, layout.starts, axis=-1)     # [h_kv, g, B]
-    probs = np.exp(scores - np.repeat(row_max, layout.spans, axis=-1))  # [h_kv, g, T]
-    denom = np.add.reduceat(probs, layout.starts, axis=-1)            # [h_kv, g, B]
-    out = np.empty((n_rows, hkv, g, d), dtype=q.dtype)                 # [B, h_kv, g, d]
-    for i, (a, b) in enumerate(zip(layout.starts, layout.ends)):
-        np.matmul(probs[:, :, a:b], vals_h[:, a:b], out=out[i])       # [h_kv, g, d]
-    out /= denom.transpose(2, 0, 1)[..., None]                         # [B, h_kv, g, d]
-    return out.reshape(n_rows, h * d)                                  # [B, h*d]
+    k_blocks = k_pool.reshape(-1, bs, hkv, d)                                # [blocks, bs, h_kv, d]
+    v_blocks = v_pool.reshape(-1, bs, hkv, d)
+    out = np.empty((n_rows, h * d), dtype=q.dtype)                           # [B, h*d]
+    for b in layout.buckets:
+        n, width = b.block_ids.shape
+        keys = k_blocks[b.block_ids].reshape(n, width * bs, hkv, d)          # [n, S, h_kv, d]
+        vals = v_blocks[b.block_ids].reshape(n, width * bs, hkv, d)          # [n, S, h_kv, d]
+        qg = q[b.rows].reshape(n, hkv, g, d)                                 # [n, h_kv, g, d]
+        scores = qg @ keys.transpose(0, 2, 3, 1)                             # [n, h_kv, g, S]
+        scores = np.where(b.valid[:, None, None, :], scores, np.float32(-np.inf))
+        out[b.rows] = (softmax(scores) @ vals.transpose(0, 2, 1, 3)).reshape(n, h * d)
+    return out

@@ -50,16 +50,32 @@ class Ceilings:
         return "compute" if flops / self.matmul_flops > nbytes / self.read_bandwidth else "memory"
 
 
+class CeilingProbe:
+    """The two ceiling measurements, kept ready so they can be interleaved with the steps."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        n = PEAK_MATMUL_N
+        self.a = rng.standard_normal((n, n), dtype=np.float32)
+        self.b = rng.standard_normal((n, n), dtype=np.float32)
+        self.x = rng.standard_normal(STREAM_BYTES // 4, dtype=np.float32)
+        self.sample()  # warm-up: BLAS buffers, page faults
+
+    def sample(self) -> Ceilings:
+        """One measurement of each ceiling."""
+        t0 = time.perf_counter()
+        self.a @ self.b
+        t1 = time.perf_counter()
+        np.dot(self.x, self.x)
+        t2 = time.perf_counter()
+        return Ceilings(2 * PEAK_MATMUL_N ** 3 / (t1 - t0), self.x.nbytes / (t2 - t1))
+
+
 def measure_ceilings(rng: np.random.Generator, repeats: int = 5) -> Ceilings:
-    n = PEAK_MATMUL_N
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    a @ b  # warm-up: BLAS buffers, page faults
-    flops = 2 * n ** 3 / median_time(lambda: a @ b, repeats)
-    x = rng.standard_normal(STREAM_BYTES // 4, dtype=np.float32)
-    np.dot(x, x)
-    bandwidth = x.nbytes / median_time(lambda: np.dot(x, x), repeats)
-    return Ceilings(matmul_flops=flops, read_bandwidth=bandwidth)
+    """Medians of `repeats` samples of each ceiling."""
+    probe = CeilingProbe(rng)
+    samples = [probe.sample() for _ in range(repeats)]
+    return Ceilings(float(np.median([s.matmul_flops for s in samples])),
+                    float(np.median([s.read_bandwidth for s in samples])))
 
 
 @dataclass(slots=True)
@@ -104,13 +120,31 @@ class DecodeTiming:
 
 
 def time_decode(bench: DecodeBench, batch: int, repeats: int) -> DecodeTiming:
+    """Medians of `repeats` runs of each forward, alternated so both see the same machine load."""
     works = bench.subset(batch)
     bench.rewind()
     counter = forward_batch(bench.model, works, bench.cache).counter  # warm-up, and the counts
     bench.rewind()
     alone = forward_one_by_one(bench.model, works, bench.cache).counter
-    batched = median_time(lambda: forward_batch(bench.model, works, bench.cache), repeats,
-                          bench.rewind)
-    one = median_time(lambda: forward_one_by_one(bench.model, works, bench.cache), repeats,
-                      bench.rewind)
-    return DecodeTiming(batch, batched, one, counter, alone)
+    batched, one = [], []
+    for _ in range(repeats):
+        batched.append(median_time(lambda: forward_batch(bench.model, works, bench.cache), 1,
+                                   bench.rewind))
+        one.append(median_time(lambda: forward_one_by_one(bench.model, works, bench.cache), 1,
+                               bench.rewind))
+    return DecodeTiming(batch, float(np.median(batched)), float(np.median(one)), counter, alone)
+
+
+def roofline_ratios(bench: DecodeBench, batch: int, probe: CeilingProbe, repeats: int
+                    ) -> tuple[list[float], list[Ceilings]]:
+    """Batched step time / roofline time, each repeat against ceilings sampled right before it."""
+    works = bench.subset(batch)
+    bench.rewind()
+    counter = forward_batch(bench.model, works, bench.cache).counter
+    ratios, ceilings = [], []
+    for _ in range(repeats):
+        ceil = probe.sample()
+        t = median_time(lambda: forward_batch(bench.model, works, bench.cache), 1, bench.rewind)
+        ratios.append(t / ceil.roofline_s(counter.flops, counter.bytes))
+        ceilings.append(ceil)
+    return ratios, ceilings

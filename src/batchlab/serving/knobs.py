@@ -13,7 +13,8 @@ Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own 
 - prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill_first (early
   vLLM) vs chunked prefill with token budgets 512 and 2048 (Sarathi-Serve, vLLM v1).
 - preempt: paged memory on the long workload at rates that run out of KV blocks; preemption
-  by recompute vs swap to host memory, with unlimited memory as the cost-free reference.
+  by recompute vs swap to host memory, a watermark that avoids most of it, and unlimited
+  memory as the cost-free reference.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from batchlab.serving.systems import System, parse_system
 CHAT_SLO = (1.0, 0.050)
 LONG_SLO = (2.0, 0.050)
 AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md §6.3
+PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's watermark is 1%)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment(
         "preempt", "§6.1 → lecture 3", "preemption under memory pressure: recompute or swap", "long",
         LONG_SLO, (10.0, 12.0, 16.0),
-        (("recompute", "paged"), ("swap", "paged:preempt=swap"), ("unlimited", "unlimited")),
+        (("recompute", "paged"), ("swap", "paged:preempt=swap"),
+         (f"watermark {PAGED_WATERMARK:.0%}", f"paged:watermark={PAGED_WATERMARK:g}"),
+         ("unlimited", "unlimited")),
         ("preemptions", "recomputed_tokens", "swapped_gb", "swap_time", "ttft_p50", "ttft_p99",
          "tpot_mean", "itl_max", "throughput", "slo_attainment")),
 )}

@@ -1,17 +1,15 @@
 """Figures: every kind written as PNG and SVG, of the expected size, not blank, reproducible."""
 
+import json
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
 
 from batchlab import plots
-from batchlab.clipper import experiments as clipper_ex
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import SLO
 from batchlab.plots.figure import DPI
-from batchlab.serving.compare import CompareConfig, compare
-from batchlab.serving.experiments import Setting
 from batchlab.serving.run import simulate
 from batchlab.serving.systems import parse_system
 from batchlab.tick import parse_case, run_case
@@ -34,14 +32,6 @@ def tick_result():
     return run_case(case, "static")
 
 
-@pytest.fixture(scope="module")
-def report():
-    setting = Setting(make_workload("chat", 50, 1.0, 0), resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM"), SLO_)
-    cfg = CompareConfig(setting, (parse_system("static"), parse_system("orca-oracle")), (2.0, 8.0, 32.0),
-                        overload_rate=None)
-    return compare(cfg, jobs=1)
-
-
 def png_info(path):
     import matplotlib.image as mpimg
     img = mpimg.imread(path)                      # [height, width, channels] floats
@@ -61,23 +51,24 @@ def check_pair(paths, size_in, min_colours=3):
     assert len(drawn) > 20
 
 
+def pair(directory, stem):
+    return [directory / f"{stem}.png", directory / f"{stem}.svg"]
+
+
 def test_run_figures(sim_trace, tmp_path):
     paths = plots.plot_run(sim_trace, tmp_path, "run_", slo=SLO_, title="paged")
-    names = sorted(p.name for p in paths)
-    assert names == sorted(f"run_{k}.{e}" for k in ("timeline", "kv_memory", "batch_size", "latency_cdf")
-                           for e in ("png", "svg"))
-    by_stem = {p.stem: [q for q in paths if q.stem == p.stem] for p in paths}
-    for stem, size in (("run_kv_memory", plots.usage.SIZE_IN), ("run_batch_size", plots.usage.SIZE_IN),
-                       ("run_latency_cdf", plots.latency.SIZE_IN)):
-        check_pair(by_stem[stem], size)
-    width, height, _ = png_info(by_stem["run_timeline"][0])
-    assert width == plots.timeline.WIDTH_IN * DPI
-    assert height == round(plots.timeline._height(len(sim_trace)) * DPI)
+    assert sorted(p.name for p in paths) == _pairs(*(f"run_{k}" for k in ("timeline", "kv_memory", "batch_size",
+                                                                          "latency_cdf")))
+    check_pair(pair(tmp_path, "run_kv_memory"), plots.usage.SIZE_IN)
+    check_pair(pair(tmp_path, "run_batch_size"), plots.usage.SIZE_IN)
+    check_pair(pair(tmp_path, "run_latency_cdf"), plots.latency.SIZE_IN)
+    check_pair(pair(tmp_path, "run_timeline"),
+               (plots.timeline.WIDTH_IN, plots.timeline._height(len(sim_trace))))
 
 
 def test_figures_are_reproducible(sim_trace, tmp_path):
-    first = plots.kv_memory(sim_trace, tmp_path / "a")
-    second = plots.kv_memory(sim_trace, tmp_path / "b")
+    first = plots.batch_size(sim_trace, tmp_path / "a")
+    second = plots.batch_size(sim_trace, tmp_path / "b")
     for p, q in zip(first, second):
         assert p.read_bytes() == q.read_bytes(), p.name
 
@@ -90,8 +81,8 @@ def test_timeline_draws_the_ascii_grid(tick_result, tmp_path):
     _, rows = timeline_rows(tick_result.trace, static=True)
     letters = sum(r.cells.count("P") + r.cells.count("D") for r in rows)
     svg = paths[1].read_text()
-    # svg.fonttype "path": each letter drawn is one <use> of a glyph, in a text group
-    assert svg.count('<g id="text_') >= letters
+    # svg.fonttype "none": each letter is a <text> element of its own
+    assert sum(svg.count(f">{c}</text>") for c in "PD") == letters
 
 
 def test_phase_spans_follow_the_timestamps(sim_trace):
@@ -103,23 +94,54 @@ def test_phase_spans_follow_the_timestamps(sim_trace):
     assert (spans["decode"][:, 0] <= spans["decode"][:, 1]).all()
 
 
-def test_rate_curves_and_goodput(report, tmp_path):
-    slo = report["config"]["slo"]
-    check_pair(plots.rate_curves(report["systems"], tmp_path, slo=slo), plots.curves.SIZE_IN)
-    check_pair(plots.goodput_bars(report["systems"], tmp_path, target=0.9, fleet_rate=100.0),
-               plots.curves.BAR_SIZE_IN)
-    svg = (tmp_path / "rate_curves.svg").read_text()
-    assert svg.count("<path") > 20
-
-
-def test_aimd_trace(tmp_path):
-    runs = [r.to_dict() for r in clipper_ex.controller_experiment(0, 20.0)]
-    check_pair(plots.aimd_trace(runs, tmp_path, slo_ms=20.0), plots.clipper.SIZE_IN)
-
-
 def test_plot_dir_that_is_a_file(sim_trace, tmp_path):
     from batchlab.errors import InputError
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(InputError, match="--plot"):
         plots.batch_size(sim_trace, blocker)
+
+
+def _names(directory):
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _pairs(*stems):
+    return sorted(f"{s}.{e}" for s in stems for e in ("png", "svg"))
+
+
+def test_tick_plot_flag(tmp_path, cli):
+    res = cli("tick", str(EXAMPLES / "l11-s5-static-vs-continuous.json"), "--policy", "continuous",
+              "--plot", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert _names(tmp_path) == _pairs(*(f"continuous_{k}" for k in ("timeline", "batch_size", "latency_cdf")))
+
+
+def test_compare_plot_flag(tmp_path, cli):
+    """Rate curves, goodput bars and the figures of one representative run, re-run."""
+    from batchlab.plots.compare import representative
+    res = cli("compare", "--systems", "static,orca-oracle", "--rates", "2,8,32", "--requests", "50",
+              "--overload-rate", "0", "--jobs", "1", "--plot", str(tmp_path), "--json")
+    assert res.returncode == 0, res.stderr
+    assert _names(tmp_path) == _pairs("rate_curves", "goodput", "run_timeline", "run_kv_memory",
+                                      "run_batch_size", "run_latency_cdf")
+    check_pair(pair(tmp_path, "rate_curves"), plots.curves.SIZE_IN)
+    check_pair(pair(tmp_path, "goodput"), plots.curves.BAR_SIZE_IN)
+    report = json.loads(res.stdout)
+    k, rate = representative(report)
+    rows = report["systems"][0]["rates"]
+    ok = [r["rate"] for r in rows if r["slo_attainment"] >= 0.9]
+    assert k == 0 and rate == (max(ok) if ok else min(r["rate"] for r in rows))
+    assert f"static at {rate:g} req/s" in (tmp_path / "run_timeline.svg").read_text()
+    svg = (tmp_path / "rate_curves.svg").read_text()
+    assert "static p99" in svg and "orca-oracle p99" in svg and "SLO 1 s" in svg
+
+
+def test_clipper_plot_flag(tmp_path, cli):
+    res = cli("clipper", "--requests", "200", "--plot", str(tmp_path), "--json")
+    assert res.returncode == 0, res.stderr
+    assert _names(tmp_path) == _pairs("aimd_trace")
+    check_pair(pair(tmp_path, "aimd_trace"), plots.clipper.SIZE_IN)
+    svg = (tmp_path / "aimd_trace.svg").read_text()
+    for run in json.loads(res.stdout)["controllers"]:
+        assert run["controller"] in svg

@@ -24,6 +24,8 @@ def register(subparsers) -> None:
                         help="requests per delayed-batching run (default: %(default)s)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON (with every controller's batch-size trace) instead")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write the controllers' batch-size trace (PNG and SVG) into DIR")
     parser.set_defaults(run=run)
 
 
@@ -111,6 +113,9 @@ def _tables(out: dict) -> list:
 
 def run(args: argparse.Namespace) -> int:
     out = compute(args)
+    if args.plot:
+        from batchlab.plots import aimd_trace
+        aimd_trace(out["controllers"], args.plot, slo_ms=out["slo_ms"])
     if args.json:
         print(json.dumps(out, indent=2))
     else:

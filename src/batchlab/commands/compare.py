@@ -27,6 +27,8 @@ def register(subparsers) -> None:
     options.add_workload(p, rate=False)
     options.add_slo(p)
     p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write figures (rate curves, goodput, one representative run) into DIR")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
 
@@ -70,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task("simulating", total=len(cfg.tasks()))
         report = compare(cfg, jobs, on_done=lambda: progress.advance(task))
+    if args.plot:
+        from batchlab.plots import plot_compare
+        plot_compare(report, cfg, args.plot)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -20,6 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("--chunk-size", type=int, help="prefill tokens per request per round (overrides the file)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--timeline", action="store_true", help="print the timeline chart")
+    p.add_argument("--plot", metavar="DIR", help="write each run's figures (PNG and SVG) into DIR")
     p.set_defaults(run=run)
 
 
@@ -34,6 +35,11 @@ def run(args: argparse.Namespace) -> int:
     case = parse_case(text, source, {"policy": args.policy, "max_active": args.max_active,
                                      "token_budget": args.token_budget, "chunk_size": args.chunk_size})
     results = [run_case(case, policy) for policy in policies_of(case.policy)]
+    if args.plot:
+        from batchlab.plots import plot_run
+        for res in results:
+            plot_run(res.trace, args.plot, prefix=f"{res.policy}_", static=res.policy == "static",
+                     title=f"{res.policy} batching")
     if args.json:
         payload = results[0].to_dict() if len(results) == 1 else {r.policy: r.to_dict() for r in results}
         print(json.dumps(payload, indent=2))

@@ -7,10 +7,11 @@ controller runs), an output directory and a file stem, and returns the paths it 
 
 from batchlab.plots.curves import goodput_bars, rate_curves
 from batchlab.plots.clipper import aimd_trace
+from batchlab.plots.compare import plot_compare, plot_report
 from batchlab.plots.latency import latency_cdfs
 from batchlab.plots.timeline import request_timeline
 from batchlab.plots.usage import batch_size, kv_memory
 from batchlab.plots.run import plot_run
 
-__all__ = ["aimd_trace", "batch_size", "goodput_bars", "kv_memory", "latency_cdfs", "plot_run",
+__all__ = ["aimd_trace", "batch_size", "goodput_bars", "kv_memory", "latency_cdfs", "plot_compare", "plot_report", "plot_run",
            "rate_curves", "request_timeline"]

@@ -25,7 +25,7 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.hashsalt": HASH_SALT, "svg.fonttype": "path", "figure.dpi": DPI,
+    plt.rcParams.update({"svg.hashsalt": HASH_SALT, "svg.fonttype": "none", "figure.dpi": DPI,
                          "savefig.dpi": DPI, "axes.grid": True, "grid.alpha": 0.3,
                          "axes.prop_cycle": matplotlib.cycler(color=COLORS)})
     return plt

@@ -1,0 +1,42 @@
+"""The figures of a system comparison (`batchlab.serving.compare`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchlab.plots.curves import goodput_bars, rate_curves
+from batchlab.plots.run import plot_run
+
+
+def plot_report(report: dict, directory: str | Path) -> list[Path]:
+    """Rate curves and, when the report has goodput searches, the goodput bars."""
+    cfg = report["config"]
+    title = f"{cfg['model']} on {cfg['gpu']}, {cfg['requests']} {cfg['workload']} requests"
+    paths = rate_curves(report["systems"], directory, slo=cfg["slo"], title=f"latency against load: {title}")
+    if any(s.get("goodput") is not None for s in report["systems"]):
+        paths += goodput_bars(report["systems"], directory, target=cfg["slo_target"],
+                              fleet_rate=cfg["fleet_rate"])
+    return paths
+
+
+def representative(report: dict) -> tuple[int, float]:
+    """(system index, rate) of one run worth drawing: the first system at the highest rate whose
+    SLO attainment still meets the target (its busiest healthy load), else at its lowest rate."""
+    target = report["config"]["slo_target"]
+    rows = sorted(report["systems"][0]["rates"], key=lambda r: r["rate"])
+    healthy = [r["rate"] for r in rows if r["slo_attainment"] is not None and r["slo_attainment"] >= target]
+    return 0, (healthy[-1] if healthy else rows[0]["rate"])
+
+
+def plot_compare(report: dict, cfg, directory: str | Path) -> list[Path]:
+    """`plot_report`, plus the figures of the representative run, re-run here (one run, not a pool)."""
+    from batchlab.serving.run import simulate
+
+    paths = plot_report(report, directory)
+    k, rate = representative(report)
+    system, st = cfg.systems[k], cfg.setting
+    run = simulate(st.workload.with_rate(rate), system, st.model, st.gpu, slo=st.slo,
+                   context_mode=st.context_mode, seed=st.seed)
+    paths += plot_run(run.trace, directory, prefix="run_", slo=st.slo,
+                      static=system.batching == "static", title=f"{system.name} at {rate:g} req/s")
+    return paths

@@ -23,6 +23,7 @@ COMMANDS = (
     "clipper",
     "mini",
     "knobs",
+    "sweep",
 )
 
 

@@ -1,0 +1,81 @@
+"""Parameter sweeps: a grid of configurations, run on a local pool or Ray, resumable, tabled.
+
+    cfg = load_config("examples/sweep.toml")
+    result = run_sweep(cfg, "sweep-out", backend="pool", jobs=2, resume=False)
+    result.tables["points"]  # (columns, rows), also written as points.csv and points.parquet
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from batchlab.errors import InputError
+from batchlab.sweep.build import Task, build_tasks
+from batchlab.sweep.config import SweepConfig, load_config, parse_config
+from batchlab.sweep.store import ProgressStore
+from batchlab.sweep.tables import table, write_csv, write_parquet
+
+TABLES = {"point": "points", "goodput": "goodput"}
+
+
+@dataclass(slots=True)
+class SweepResult:
+    tasks: int
+    ran: int
+    skipped: int
+    tables: dict[str, tuple[list[str], list[dict]]] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+
+
+def prepare(cfg: SweepConfig, out: str | Path, resume: bool) -> tuple[list[Task], ProgressStore, Path]:
+    """Check the whole grid and the output directory; nothing runs and nothing is written yet."""
+    tasks = build_tasks(cfg)
+    directory = Path(out)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"field '--out': {str(out)!r} is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    return tasks, ProgressStore(directory, resume), directory
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, backend: str = "pool", jobs: int = 1, resume: bool = False,
+              on_start: Callable[[int, int], None] | None = None,
+              on_done: Callable[[], None] | None = None) -> SweepResult:
+    """Run every task not already in the progress file, then write the tables.
+
+    on_start(to_run, skipped) is called once before the first run; on_done after each task."""
+    from batchlab.sweep.backends import runner
+
+    run = runner(backend)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise InputError(f"field '--jobs': must be an integer >= 1, got {jobs!r}")
+    tasks, store, directory = prepare(cfg, out, resume)
+    todo = [t for t in tasks if t.key not in store]
+    if on_start:
+        on_start(len(todo), len(tasks) - len(todo))
+
+    def finished(i: int, row: dict) -> None:
+        t = todo[i]
+        store.add(t.key, t.kind, t.coords, row)
+        if on_done:
+            on_done()
+
+    try:
+        # the longest tasks (goodput searches) come first in the list, so the pool stays busy
+        run([(t.fn, t.args) for t in todo], jobs, finished)
+    finally:
+        store.close()
+    result = SweepResult(len(tasks), len(todo), len(tasks) - len(todo))
+    for kind, name in TABLES.items():
+        entries = [(t.coords, store.rows[t.key]) for t in sorted(tasks, key=lambda t: t.index) if t.kind == kind]
+        if not entries:
+            continue
+        columns, rows = table(entries)
+        result.tables[name] = (columns, rows)
+        result.files += [write_csv(directory / f"{name}.csv", columns, rows),
+                         write_parquet(directory / f"{name}.parquet", columns, rows)]
+    return result
+
+
+__all__ = ["SweepConfig", "SweepResult", "load_config", "parse_config", "prepare", "run_sweep"]

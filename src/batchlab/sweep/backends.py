@@ -1,0 +1,75 @@
+"""Where the tasks run: in this process, a local process pool, or a Ray cluster.
+
+Each backend calls `on_result(i, result)` in this process as soon as task i finishes, in
+whatever order tasks finish; the tables are sorted afterwards, so every backend gives the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+from batchlab.errors import InputError
+
+BACKENDS = ("pool", "ray", "serial")
+RAY_EXTRA = "pip install 'batchlab[ray]'"
+
+Work = Sequence[tuple[Callable, tuple]]
+OnResult = Callable[[int, object], None]
+
+
+def run_serial(work: Work, jobs: int, on_result: OnResult) -> None:
+    for i, (fn, args) in enumerate(work):
+        on_result(i, fn(*args))
+
+
+def run_pool(work: Work, jobs: int, on_result: OnResult) -> None:
+    """`serving.experiments.run_tasks` returns only once all are done; a sweep stores each result
+    as it comes, so it waits on the futures itself."""
+    if jobs <= 1 or len(work) <= 1:
+        return run_serial(work, jobs, on_result)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(work)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=pending.get):
+                    on_result(pending.pop(future), future.result())
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+
+
+def _call(fn: Callable, args: tuple):
+    return fn(*args)
+
+
+def run_ray(work: Work, jobs: int, on_result: OnResult) -> None:
+    """On the Ray cluster already initialised in this process, else on a local one of `jobs` CPUs."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError(f"field '--backend': ray is not installed ({RAY_EXTRA})") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        remote = ray.remote(_call)
+        pending = {remote.remote(fn, args): i for i, (fn, args) in enumerate(work)}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                on_result(pending.pop(ref), ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+RUNNERS = {"serial": run_serial, "pool": run_pool, "ray": run_ray}
+
+
+def runner(name: str) -> Callable[[Work, int, OnResult], None]:
+    if name not in RUNNERS:
+        raise InputError(f"field '--backend': unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    return RUNNERS[name]

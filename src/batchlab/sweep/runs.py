@@ -1,0 +1,17 @@
+"""What a worker runs for one task; each returns a flat dict of plain numbers (a table row)."""
+
+from __future__ import annotations
+
+import math
+
+from batchlab.serving.experiments import Setting, goodput
+from batchlab.serving.systems import System
+
+
+def goodput_row(setting: Setting, system: System, target: float, fleet_rate: float | None) -> dict:
+    """A goodput search reduced to a row; GPUs for `fleet_rate` as in seed L02 §5.3."""
+    res = goodput(setting, system, target)
+    return {
+        "goodput": res.goodput, "lo": res.lo, "hi": res.hi, "status": res.status, "probes": len(res.probes),
+        "gpus_needed": (math.ceil(fleet_rate / res.goodput) if fleet_rate and res.goodput > 0 else None),
+    }

@@ -94,7 +94,7 @@ def test_sjf_equals_fcfs_when_nothing_queues():
     by = run("order", 200)
     fcfs, sjf = by["fcfs, max_bs 256"], by["sjf, max_bs 256"]
     assert fcfs["rates"][0]["max_batch"] < 256          # nobody ever waited for a seat
-    assert identical(fcfs, sjf)
+    assert identical(fcfs, sjf) and fcfs["rates"] == sjf["rates"]   # every figure of the row
     # with 64 seats requests queue, and the order matters: median down, maximum up (starvation)
     f64, s64 = by["fcfs, max_bs 64"]["rates"][0], by["sjf, max_bs 64"]["rates"][0]
     assert f64["max_batch"] == 64
@@ -105,7 +105,8 @@ def test_sjf_equals_fcfs_when_nothing_queues():
 
 def test_max_bs_256_equals_512_and_small_overloads():
     by = run("max_bs", 150, systems=("orca-oracle:max_bs=8", "orca-oracle:max_bs=256", "orca-oracle:max_bs=512"))
-    assert identical(by["orca-oracle:max_bs=256"], by["orca-oracle:max_bs=512"])
+    b256, b512 = by["orca-oracle:max_bs=256"], by["orca-oracle:max_bs=512"]
+    assert identical(b256, b512) and b256["rates"] == b512["rates"]
     small, big = by["orca-oracle:max_bs=8"]["rates"][0], by["orca-oracle:max_bs=256"]["rates"][0]
     assert small["ttft_p50"] > 10 * big["ttft_p50"] and small["throughput"] < big["throughput"]
 
@@ -135,3 +136,20 @@ def test_preemption_costs_are_charged_to_their_mode():
     assert swap["preemptions"] > 0 and swap["swapped_tokens"] > 0 and swap["recomputed_tokens"] == 0
     assert swap["swapped_bytes"] == swap["swapped_tokens"] * MODEL.kv_bytes_per_token
     assert free["preemptions"] == 0 and free["swap_time"] == 0.0
+
+
+def test_plot_writes_rate_curves(tmp_path, capsys):
+    code = main(["knobs", "prefill", "--requests", "20", "--rates", "8,16", "--jobs", "1",
+                 "--plot", str(tmp_path), "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [e["name"] for e in report["experiments"]] == ["prefill"]
+    for stem in ("knobs_prefill",):
+        for ext in ("png", "svg"):
+            assert (tmp_path / f"{stem}.{ext}").stat().st_size > 1000
+
+
+def test_paged_equals_unlimited_when_memory_suffices():
+    by = run("reservation", 80, rates=(2.0,), systems=("paged", "unlimited"))
+    assert identical(by["paged"], by["unlimited"])
+    assert by["paged"]["rates"][0]["stored_per_held"] > 0.9   # only part-filled last blocks

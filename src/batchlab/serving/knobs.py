@@ -193,8 +193,9 @@ COMPARED = ("ttft_p50", "ttft_p99", "ttft_max", "tpot_mean", "itl_p99", "itl_max
 
 def same_row(ra: dict, rb: dict) -> bool:
     """Two runs gave the same figures, to the bit (memory shares aside when one has no limit)."""
-    return all(ra.get(k) == rb.get(k) for k in COMPARED
-               if ra.get(k) is not None and rb.get(k) is not None or not k.startswith("kv_"))
+    def compared(k: str) -> bool:
+        return not k.startswith("kv_") or (ra.get(k) is not None and rb.get(k) is not None)
+    return all(ra.get(k) == rb.get(k) for k in COMPARED if compared(k))
 
 
 def identical(a: dict, b: dict) -> bool:
@@ -222,10 +223,10 @@ def findings(name: str, systems: list[dict]) -> list[dict]:
         if "paged" in by and "unlimited" in by:
             for ra, rb in zip(by["paged"]["rates"], by["unlimited"]["rates"]):
                 out.append({"claim": "paged identical to unlimited", "rate": ra["rate"], "value": same_row(ra, rb)})
-        for name_ in ("orca-max", "orca-oracle"):
-            for r in by.get(name_, {"rates": []})["rates"]:
+        for label in ("orca-max", "orca-oracle"):
+            for r in by[label]["rates"] if label in by else []:
                 if r["stored_per_held"] is not None:
-                    out.append({"claim": f"{name_}: stored / held", "rate": r["rate"], "value": r["stored_per_held"]})
+                    out.append({"claim": f"{label}: stored / held", "rate": r["rate"], "value": r["stored_per_held"]})
     elif name == "max_bs":
         pair("max_bs 256 identical to 512", "max_bs 256", "max_bs 512")
     elif name == "order":

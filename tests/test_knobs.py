@@ -6,6 +6,7 @@ import json
 import pytest
 
 from batchlab.cli import main
+from batchlab.commands.knobs import EXPERIMENT_NAMES
 from batchlab.errors import InputError
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import SLO
@@ -79,7 +80,7 @@ def test_bad_input_exits_2(capsys, args, field):
 
 
 def test_selection_keeps_table_order_and_overrides():
-    assert [e.name for e in select([])] == list(EXPERIMENTS)
+    assert [e.name for e in select([])] == list(EXPERIMENTS) == list(EXPERIMENT_NAMES)
     assert [e.name for e in select(["preempt", "reservation"])] == ["reservation", "preempt"]
     (e,) = select(["order"], Overrides(rates=(5.0,), systems=("paged",), slo_tpot=0.1))
     assert e.rates == (5.0,) and e.systems == (("paged", "paged"),) and e.slo == (1.0, 0.1)

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs if args.jobs is not None else default_jobs()
     if jobs < 1:
         raise InputError(f"field '--jobs': must be >= 1, got {jobs}")
+    tasks = build_tasks(cfg)    # the whole grid checked before the progress bar and any run
     if args.check:
-        tasks = build_tasks(cfg)
         kinds = {k: sum(t.kind == k for t in tasks) for k in ("point", "goodput")}
         print(json.dumps(kinds) if args.json else
               f"{args.config}: {kinds['point']} points and {kinds['goodput']} goodput searches, all valid")
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             progress.update(bar, total=todo, description=f"sweep{note}")
 
         result = run_sweep(cfg, args.out, args.backend, jobs, args.resume, on_start=start,
-                           on_done=lambda: progress.advance(bar))
+                           on_done=lambda: progress.advance(bar), tasks=tasks)
     if args.json:
         print(json.dumps({"ran": result.ran, "skipped": result.skipped,
                           "tables": {name: rows for name, (_, rows) in result.tables.items()}}, indent=2))

@@ -29,9 +29,10 @@ class SweepResult:
     files: list[Path] = field(default_factory=list)
 
 
-def prepare(cfg: SweepConfig, out: str | Path, resume: bool) -> tuple[list[Task], ProgressStore, Path]:
+def prepare(cfg: SweepConfig, out: str | Path, resume: bool,
+            tasks: list[Task] | None = None) -> tuple[list[Task], ProgressStore, Path]:
     """Check the whole grid and the output directory; nothing runs and nothing is written yet."""
-    tasks = build_tasks(cfg)
+    tasks = build_tasks(cfg) if tasks is None else tasks
     directory = Path(out)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"field '--out': {str(out)!r} is not a directory")
@@ -41,16 +42,17 @@ def prepare(cfg: SweepConfig, out: str | Path, resume: bool) -> tuple[list[Task]
 
 def run_sweep(cfg: SweepConfig, out: str | Path, backend: str = "pool", jobs: int = 1, resume: bool = False,
               on_start: Callable[[int, int], None] | None = None,
-              on_done: Callable[[], None] | None = None) -> SweepResult:
+              on_done: Callable[[], None] | None = None, tasks: list[Task] | None = None) -> SweepResult:
     """Run every task not already in the progress file, then write the tables.
 
-    on_start(to_run, skipped) is called once before the first run; on_done after each task."""
+    on_start(to_run, skipped) is called once before the first run; on_done after each task;
+    `tasks`, if given, are `build_tasks(cfg)` already built (and so checked) by the caller."""
     from batchlab.sweep.backends import runner
 
     run = runner(backend)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise InputError(f"field '--jobs': must be an integer >= 1, got {jobs!r}")
-    tasks, store, directory = prepare(cfg, out, resume)
+    tasks, store, directory = prepare(cfg, out, resume, tasks)
     todo = [t for t in tasks if t.key not in store]
     if on_start:
         on_start(len(todo), len(tasks) - len(todo))

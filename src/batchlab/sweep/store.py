@@ -53,7 +53,10 @@ class ProgressStore:
     def add(self, key: str, kind: str, coords: dict, row: dict) -> None:
         row = plain(row)
         if self._file is None:
+            cut = self.path.exists() and not self.path.read_bytes().endswith(b"\n") and self.path.stat().st_size
             self._file = open(self.path, "a", encoding="utf-8")
+            if cut:              # end the line an interruption cut short, so the next one stands alone
+                self._file.write("\n")
         self._file.write(json.dumps({"key": key, "kind": kind, "coords": plain(coords), "row": row}) + "\n")
         self._file.flush()
         self.rows[key] = row

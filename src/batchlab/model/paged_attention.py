@@ -2,11 +2,11 @@
 
 A decode row (one new token) attends every key of its request; nothing needs a mask but the keys
 past the request's length in its last blocks. Requests are bucketed by their number of blocks,
-rounded up to `BUCKET_BLOCKS`; each bucket is one batched computation: gather its requests'
-blocks through their block tables (as vLLM's PagedAttention kernel reads blocks, Kwon et al.
-2023), scores, masked softmax, values. A request never attends another's keys and is never padded
-to the longest request: at most BUCKET_BLOCKS * block_size - 1 masked keys per request. The
-numpy calls per layer grow with the number of buckets, not with the batch.
+rounded up by at most an eighth (`BUCKET_SPLIT`); each bucket is one batched computation: gather
+its requests' blocks through their block tables (as vLLM's PagedAttention kernel reads blocks,
+Kwon et al. 2023), scores, masked softmax, values. A request never attends another's keys and is
+never padded to the longest request. The numpy calls per layer grow with the number of buckets
+(a few per doubling of context), not with the batch.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import numpy as np
 
 from batchlab.model.ops import softmax
 
-# Blocks per bucket step: 2 blocks of 16 = 32 keys. Coarser buckets mean fewer numpy calls and
-# more masked keys; 2 kept the masked share near a tenth at contexts of about 128 tokens.
-BUCKET_BLOCKS = 2
+# A request of n blocks is padded to a multiple of max(1, n // BUCKET_SPLIT) blocks: exact up to
+# 15 blocks, and at most 1/8 extra keys beyond, so at most about 8 buckets per doubling of
+# context. Gathering masked keys costs bandwidth; each bucket costs about ten numpy calls.
+BUCKET_SPLIT = 8
 
 
 @dataclass(slots=True)
@@ -41,7 +42,8 @@ def decode_layout(tables: list[np.ndarray], lengths: list[int], block_size: int)
     """tables[i]: block ids of decode row i's request; lengths[i]: its keys, new token included."""
     lengths_arr = np.asarray(lengths)
     used = -(-lengths_arr // block_size)                                     # [B] blocks used
-    padded = -(-used // BUCKET_BLOCKS) * BUCKET_BLOCKS                       # [B] bucket width
+    step = np.maximum(1, used // BUCKET_SPLIT)                               # [B]
+    padded = -(-used // step) * step                                         # [B] bucket width
     buckets = []
     for width in np.unique(padded):                                          # sorted: deterministic
         rows = np.flatnonzero(padded == width)                               # [n]

@@ -24,6 +24,7 @@ COMMANDS = (
     "mini",
     "knobs",
     "sweep",
+    "report",
 )
 
 

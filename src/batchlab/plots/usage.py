@@ -33,7 +33,8 @@ def kv_memory(trace: Trace, directory: str | Path, stem: str = "kv_memory", titl
     fig, ax = plt.subplots(figsize=SIZE_IN, layout="constrained")
     for column, label, color in (("held", "held (reserved)", COLORS[1]), ("stored", "stored (tokens in cache)", COLORS[0])):
         x, y = _steps_xy(trace, column)
-        ax.fill_between(x, y, alpha=0.35, color=color, linewidth=0)
+        # thousands of steps: the fill goes into the SVG as a bitmap, the outline stays a vector
+        ax.fill_between(x, y, alpha=0.35, color=color, linewidth=0, rasterized=True)
         ax.plot(x, y, color=color, label=label, linewidth=1)
     if trace.kv_capacity:
         ax.axhline(trace.kv_capacity, color="black", linestyle="--", linewidth=1,

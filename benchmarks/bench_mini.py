@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     rng = np.random.default_rng(args.seed)
     model = init_model(MiniConfig())
     bench = decode_bench(model, max(BATCHES), rng)
@@ -51,6 +52,7 @@ def main() -> None:
     result = {
         "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
                                                "OPENBLAS_L2_SIZE")},
+        "load_average_1min": [load_before, os.getloadavg()[0]],
         "n_params": model.n_params,
         "ceilings": {"matmul_gflops": ceil.matmul_flops / 1e9,
                      "read_gb_s": ceil.read_bandwidth / 1e9},
@@ -70,7 +72,9 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"mini model: {model.n_params:,} float32 parameters; env {result['env']}")
+    print(f"mini model: {model.n_params:,} float32 parameters; env {result['env']}; 1-min load "
+          f"average {load_before:.2f} before, {result['load_average_1min'][1]:.2f} after "
+          f"(2 cores)")
     print(f"ceilings here: matmul {ceil.matmul_flops / 1e9:.1f} GFLOP/s, "
           f"streaming read {ceil.read_bandwidth / 1e9:.1f} GB/s (median of {args.repeats})")
     print(f"{'batch':>5} {'batched ms':>11} {'one-by-one ms':>14} {'speedup':>8}")

@@ -71,7 +71,6 @@ def test_simulate_twice_gives_byte_identical_json():
 
 # -- trace files ---------------------------------------------------------------------------
 
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason="the shared Azure trace is not on this machine")
 def test_azure_csv_as_it_is(tmp_path):
     out = run_cli("simulate", "--trace", str(AZURE_CONV), "--requests", "300", "--json",
                   "--csv", str(tmp_path / "r.csv"))

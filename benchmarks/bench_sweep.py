@@ -6,7 +6,8 @@ The grid: 5 systems x 4 batch caps x 5 rates = 100 points of 300 chat requests e
 Llama-3-8B / A100-80GB. Each repeat runs the whole sweep from scratch into a fresh directory
 (progress file, CSV and Parquet included) with each backend; the backends alternate within a
 repeat so machine noise hits both alike. Prints median wall times, the speed-up, the pool's
-efficiency per worker, and checks the tables are identical.
+efficiency per worker, the cores the run kept busy (CPU seconds of this process and its workers
+over wall seconds), and checks the tables are identical.
 
 The machine is shared: the other core may be busy with someone else's work. So each repeat also
 times a pure-Python spin loop, 8 chunks serially and on a 2-process pool: that speed-up is what
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -65,11 +67,18 @@ def spin_speedup(jobs: int) -> float:
     return serial / pooled
 
 
-def timed(cfg, backend: str, jobs: int) -> tuple[float, dict]:
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the pool's workers, once joined)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(cfg, backend: str, jobs: int) -> tuple[float, float, dict]:
+    """(wall s, CPU s, tables); Ray's workers are not our children, so their CPU is not counted."""
     with tempfile.TemporaryDirectory() as out:
-        start = time.perf_counter()
+        cpu, start = cpu_seconds(), time.perf_counter()
         result = run_sweep(cfg, out, backend=backend, jobs=jobs)
-        return time.perf_counter() - start, result.tables
+        return time.perf_counter() - start, cpu_seconds() - cpu, result.tables
 
 
 def main() -> None:
@@ -86,19 +95,22 @@ def main() -> None:
         ray.init(num_cpus=args.jobs, include_dashboard=False, log_to_driver=False, configure_logging=False)
         backends.append(("ray", args.jobs))
     times: dict[str, list[float]] = {name: [] for name, _ in backends}
+    cores: dict[str, list[float]] = {name: [] for name, _ in backends}
     tables = {}
     ceilings = []
     for _ in range(args.repeats):
         ceilings.append(spin_speedup(args.jobs))
         for name, jobs in backends:
-            seconds, tables[name] = timed(cfg, name, jobs)
+            seconds, cpu, tables[name] = timed(cfg, name, jobs)
             times[name].append(seconds)
+            cores[name].append(cpu / seconds)
     serial = statistics.median(times["serial"])
     print(f"{points} points, {args.repeats} repeats, {args.jobs} workers, {os.cpu_count()} CPUs")
-    print(f"{'backend':<8} {'median s':>9} {'s/point':>8} {'speed-up':>9} {'per worker':>11}")
+    print(f"{'backend':<8} {'median s':>9} {'s/point':>8} {'speed-up':>9} {'per worker':>11} {'cores busy':>11}")
     for name, jobs in backends:
         med = statistics.median(times[name])
-        print(f"{name:<8} {med:>9.2f} {med / points:>8.3f} {serial / med:>8.2f}x {serial / med / jobs:>10.0%}")
+        busy = "-" if name == "ray" else f"{statistics.median(cores[name]):.2f}"
+        print(f"{name:<8} {med:>9.2f} {med / points:>8.3f} {serial / med:>8.2f}x {serial / med / jobs:>10.0%} {busy:>11}")
     print(f"machine ceiling: a pure-CPU spin loop runs {statistics.median(ceilings):.2f}x faster on "
           f"{args.jobs} processes (median of the repeats)")
     same = all(t == tables["serial"] for t in tables.values())

@@ -145,3 +145,13 @@ def test_clipper_plot_flag(tmp_path, cli):
     svg = (tmp_path / "aimd_trace.svg").read_text()
     for run in json.loads(res.stdout)["controllers"]:
         assert run["controller"] in svg
+
+
+def test_cli_start_does_not_import_matplotlib():
+    import subprocess
+    import sys
+    code = ("import sys; from batchlab.cli import build_parser; build_parser(); "
+            "import batchlab.plots, batchlab.perfetto, batchlab.report_html, batchlab.sweep; "
+            "print('matplotlib' in sys.modules, 'pyarrow' in sys.modules, 'ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "False"]

@@ -64,5 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+        from batchlab.display import console as make_console
+        from batchlab.display.serving_tables import compare_table
+
+        console = make_console()
+        console.print(compare_table(report))
+        console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     return 0

@@ -36,7 +36,8 @@ def cost(*works):
 
 @pytest.mark.parametrize("policy, prompt, output, size", [
     ("max", 100, 28, 8192), ("max", 5000, 3000, 8192),
-    ("pow2", 100, 28, 128), ("pow2", 100, 29, 256), ("pow2", 1, 1, 2), ("pow2", 5000, 3000, 8192),
+    ("pow2", 100, 28, 132), ("pow2", 100, 32, 132), ("pow2", 100, 33, 164), ("pow2", 1, 1, 2),
+    ("pow2", 5000, 3000, 8192),
     ("oracle", 100, 28, 128), ("oracle", 100, 29, 129), ("oracle", 5000, 3000, 8000),
 ])
 def test_reservation_sizes(policy, prompt, output, size):

@@ -2,8 +2,9 @@
 
 Orca (OSDI'22 §4.3) reserves `max_tokens` slots per request so an admitted request can always
 finish; vLLM's paper (SOSP'23 §6) re-implemented it three ways, which are our policies:
-`max` (the model's maximum context), `pow2` (prompt + output rounded up to a power of two,
-capped at the maximum context) and `oracle` (prompt + true output).
+`max` (the model's maximum context), `pow2` (the prompt plus the output rounded up to a power of
+two, capped at the maximum context: over-reserving the output by at most 2×, "if the true output
+length is 25, it reserves 32 positions") and `oracle` (prompt + true output).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class ReservationMemory(MemoryManager):
         if self.policy == "max":
             return self.max_context
         if self.policy == "pow2":
-            return min(1 << (need - 1).bit_length(), self.max_context)
+            output = 1 << (request.output_tokens - 1).bit_length()
+            return min(request.prompt_tokens + output, self.max_context)
         return need
 
     def reject_reason(self, request: Request) -> str | None:

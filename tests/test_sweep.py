@@ -12,7 +12,29 @@ from batchlab.sweep import parse_config, run_sweep
 from batchlab.sweep.build import build_tasks
 from batchlab.sweep.store import PROGRESS_FILE
 
-from sweep_cases import small
+SMALL = """
+[workload]
+kind = "chat"
+requests = 50
+seed = 3
+
+[slo]
+ttft = 1.0
+tpot_ms = 50.0
+
+[grid]
+gpu = ["A100-80GB"]
+system = ["static", "orca-oracle"]
+max_bs = [16, 128]
+rate = [4, 16]
+
+[goodput]
+enabled = GOODPUT
+"""
+
+
+def small(goodput: bool = False) -> str:
+    return SMALL.replace("GOODPUT", "true" if goodput else "false")
 
 
 def config(text: str):

@@ -8,7 +8,7 @@ import pytest
 
 from batchlab.sweep import parse_config, run_sweep
 
-from sweep_cases import small
+from test_sweep import small
 
 RAY_CPUS = 2
 

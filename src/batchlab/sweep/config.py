@@ -54,10 +54,6 @@ class SweepConfig:
     source: str = "<config>"
 
     @property
-    def point_axes(self) -> list[str]:
-        return list(self.axes)
-
-    @property
     def system_axes(self) -> list[str]:
         """Every axis but the rate: the coordinates of a goodput search."""
         return [a for a in self.axes if a != "rate"]
@@ -139,7 +135,7 @@ def _axes(grid: dict, source: str, goodput: bool) -> dict[str, list]:
         for k, v in enumerate(values):
             if isinstance(v, (list, dict)):
                 raise InputError(f"{source}: [grid] field {name!r} entry {k}: must be a plain value, got {v!r}")
-            if v in values[:k] and type(v) is type(values[values.index(v)]):
+            if any(v == u and type(v) is type(u) for u in values[:k]):
                 raise InputError(f"{source}: [grid] field {name!r} entry {k}: {v!r} is listed twice")
         if name == "rate":
             for k, v in enumerate(values):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
-from batchlab.memory import ReservationMemory, UnlimitedMemory
+from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request, Status
 from batchlab.scheduler import SchedulerConfig
 from batchlab.serving.systems import PRESETS
@@ -221,7 +221,7 @@ def test_prefill_first_slows_the_running_decodes_more_than_mixed():
 
 # -- fast-forward is only faster ---------------------------------------------------------
 
-SYSTEMS = ["static", "orca-max", "orca-pow2", "orca-oracle", "sequential", "unlimited"]
+SYSTEMS = ["static", "orca-max", "orca-pow2", "orca-oracle", "sequential", "unlimited", "paged"]
 
 
 @settings(max_examples=100, deadline=None)
@@ -242,8 +242,12 @@ def test_fast_forward_gives_bit_identical_token_times(system, max_bs, prefill, c
     specs = [(float(t), p, o) for t, (_, p, o) in zip(arrival, specs)]
 
     def run(ff):
-        mem = (UnlimitedMemory() if sys.memory == "unlimited"
-               else ReservationMemory(capacity, sys.memory.removeprefix("reservation-"), MODEL.max_context))
+        if sys.memory == "paged":
+            mem = PagedMemory(capacity, block_size=16, host_capacity_tokens=capacity // 2)
+        elif sys.memory == "unlimited":
+            mem = UnlimitedMemory()
+        else:
+            mem = ReservationMemory(capacity, sys.memory.removeprefix("reservation-"), MODEL.max_context)
         rs = reqs(*specs)
         trace = engine(cfg, mem, fast_forward=ff, check_memory=True).run(rs)
         return trace

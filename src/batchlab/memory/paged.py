@@ -128,26 +128,30 @@ class PagedMemory(MemoryManager):
 
     # -- fast-forward support -------------------------------------------------------------
 
-    def _extra_blocks(self, requests: list[Request], steps: np.ndarray) -> np.ndarray:
-        """Blocks each request must add to hold `computed + s` tokens, for each s: [len(steps)]."""
+    def _room(self, requests: list[Request]) -> np.ndarray:
+        """Tokens each request can still add before it needs a new block."""
         computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
-        have = np.fromiter((len(self.tables[id(r)]) for r in requests), dtype=np.int64, count=len(requests))
-        need = -(-(computed[:, None] + steps[None, :]) // self.block_size) - have[:, None]
-        return np.maximum(need, 0).sum(axis=0)
+        blocks = np.fromiter((len(self.tables[id(r)]) for r in requests), dtype=np.int64, count=len(requests))
+        return blocks * self.block_size - computed
+
+    def _extra_blocks(self, room: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Blocks all requests together add to grow by each count in `tokens`."""
+        short = tokens[None, :] - room[:, None]                       # [requests, counts]
+        return np.maximum(-(-short // self.block_size), 0).sum(axis=0)
 
     def growth_room(self, requests: list[Request], steps: int) -> int:
-        free = len(self.free_list)
+        room, free = self._room(requests), len(self.free_list)
         lo, hi = 0, steps          # the largest k <= steps whose growth fits: bisection
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if int(self._extra_blocks(requests, np.array([mid]))[0]) <= free:
+            if int(self._extra_blocks(room, np.array([mid]))[0]) <= free:
                 lo = mid
             else:
                 hi = mid - 1
         return lo
 
     def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
-        extra = self._extra_blocks(requests, np.arange(1, steps + 1, dtype=np.int64))
+        extra = self._extra_blocks(self._room(requests), np.arange(1, steps + 1, dtype=np.int64))
         return ((self.total_blocks - len(self.free_list)) + extra).astype(np.float64) * self.block_size
 
     # -- the books ------------------------------------------------------------------------

@@ -71,6 +71,8 @@ def test_figures_are_reproducible(sim_trace, tmp_path):
     second = plots.batch_size(sim_trace, tmp_path / "b")
     for p, q in zip(first, second):
         assert p.read_bytes() == q.read_bytes(), p.name
+    svg = first[1].read_text()
+    assert "<dc:date>" not in svg and "Matplotlib v" not in svg    # no stamp of when or by what
 
 
 def test_timeline_draws_the_ascii_grid(tick_result, tmp_path):

@@ -124,3 +124,10 @@ def test_bad_from_file(tmp_path, cli, content, message):
     assert res.returncode == 2
     assert message in res.stderr and "--from" in res.stderr
     assert not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("out, message", [("page.txt", "must end in .html"),
+                                          ("missing/page.html", "does not exist")])
+def test_bad_out_exits_before_running(tmp_path, cli, out, message):
+    res = cli("report", "--out", str(tmp_path / out))
+    assert res.returncode == 2 and message in res.stderr

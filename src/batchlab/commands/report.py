@@ -40,8 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
     from batchlab.report_html import read_report, write_report
 
+    from pathlib import Path
+
     if not args.out.endswith((".html", ".htm")):
         raise InputError(f"field '--out': the page's name must end in .html, got {args.out!r}")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise InputError(f"field '--out': the directory of {args.out!r} does not exist")
     cfg = None
     if args.source:
         report = read_report(args.source)

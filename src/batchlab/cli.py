@@ -13,6 +13,9 @@ import sys
 
 from batchlab.errors import InputError
 
+DESCRIPTION = ("Understand, simulate and measure how LLM serving batches and schedules requests. "
+               "Every command has --help and --json.")
+
 # The order in which subcommands appear in `batchlab --help`.
 COMMANDS = (
     "compare",
@@ -36,7 +39,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="batchlab", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="batchlab", description=DESCRIPTION)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subparsers.required = True
     for name in COMMANDS:

@@ -86,11 +86,11 @@ PRESETS: dict[str, System] = {s.name: s for s in (
 _FIELD_TYPES = {f.name: f.type for f in fields(System)}
 
 
-def parse_system(spec: str) -> System:
+def parse_system(spec: str, field: str = "system") -> System:
     """`preset[:field=value...]` -> System; the name is the spec itself."""
     name, *overrides = spec.strip().split(":")
     if name not in PRESETS:
-        raise InputError(f"field 'systems': unknown system {name!r} (choose from {', '.join(PRESETS)}, "
+        raise InputError(f"field '{field}': unknown system {name!r} (choose from {', '.join(PRESETS)}, "
                          "optionally with :field=value overrides)")
     changes: dict[str, object] = {}
     for item in overrides:
@@ -121,7 +121,7 @@ def parse_systems(text: str) -> list[System]:
     specs = [s for s in text.split(",") if s.strip()]
     if not specs:
         raise InputError("field 'systems': no system given")
-    systems = [parse_system(s) for s in specs]
+    systems = [parse_system(s, 'systems') for s in specs]
     names = [s.name for s in systems]
     for k, n in enumerate(names):
         if n in names[:k]:

@@ -176,3 +176,17 @@ def test_cli_runs_and_resumes(tmp_path, cli):
     assert a["tables"] == b["tables"]
     check = cli("sweep", str(path), "--check", "--json")
     assert json.loads(check.stdout) == {"point": 8, "goodput": 0}
+
+
+def test_goodput_only_grid_and_keys(tmp_path):
+    spec = tmp_path / "mygpu.toml"
+    grid = (f"[grid]\ngpu = [{json.dumps(str(spec))}]\nsystem = [\"static\", \"paged\"]\n"
+            "[goodput]\nenabled = true\n")
+    spec.write_text('[gpu]\nbase = "H100-SXM"\nmbu = 0.8\n')
+    tasks = build_tasks(config(grid))
+    assert [(t.kind, t.coords["gpu"], t.coords["system"]) for t in tasks] == [
+        ("goodput", "mygpu", "static"), ("goodput", "mygpu", "paged")]
+    assert [t.key for t in build_tasks(config(grid))] == [t.key for t in tasks]
+    # the key follows the full specs: the same file name with another efficiency is a new point
+    spec.write_text('[gpu]\nbase = "H100-SXM"\nmbu = 0.7\n')
+    assert not {t.key for t in build_tasks(config(grid))} & {t.key for t in tasks}

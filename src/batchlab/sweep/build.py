@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from batchlab.errors import InputError
 from batchlab.sweep.config import MS_PER_S, SweepConfig
@@ -28,8 +28,11 @@ class Task:
     args: tuple
 
 
-def task_key(kind: str, coords: dict, fingerprint: dict) -> str:
-    blob = json.dumps({"kind": kind, "coords": coords, "settings": fingerprint}, sort_keys=True)
+def task_key(kind: str, coords: dict, fingerprint: dict, specs: dict) -> str:
+    """Hash of everything the result depends on: the coordinates, the sweep's settings and the
+    full model, GPU and System specs (a spec file edited between runs is a new point)."""
+    blob = json.dumps({"kind": kind, "coords": coords, "settings": fingerprint, "specs": specs},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:KEY_CHARS]
 
 
@@ -72,7 +75,8 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
             _build(cfg, coords, system.memory_manager, setting.model, setting.gpu)
             shown = {**coords, **{a: getattr(system, a) for a in cfg.system_axes[3:]}}
             shown.update(model=setting.model.name, gpu=setting.gpu.name)
-            systems[spec] = (system, setting, shown)
+            specs = {"model": asdict(setting.model), "gpu": asdict(setting.gpu), "system": asdict(system)}
+            systems[spec] = (system, setting, shown, specs)
         return systems[spec]
 
     from batchlab.serving.experiments import point
@@ -80,13 +84,13 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
 
     tasks: list[Task] = []
     for i, coords in enumerate(cfg.searches()):
-        system, setting, shown = system_at(coords)
-        tasks.append(Task("goodput", i, shown, task_key("goodput", shown, fingerprint), goodput_row,
+        system, setting, shown, specs = system_at(coords)
+        tasks.append(Task("goodput", i, shown, task_key("goodput", shown, fingerprint, specs), goodput_row,
                           (setting, system, target, cfg.goodput["fleet_rate"])))
     for i, coords in enumerate(cfg.points()):
-        system, setting, shown = system_at(coords)
+        system, setting, shown, specs = system_at(coords)
         shown = {**shown, "rate": coords["rate"]}
-        tasks.append(Task("point", i, shown, task_key("point", shown, fingerprint), point,
+        tasks.append(Task("point", i, shown, task_key("point", shown, fingerprint, specs), point,
                           (setting, system, coords["rate"])))
     return tasks
 

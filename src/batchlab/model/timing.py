@@ -119,19 +119,27 @@ class DecodeTiming:
         return self.one_by_one_s / self.batched_s
 
 
+def _steady_time(fn: Callable[[], object], rewind: Callable[[], object]) -> float:
+    """Seconds of one `fn()` that follows an untimed `fn()`, as a step follows a step in a
+    serving loop (caches then hold what the previous step left, not what a probe left)."""
+    rewind()
+    fn()
+    return median_time(fn, 1, rewind)
+
+
 def time_decode(bench: DecodeBench, batch: int, repeats: int) -> DecodeTiming:
     """Medians of `repeats` runs of each forward, alternated so both see the same machine load."""
     works = bench.subset(batch)
     bench.rewind()
-    counter = forward_batch(bench.model, works, bench.cache).counter  # warm-up, and the counts
+    counter = forward_batch(bench.model, works, bench.cache).counter
     bench.rewind()
     alone = forward_one_by_one(bench.model, works, bench.cache).counter
     batched, one = [], []
     for _ in range(repeats):
-        batched.append(median_time(lambda: forward_batch(bench.model, works, bench.cache), 1,
-                                   bench.rewind))
-        one.append(median_time(lambda: forward_one_by_one(bench.model, works, bench.cache), 1,
-                               bench.rewind))
+        batched.append(_steady_time(lambda: forward_batch(bench.model, works, bench.cache),
+                                    bench.rewind))
+        one.append(_steady_time(lambda: forward_one_by_one(bench.model, works, bench.cache),
+                                bench.rewind))
     return DecodeTiming(batch, float(np.median(batched)), float(np.median(one)), counter, alone)
 
 
@@ -144,7 +152,7 @@ def roofline_ratios(bench: DecodeBench, batch: int, probe: CeilingProbe, repeats
     ratios, ceilings = [], []
     for _ in range(repeats):
         ceil = probe.sample()
-        t = median_time(lambda: forward_batch(bench.model, works, bench.cache), 1, bench.rewind)
+        t = _steady_time(lambda: forward_batch(bench.model, works, bench.cache), bench.rewind)
         ratios.append(t / ceil.roofline_s(counter.flops, counter.bytes))
         ceilings.append(ceil)
     return ratios, ceilings

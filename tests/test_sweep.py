@@ -190,3 +190,11 @@ def test_goodput_only_grid_and_keys(tmp_path):
     # the key follows the full specs: the same file name with another efficiency is a new point
     spec.write_text('[gpu]\nbase = "H100-SXM"\nmbu = 0.7\n')
     assert not {t.key for t in build_tasks(config(grid))} & {t.key for t in tasks}
+
+
+def test_ray_backend_without_ray_installed(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)      # `import ray` now fails as if not installed
+    with pytest.raises(InputError, match=r"batchlab\[ray\]"):
+        run_sweep(config(small()), tmp_path, backend="ray", jobs=2)
+    assert list(tmp_path.iterdir()) == []               # refused before anything was written

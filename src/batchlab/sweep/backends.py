@@ -47,10 +47,8 @@ def _call(fn: Callable, args: tuple):
 
 def run_ray(work: Work, jobs: int, on_result: OnResult) -> None:
     """On the Ray cluster already initialised in this process, else on a local one of `jobs` CPUs."""
-    try:
-        import ray
-    except ImportError:
-        raise InputError(f"field '--backend': ray is not installed ({RAY_EXTRA})") from None
+    import ray
+
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -70,6 +68,12 @@ RUNNERS = {"serial": run_serial, "pool": run_pool, "ray": run_ray}
 
 
 def runner(name: str) -> Callable[[Work, int, OnResult], None]:
+    """The backend's run function; checked before anything runs (Ray: that it is installed)."""
     if name not in RUNNERS:
         raise InputError(f"field '--backend': unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+    if name == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise InputError(f"field '--backend': ray is not installed ({RAY_EXTRA})") from None
     return RUNNERS[name]

@@ -50,3 +50,12 @@ def test_timing_rows(report):
 def test_bad_flags_exit_2(flags, capsys):
     assert main(["mini", *flags]) == 2
     assert "error: field '--" in capsys.readouterr().err
+
+
+def test_same_seed_same_report_without_timing(capsys):
+    outs = []
+    for _ in range(2):
+        assert main(["mini", "--json", "--max-batch", "0", "--seed", "3"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+    assert json.loads(outs[0])["timing"] is None

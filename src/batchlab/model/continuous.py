@@ -61,7 +61,7 @@ def continuous_generate(model: MiniModel, requests: list[Request],
     executor = NumpyExecutor(model, prompts, clock=clock, memory=memory)
     engine = Engine(config, executor, memory, max_context=model.config.max_context,
                     record_rounds=True, check_memory=True,
-                    time_unit="s" if clock != "unit" else "step")
+                    time_unit="s" if clock != "unit" else "tick")
     trace = engine.run(requests)
     outputs = {r.id: list(executor.outputs.get(r.id, [])) for r in requests}
     return Generation(outputs, trace, engine.rounds, executor)

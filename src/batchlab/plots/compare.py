@@ -20,12 +20,18 @@ def plot_report(report: dict, directory: str | Path) -> list[Path]:
 
 
 def representative(report: dict) -> tuple[int, float]:
-    """(system index, rate) of one run worth drawing: the first system at the highest rate whose
-    SLO attainment still meets the target (its busiest healthy load), else at its lowest rate."""
+    """(system index, rate) of one run worth drawing: the highest rate at which some system still
+    meets the SLO target (the first such system), else the first system at its lowest rate."""
     target = report["config"]["slo_target"]
-    rows = sorted(report["systems"][0]["rates"], key=lambda r: r["rate"])
-    healthy = [r["rate"] for r in rows if r["slo_attainment"] is not None and r["slo_attainment"] >= target]
-    return 0, (healthy[-1] if healthy else rows[0]["rate"])
+    best: tuple[int, float] | None = None
+    for k, sys in enumerate(report["systems"]):
+        for row in sys["rates"]:
+            ok = row["slo_attainment"] is not None and row["slo_attainment"] >= target
+            if ok and (best is None or row["rate"] > best[1]):
+                best = (k, row["rate"])
+    if best is None:
+        return 0, min(r["rate"] for r in report["systems"][0]["rates"])
+    return best
 
 
 def plot_compare(report: dict, cfg, directory: str | Path) -> list[Path]:

@@ -37,7 +37,9 @@ def _log_if_wide(ax, axis: str, values: np.ndarray) -> None:
 
 def rate_curves(series: Sequence[dict], directory: str | Path, stem: str = "rate_curves",
                 slo: dict | None = None, title: str = "") -> list[Path]:
-    """TTFT (p50 dashed, p99 solid) and mean TPOT against rate; `slo` as {"ttft": s, "tpot": s}."""
+    """TTFT (p99 solid, p50 dashed) and mean TPOT against rate; `slo` as {"ttft": s, "tpot": s}.
+
+    One legend of the systems below both panels; the SLO bounds are the dotted black lines."""
     plt = pyplot()
     fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=SIZE_IN, layout="constrained")
     all_rates, all_ttft, all_tpot = [], [], []
@@ -47,27 +49,30 @@ def rate_curves(series: Sequence[dict], directory: str | Path, stem: str = "rate
         color = COLORS[k % len(COLORS)]
         p99, p50 = _values(rows, "ttft_p99"), _values(rows, "ttft_p50")
         tpot = _values(rows, "tpot_mean", MS)
-        ax_ttft.plot(rate, p99, marker="o", color=color, label=f"{entry['name']} p99")
-        ax_ttft.plot(rate, p50, marker=".", linestyle="--", color=color, alpha=0.7, label=f"{entry['name']} p50")
-        ax_tpot.plot(rate, tpot, marker="o", color=color, label=entry["name"])
+        ax_ttft.plot(rate, p99, marker="o", color=color, label=entry["name"])
+        ax_ttft.plot(rate, p50, marker=".", linestyle="--", color=color, alpha=0.7)
+        ax_tpot.plot(rate, tpot, marker="o", color=color)
         all_rates.append(rate), all_ttft.extend([p50, p99]), all_tpot.append(tpot)
     slo = slo or {}
+    titles = ["time to first token: p99 solid, p50 dashed", "time per output token: mean"]
     if slo.get("ttft") is not None:
-        ax_ttft.axhline(slo["ttft"], color="black", linestyle=":", linewidth=1.2, label=f"SLO {slo['ttft']:g} s")
+        ax_ttft.axhline(slo["ttft"], color="black", linestyle=":", linewidth=1.2)
         all_ttft.append(np.array([slo["ttft"]]))
+        titles[0] += f"; SLO {slo['ttft']:g} s"
     if slo.get("tpot") is not None:
-        ax_tpot.axhline(slo["tpot"] * MS, color="black", linestyle=":", linewidth=1.2,
-                        label=f"SLO {slo['tpot'] * MS:g} ms")
+        ax_tpot.axhline(slo["tpot"] * MS, color="black", linestyle=":", linewidth=1.2)
         all_tpot.append(np.array([slo["tpot"] * MS]))
+        titles[1] += f"; SLO {slo['tpot'] * MS:g} ms"
     rates = np.concatenate(all_rates) if all_rates else np.array([])
-    for ax, ys, label in ((ax_ttft, all_ttft, "TTFT (s)"), (ax_tpot, all_tpot, "mean TPOT (ms)")):
+    for ax, ys, label, head in ((ax_ttft, all_ttft, "TTFT (s)", titles[0]),
+                                (ax_tpot, all_tpot, "mean TPOT (ms)", titles[1])):
         _log_if_wide(ax, "x", rates)
         _log_if_wide(ax, "y", np.concatenate(ys) if ys else np.array([]))
         ax.set_xlabel("arrival rate (req/s)")
         ax.set_ylabel(label)
-        ax.legend(fontsize="x-small", loc="best")
-    ax_ttft.set_title("time to first token", fontsize="medium")
-    ax_tpot.set_title("time per output token", fontsize="medium")
+        ax.set_title(head, fontsize="medium")
+    if series:
+        fig.legend(loc="outside lower center", ncols=min(len(series), len(COLORS)), fontsize="small")
     fig.suptitle(title or "latency against load")
     return save(fig, directory, stem)
 

@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     options.add_hardware(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    options.add_jobs(p)
     p.add_argument("--plot", metavar="DIR",
                    help="write figures (rate curves, goodput, one representative run) into DIR")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -58,20 +58,12 @@ def build_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from batchlab.display import console as make_console
-    from rich.progress import Progress
-
-    from batchlab.errors import InputError
     from batchlab.serving.compare import compare
-    from batchlab.serving.experiments import default_jobs
 
     cfg = build_config(args)
-    jobs = args.jobs if args.jobs is not None else default_jobs()
-    if jobs < 1:
-        raise InputError(f"field '--jobs': must be >= 1, got {jobs}")
-    err = make_console(stderr=True)
-    with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("simulating", total=len(cfg.tasks()))
-        report = compare(cfg, jobs, on_done=lambda: progress.advance(task))
+    jobs = options.jobs(args)
+    with options.progress(len(cfg.tasks())) as advance:
+        report = compare(cfg, jobs, on_done=advance)
     if args.plot:
         from batchlab.plots import plot_compare
         plot_compare(report, cfg, args.plot)

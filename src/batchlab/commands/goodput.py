@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     p.add_argument("--start", type=float, default=1.0, help="first rate probed, req/s (default: %(default)s)")
     p.add_argument("--fleet-rate", type=float, default=100.0,
                    help="report the GPUs needed to serve this many req/s (default: %(default)s)")
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    options.add_jobs(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=run)
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from batchlab.errors import InputError
-    from batchlab.serving.experiments import Setting, default_jobs, goodput, run_tasks
+    from batchlab.serving.experiments import Setting, goodput, run_tasks
     from batchlab.serving.systems import parse_systems
 
     systems = parse_systems(args.systems)
@@ -40,9 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.tolerance > 0:
         raise InputError(f"field '--tolerance': must be > 0, got {args.tolerance}")
     setting = Setting(options.workload(args), model, gpu, slo, args.context_mode, args.seed)
-    jobs = args.jobs or default_jobs()
-    if jobs < 1:
-        raise InputError(f"field '--jobs': must be >= 1, got {jobs}")
+    jobs = options.jobs(args)
     searches = run_tasks([(goodput, (setting, sys, args.slo_target, args.tolerance, args.start))
                           for sys in systems], min(jobs, len(systems)))
     out = {"systems": [{"name": sys.name, "goodput": s.goodput,

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     g = p.add_argument_group("SLO (default: each experiment's own)")
     g.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT bound in seconds")
     g.add_argument("--slo-tpot", type=float, metavar="MS", help="TPOT bound in milliseconds")
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    options.add_jobs(p)
     p.add_argument("--plot", metavar="DIR", help="write each experiment's rate curves (PNG and SVG) into DIR")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
@@ -71,21 +71,14 @@ def build_plan(args: argparse.Namespace) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.progress import Progress
-
     from batchlab.display import console as make_console
-    from batchlab.errors import InputError
-    from batchlab.serving.experiments import default_jobs
     from batchlab.serving.knobs import run_knobs, tasks
 
     plan = build_plan(args)
-    jobs = args.jobs if args.jobs is not None else default_jobs()
-    if jobs < 1:
-        raise InputError(f"field '--jobs': must be >= 1, got {jobs}")
+    jobs = options.jobs(args)
+    with options.progress(len(tasks(plan))) as advance:
+        report = run_knobs(plan, jobs, on_done=advance)
     err = make_console(stderr=True)
-    with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("simulating", total=len(tasks(plan)))
-        report = run_knobs(plan, jobs, on_done=lambda: progress.advance(task))
     if args.plot:
         from batchlab.plots import rate_curves
         for exp in report["experiments"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 MS_PER_S = 1e3
 DEFAULT_SYSTEMS = "static,orca-max,orca-oracle,sequential"
@@ -116,3 +117,29 @@ def add_common_system(p: argparse.ArgumentParser, default: str) -> None:
                         "orca-oracle, sequential, unlimited, paged, chunked) with optional "
                         ":field=value overrides, e.g. orca-oracle:max_bs=64:order=sjf "
                         "(default: %(default)s)")
+
+
+def add_jobs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+
+
+def jobs(args: argparse.Namespace) -> int:
+    from batchlab.errors import InputError
+    from batchlab.serving.experiments import default_jobs
+
+    n = args.jobs if args.jobs is not None else default_jobs()
+    if n < 1:
+        raise InputError(f"field '--jobs': must be >= 1, got {n}")
+    return n
+
+
+@contextlib.contextmanager
+def progress(total: int, label: str = "simulating"):
+    """A progress bar on stderr (so --json output stays clean); yields the advance callback."""
+    from rich.progress import Progress
+
+    from batchlab.display import console
+
+    with Progress(console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)

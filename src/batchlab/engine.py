@@ -209,7 +209,8 @@ class Engine:
         """Run decode steps until the first finish, or until an arrival could be admitted."""
         sched, memory = self.scheduler, self.memory
         running = sched.running
-        durations = self.executor.decode_run([r.computed for r in running], steps)
+        computed = [r.computed for r in running]
+        durations = self.executor.decode_run(computed, steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
         if self.next_arrival < len(self.pending) and sched.can_admit_more() and not sched.waiting:
             # an arrival could join at the first step boundary at or after it
@@ -218,10 +219,10 @@ class Engine:
             durations, ends = durations[:steps], ends[:steps]
         batch = len(running)
         held = memory.decode_run_held(running, steps)
-        stored = sum(r.computed for r in running)
-        self.steps.add_run(np.concatenate(([t], ends[:-1])), durations, batch, held, stored)
-        for r in running:
-            memory.grow(r, steps)
+        self.steps.add_run(np.concatenate(([t], ends[:-1])), durations, batch, held, sum(computed))
+        if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
+            for r in running:
+                memory.grow(r, steps)
         times = ends.tolist()
         finished = False
         for r in running:

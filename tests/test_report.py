@@ -9,7 +9,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import run_cli
@@ -50,8 +49,8 @@ def load(chromium, page: Path, tmp_path: Path) -> tuple[list[str], Path]:
 
 def distinct_colours(png: Path) -> int:
     import matplotlib.image as mpimg
-    img = mpimg.imread(png)
-    return len(np.unique(img.reshape(-1, img.shape[-1]), axis=0))
+    from test_plots import count_colours
+    return count_colours(mpimg.imread(png))
 
 
 @pytest.fixture(scope="module")

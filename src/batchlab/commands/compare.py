@@ -15,6 +15,15 @@ def register(subparsers) -> None:
                     "oracle) vs sequential serving: the table of latency and throughput per "
                     "arrival rate, each system's goodput and the GPUs it takes to serve a fleet "
                     "rate, and overall vs steady throughput under overload.")
+    add_comparison(p)
+    p.add_argument("--plot", metavar="DIR",
+                   help="write figures (rate curves, goodput, one representative run) into DIR")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(run=run)
+
+
+def add_comparison(p: argparse.ArgumentParser) -> None:
+    """The options of a comparison, shared with `batchlab report`."""
     options.add_common_system(p, options.DEFAULT_SYSTEMS)
     p.add_argument("--rates", default="1,4,16,32,64", metavar="LIST",
                    help="comma-separated arrival rates in req/s (default: %(default)s)")
@@ -27,10 +36,16 @@ def register(subparsers) -> None:
     options.add_workload(p, rate=False)
     options.add_slo(p)
     options.add_jobs(p)
-    p.add_argument("--plot", metavar="DIR",
-                   help="write figures (rate curves, goodput, one representative run) into DIR")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(run=run)
+
+
+def run_comparison(args: argparse.Namespace):
+    """The comparison the options describe, with a progress bar: (report, config)."""
+    from batchlab.serving.compare import compare
+
+    cfg = build_config(args)
+    jobs = options.jobs(args)
+    with options.progress(len(cfg.tasks())) as advance:
+        return compare(cfg, jobs, on_done=advance), cfg
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -58,12 +73,8 @@ def build_config(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from batchlab.display import console as make_console
-    from batchlab.serving.compare import compare
 
-    cfg = build_config(args)
-    jobs = options.jobs(args)
-    with options.progress(len(cfg.tasks())) as advance:
-        report = compare(cfg, jobs, on_done=advance)
+    report, cfg = run_comparison(args)
     if args.plot:
         from batchlab.plots import plot_compare
         plot_compare(report, cfg, args.plot)

@@ -31,3 +31,16 @@ def test_ray_and_pool_give_identical_tables(ray_cluster, tmp_path):
     assert by_ray.tables == by_pool.tables
     for name in ("points.csv", "goodput.csv", "points.parquet", "goodput.parquet"):
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "pool" / name).read_bytes(), name
+
+
+def test_sweep_command_with_the_ray_backend(ray_cluster, tmp_path, capsys):
+    from batchlab.cli import main
+
+    config = tmp_path / "grid.toml"
+    config.write_text(small())
+    for backend in ("ray", "pool"):
+        assert main(["sweep", str(config), "--out", str(tmp_path / backend), "--backend", backend,
+                     "--jobs", str(RAY_CPUS)]) == 0
+    capsys.readouterr()
+    for name in ("points.csv", "points.parquet"):
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "pool" / name).read_bytes(), name

@@ -18,7 +18,7 @@ from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.unlimited import UnlimitedMemory
-from batchlab.request import Phase, Request, Status
+from batchlab.request import Request, Status
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler

@@ -58,6 +58,8 @@ def compute(args) -> dict:
 def _tables(out: dict) -> list:
     from rich.table import Table
 
+    from batchlab.clipper.experiments import LLM_GPU, LLM_MODEL
+
     slo = f"{out['slo_ms']:g} ms"
     profiles = Table(title=f"Latency profiles a + b·B and the largest batch under {slo} (§2.2)")
     for name in ("model", "a (ms)", "b (ms)", "B_max", "latency at B_max (ms)",
@@ -100,8 +102,8 @@ def _tables(out: dict) -> list:
                         f"{r['mean_batch']:.2f}", f"{r['mean_latency_ms']:.2f}",
                         f"{r['p99_latency_ms']:.2f}")
 
-    llm = Table(title=f"Llama-3-8B decode on the paper GPU (H100-SXM) as a + b·B (§2.6)")
-    for name in ("context", "a (ms)", "b (ms/seq)", "B=1 step (ms)", f"B_max fitted",
+    llm = Table(title=f"{LLM_MODEL} decode on the paper GPU ({LLM_GPU}) as a + b·B (§2.6)")
+    for name in ("context", "a (ms)", "b (ms/seq)", "B=1 step (ms)", "B_max fitted",
                  "B_max exact", "worst fit error"):
         llm.add_column(name, justify="right")
     for r in out["llm"]:

@@ -47,8 +47,12 @@ class System:
             raise InputError(f"system {self.name!r}: field 'watermark': must be in [0, 1), got {self.watermark}")
         if not self.predict_sigma >= 0:
             raise InputError(f"system {self.name!r}: field 'predict_sigma': must be >= 0, got {self.predict_sigma}")
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
-            raise InputError(f"system {self.name!r}: field 'block_size': must be an integer >= 1, got {self.block_size!r}")
+        for field in ("block_size", "max_bs"):
+            value = getattr(self, field)
+            if field == "max_bs" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"system {self.name!r}: field '{field}': must be an integer >= 1, got {value!r}")
         try:
             self.scheduler_config()
         except InputError as exc:

@@ -82,6 +82,8 @@ def test_recompute_is_charged_in_tokens_and_keeps_ttft():
     # recomputed = the prompt and the outputs already fed back, all discarded at preemption
     assert trace.work["recomputed"] == victim.prompt_tokens + emitted_before - 1
     assert victim.token_times[0] == first_ttft[1]        # TTFT keeps its first value
+    readmitted = next(r for r in trace.rounds if r.t > pre.t and "r1" in r.admitted)
+    assert trace.evictions == {"r1": [(pre.t, readmitted.t)]}
     assert len(victim.token_times) == victim.output_tokens
     assert trace.work["prefill"] == 16 and trace.work["decode"] == 38
 

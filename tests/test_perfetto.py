@@ -46,7 +46,7 @@ def check_events(doc: dict, n_requests: int) -> None:
             end = e["ts"] + e["dur"]
             assert not stack or end <= stack[-1] + NS, f"track {key}: {e} overlaps its parent"
             stack.append(end)
-        names = [e["name"] for e in slices]
+        names = [e["name"] for e in slices if e["name"] != "preempted"]
         assert names == [n for n in ("waiting", "prefill", "decode") if n in names]
 
 
@@ -59,6 +59,11 @@ def test_export_is_valid_trace_events(run, tmp_path, cli):
     held = np.array([e["args"]["held"] for e in counters if e["name"] == "KV tokens"])
     np.testing.assert_array_equal(held, run.trace.steps["held"])
     assert run.trace.preemptions.sum() > 0    # the case exercises preempted requests
+    preempted = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["name"] == "preempted":
+            preempted[e["tid"] - 1] += 1
+    assert dict(preempted) == {i: int(n) for i, n in enumerate(run.trace.preemptions) if n}
 
 
 def test_slices_match_the_run(run):

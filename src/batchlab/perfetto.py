@@ -3,7 +3,8 @@
 Format: the Trace Event Format (Google, "Trace Event Format" document): a JSON object with a
 `traceEvents` list. The run is one process; each request is a thread (track) holding up to three
 complete ("X") slices, waiting [arrival, admitted), prefill [admitted, first token) and decode
-[first token, last token], a phase of no length left out; counter ("C") events on the process draw the batch size and the KV
+[first token, last token], a phase of no length left out, and a "preempted" slice nested in
+them for each stretch a preemption kept the request out of the running set; counter ("C") events on the process draw the batch size and the KV
 tokens held and stored per step. Timestamps are microseconds, rounded to nanoseconds so the
 slices of one track meet exactly.
 """
@@ -59,6 +60,11 @@ def trace_events(trace: Trace, name: str = "batchlab run") -> dict:
                 continue
             events.append({"name": phase, "cat": "request", "ph": "X", "ts": ts,
                            "dur": round(te - ts, NS_DIGITS), "pid": PID, "tid": tid, "args": args})
+        for start, end in trace.evictions.get(rid, ()):
+            ts, te = _us(start, scale), _us(end, scale)
+            if te > ts:
+                events.append({"name": "preempted", "cat": "request", "ph": "X", "ts": ts,
+                               "dur": round(te - ts, NS_DIGITS), "pid": PID, "tid": tid, "args": args})
     steps = trace.steps
     starts = [_us(t, scale) for t in steps["start"]]
     for ts, batch in zip(starts, steps["batch"].tolist()):

@@ -44,6 +44,7 @@ class Request:
     emitted: int = 0         # output tokens produced so far
     admitted_at: float | None = None     # first admission
     preemptions: int = 0
+    evictions: list[list[float]] = field(default_factory=list)  # [preempted at, re-admitted at]
     swapped: bool = False    # KV sits in host memory (swap preemption)
     reject_reason: str | None = None
     token_times: list[float] = field(default_factory=list)

@@ -81,6 +81,7 @@ class Trace:
     reject_reasons: dict[str, str]
     preemptions: np.ndarray      # int64 [n]
     admitted_at: np.ndarray      # float64 [n], NaN if never admitted
+    evictions: dict[str, list[tuple[float, float]]]  # preempted requests: (evicted, re-admitted)
     steps: dict[str, np.ndarray]
     rounds: list[RoundRecord]
     kv_capacity: int | None
@@ -106,6 +107,7 @@ class Trace:
             reject_reasons={r.id: r.reject_reason for r in ordered if r.status is Status.REJECTED},
             preemptions=np.array([r.preemptions for r in ordered], dtype=np.int64),
             admitted_at=np.array([np.nan if r.admitted_at is None else r.admitted_at for r in ordered]),
+            evictions={r.id: [tuple(e) for e in r.evictions] for r in ordered if r.evictions},
             steps=steps.arrays(),
             rounds=rounds,
             kv_capacity=kv_capacity,

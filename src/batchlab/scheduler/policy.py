@@ -34,7 +34,7 @@ class Scheduler:
         plan = StepPlan()
         self._admit(plan, now)
         self._select_work(plan)
-        self._reserve_growth(plan)
+        self._reserve_growth(plan, now)
         return plan
 
     def can_admit_more(self) -> bool:
@@ -57,6 +57,8 @@ class Scheduler:
             head.status = Status.RUNNING
             if head.admitted_at is None:
                 head.admitted_at = now
+            elif head.evictions:
+                head.evictions[-1][1] = now
             if swapped_tokens:
                 head.swapped = False
                 plan.swap_in_tokens += swapped_tokens
@@ -87,7 +89,7 @@ class Scheduler:
             plan.prefills.append(PlanItem(r, n, r.computed, Phase.PREFILL, n == remaining))
             budget -= n
 
-    def _reserve_growth(self, plan: StepPlan) -> None:
+    def _reserve_growth(self, plan: StepPlan, now: float) -> None:
         if not self.memory.may_refuse_growth:
             return
         if self.memory.grow_each(plan.decodes):  # the common case: every decode fits
@@ -99,7 +101,7 @@ class Scheduler:
                 continue  # preempted earlier in this loop to make room for another request
             while not self.memory.grow(r, n_new):
                 victim = self._victim()
-                self._preempt(victim, plan)
+                self._preempt(victim, plan, now)
                 if victim is r:
                     break
         plan.decodes = [r for r in plan.decodes if r.status is Status.RUNNING]
@@ -112,9 +114,10 @@ class Scheduler:
             return self.running[-1]
         return max(self.running, key=Request.order_key)
 
-    def _preempt(self, victim: Request, plan: StepPlan) -> None:
+    def _preempt(self, victim: Request, plan: StepPlan, now: float) -> None:
         self.running.remove(victim)
         victim.preemptions += 1
+        victim.evictions.append([now, now])   # the end is set when it is admitted again
         victim.status = Status.PREEMPTED
         swap_out = getattr(self.memory, "swap_out", None)
         if self.config.preempt == "swap" and swap_out is not None and swap_out(victim):

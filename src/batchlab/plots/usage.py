@@ -6,10 +6,12 @@ per-step arrays (`steps["start"]`, `duration`, `held`, `stored`, `batch`).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
+from batchlab.metrics import time_weighted_mean
 from batchlab.plots.figure import COLORS, pyplot, save, time_label
 from batchlab.trace import Trace
 
@@ -52,9 +54,8 @@ def batch_size(trace: Trace, directory: str | Path, stem: str = "batch_size", ti
     fig, ax = plt.subplots(figsize=SIZE_IN, layout="constrained")
     x, y = _steps_xy(trace, "batch")
     ax.plot(x, y, linewidth=1, label="sequences in the step")
-    dt = trace.steps["duration"]
-    if dt.sum() > 0:
-        mean = float((trace.steps["batch"] * dt).sum() / dt.sum())
+    mean = time_weighted_mean(trace.steps["duration"], trace.steps["batch"])
+    if not math.isnan(mean):
         ax.axhline(mean, color=COLORS[3], linestyle="--", linewidth=1, label=f"time-weighted mean {mean:.1f}")
     ax.set_xlabel(time_label(trace.time_unit))
     ax.set_ylabel("batch size")

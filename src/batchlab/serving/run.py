@@ -9,7 +9,7 @@ import numpy as np
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import GPUSpec, ModelSpec
-from batchlab.metrics import SLO, RunMetrics, compute_metrics
+from batchlab.metrics import SLO, RunMetrics, compute_metrics, time_weighted_mean
 from batchlab.request import Request
 from batchlab.serving.systems import System
 from batchlab.trace import Trace
@@ -78,7 +78,7 @@ def usage_figures(trace: Trace) -> dict[str, float | int | None]:
     steps = trace.steps
     dt = steps["duration"]
     busy = float(dt.sum())
-    mean_batch = float((steps["batch"] * dt).sum() / busy) if busy > 0 else 0.0
+    mean_batch = time_weighted_mean(dt, steps["batch"]) if busy > 0 else 0.0
     out: dict[str, float | int | None] = {
         "mean_batch": mean_batch,
         "max_batch": int(steps["batch"].max()) if len(dt) else 0,

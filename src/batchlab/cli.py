@@ -22,6 +22,7 @@ COMMANDS = (
     "simulate",
     "goodput",
     "tick",
+    "workload",
     "cost",
     "clipper",
     "mini",

@@ -132,23 +132,19 @@ def load_gpu(path: str | Path) -> GPUSpec:
 
 def resolve_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A preset by name (any case), a spec file by path, or a ModelSpec as it is."""
-    if isinstance(name_or_path, ModelSpec):
-        return name_or_path
-    if isinstance(name_or_path, Path) or (isinstance(name_or_path, str)
-                                          and name_or_path.casefold() not in
-                                          {k.casefold() for k in MODEL_PRESETS}
-                                          and _looks_like_path(name_or_path)):
-        return load_model(name_or_path)
-    return model_preset(name_or_path)
+    return _resolve(name_or_path, ModelSpec, MODEL_PRESETS, load_model, model_preset)
 
 
 def resolve_gpu(name_or_path: str | Path | GPUSpec) -> GPUSpec:
     """A preset by name (any case), a spec file by path, or a GPUSpec as it is."""
-    if isinstance(name_or_path, GPUSpec):
-        return name_or_path
-    if isinstance(name_or_path, Path) or (isinstance(name_or_path, str)
-                                          and name_or_path.casefold() not in
-                                          {k.casefold() for k in GPU_PRESETS}
-                                          and _looks_like_path(name_or_path)):
-        return load_gpu(name_or_path)
-    return gpu_preset(name_or_path)
+    return _resolve(name_or_path, GPUSpec, GPU_PRESETS, load_gpu, gpu_preset)
+
+
+def _resolve(value, spec_type, presets, load, preset):
+    if isinstance(value, spec_type):
+        return value
+    if isinstance(value, Path) or (isinstance(value, str)
+                                   and value.casefold() not in {k.casefold() for k in presets}
+                                   and _looks_like_path(value)):
+        return load(value)
+    return preset(value)

@@ -6,14 +6,13 @@ result is reduced to plain figures in the worker, so only small dicts cross proc
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
 from batchlab.hardware import GPUSpec, ModelSpec
-from batchlab.metrics import SLO, GoodputResult, find_goodput
+from batchlab.metrics import SLO, GoodputResult, find_goodput, none_if_nan
 from batchlab.serving.run import simulate
 from batchlab.serving.systems import System
 from batchlab.workload import Workload
@@ -33,17 +32,25 @@ class Setting:
     seed: int = 0
 
 
+def _run(setting: Setting, system: System, rate: float):
+    return simulate(setting.workload.with_rate(rate), system, setting.model, setting.gpu,
+                    slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
+
+
+FIGURES = {"ttft": ("p50", "p99", "max"), "tpot": ("mean", "p99"), "itl": ("p99", "max"), "e2e": ("p50",)}
+
+
 def point(setting: Setting, system: System, rate: float) -> dict:
     """One run at `rate` req/s, reduced to the figures a table shows."""
-    res = simulate(setting.workload.with_rate(rate), system, setting.model, setting.gpu,
-                   slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
+    res = _run(setting, system, rate)
     m = res.metrics
+    row: dict = {"rate": rate}
+    for latency, stats in FIGURES.items():
+        for stat in stats:
+            row[f"{latency}_{stat}"] = none_if_nan(getattr(getattr(m, latency), stat))
     return {
-        "rate": rate,
-        "ttft_p50": _f(m.ttft.p50), "ttft_p99": _f(m.ttft.p99), "ttft_max": _f(m.ttft.max),
-        "tpot_mean": _f(m.tpot.mean), "tpot_p99": _f(m.tpot.p99),
-        "itl_p99": _f(m.itl.p99), "itl_max": _f(m.itl.max), "e2e_p50": _f(m.e2e.p50),
-        "throughput": _f(m.throughput), "steady_throughput": _f(m.steady_throughput),
+        **row,
+        "throughput": none_if_nan(m.throughput), "steady_throughput": none_if_nan(m.steady_throughput),
         "slo_attainment": m.slo_attainment, "served": m.served, "rejected": m.rejected,
         **res.usage,
     }
@@ -52,15 +59,8 @@ def point(setting: Setting, system: System, rate: float) -> dict:
 def goodput(setting: Setting, system: System, target: float = 0.9,
             rel_tol: float = GOODPUT_REL_TOL, start: float = 1.0) -> GoodputResult:
     """The largest rate whose SLO attainment stays >= target, the same requests at every probe."""
-    def attainment(rate: float) -> float:
-        res = simulate(setting.workload.with_rate(rate), system, setting.model, setting.gpu,
-                       slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
-        return float(res.metrics.slo_attainment)
-    return find_goodput(attainment, target=target, start=start, rel_tol=rel_tol)
-
-
-def _f(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+    return find_goodput(lambda rate: float(_run(setting, system, rate).metrics.slo_attainment),
+                        target=target, start=start, rel_tol=rel_tol)
 
 
 def default_jobs() -> int:

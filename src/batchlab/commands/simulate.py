@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.metrics import requests_csv, requests_json
+    from batchlab.metrics import write_requests
     from batchlab.serving.run import simulate
     from batchlab.serving.systems import parse_system
 
@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed)
     data = result.to_dict(per_request=bool(args.csv or args.requests_json))
     rows = data.pop("per_request", None)
-    for path, render in ((args.csv, requests_csv), (args.requests_json, requests_json)):
+    for path, fmt in ((args.csv, "csv"), (args.requests_json, "json")):
         if path:
-            _write(path, render(rows))
+            write_requests(path, rows, fmt)
     if args.plot:
         from batchlab.plots import plot_run
         plot_run(result.trace, args.plot, slo=slo, title=system.name)
@@ -53,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     from batchlab.display import console as make_console
-
     from batchlab.display.serving_tables import run_summary_table, run_table
     console = make_console()
     title = (f"{system.name}: {len(workload)} {workload.name} requests at {workload.mean_rate:g} req/s, "
@@ -64,11 +63,3 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[dim]workload: {note}[/dim]")
     return 0
 
-
-def _write(path: str, text: str) -> None:
-    from batchlab.errors import InputError
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise InputError(f"field 'FILE': cannot write {path!r}: {exc.strerror}") from None

@@ -61,10 +61,12 @@ def requests_json(rows: list[dict]) -> str:
     return json.dumps(rows, indent=1, allow_nan=False)
 
 
-def write_requests(path: str | Path, rows: list[dict]) -> None:
-    """Write rows as CSV, or as JSON when the path ends in .json."""
+def write_requests(path: str | Path, rows: list[dict], fmt: str | None = None) -> None:
+    """Write rows as `fmt` ("csv" or "json"); by default JSON when the path ends in .json."""
     path = Path(path)
-    text = requests_json(rows) if path.suffix.lower() == ".json" else requests_csv(rows)
+    if fmt is None:
+        fmt = "json" if path.suffix.lower() == ".json" else "csv"
+    text = requests_json(rows) if fmt == "json" else requests_csv(rows)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchlab.display.timeline import timeline_rows
 from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.numpy_exec import NumpyExecutor
@@ -31,8 +32,6 @@ DEMO_ARRIVALS = (0, 0, 1, 2, 3, 6)
 DEMO_OUTPUTS = (6, 3, 9, 2, 5, 3)
 DEMO_PROMPTS = (12, 7, 20, 5, 16, 9)
 DEMO_MAX_BS = 3
-# Timeline symbols of the seed: prefill, decode, arrived and waiting, a seat held empty.
-PREFILL, DECODE, WAITING, EMPTY_SEAT, IDLE = "P", "D", "·", "-", " "
 
 
 @dataclass(slots=True)
@@ -91,40 +90,12 @@ class TimelineRow:
     cells: str          # one symbol per iteration
 
 
-def timeline(requests: Sequence[Request], rounds: Sequence[RoundRecord], batching: str
-             ) -> list[TimelineRow]:
-    """One row per request, one column per iteration (a run with the unit clock).
-
-    P prefill, D decode, · arrived and waiting, - (static batching) a seat held after the
-    request finished, until its whole batch has.
-    """
-    n_cols = int(rounds[-1].t) + 1 if rounds else 0
-    ran: dict[str, dict[int, str]] = {r.id: {} for r in requests}
-    batch_of: dict[str, int] = {}
-    for k, rnd in enumerate(rounds):
-        col = int(rnd.t)
-        for rid, phase, _ in rnd.plan:
-            ran[rid][col] = PREFILL if phase == "prefill" else DECODE
-        for rid in rnd.admitted:
-            batch_of.setdefault(rid, k)
-    last = {rid: max(cols) for rid, cols in ran.items() if cols}
-    batch_end: dict[int, int] = {}
-    for rid, k in batch_of.items():
-        batch_end[k] = max(batch_end.get(k, 0), last[rid])
-    rows = []
-    for r in requests:
-        cells = []
-        for col in range(n_cols):
-            if col in ran[r.id]:
-                cells.append(ran[r.id][col])
-            elif r.arrival <= col < last.get(r.id, -1):
-                cells.append(WAITING)
-            elif batching == "static" and r.id in batch_of and last[r.id] < col <= batch_end[batch_of[r.id]]:
-                cells.append(EMPTY_SEAT)
-            else:
-                cells.append(IDLE)
-        rows.append(TimelineRow(r.id, r.arrival, last.get(r.id, -1), "".join(cells).rstrip()))
-    return rows
+def timeline(trace: Trace, batching: str) -> list[TimelineRow]:
+    """One row per request, one column per iteration (a run with the unit clock), drawn by the
+    engine's own timeline (batchlab.display.timeline): the seed counts the iteration that
+    produced a token, one before the tick at which the engine stamps it."""
+    _, rows = timeline_rows(trace, static=batching == "static")
+    return [TimelineRow(row.id, row.arrival, int(row.last_output) - 1, row.cells) for row in rows]
 
 
 def demo_timelines(model: MiniModel, seed: int = 0) -> dict[str, object]:
@@ -137,7 +108,7 @@ def demo_timelines(model: MiniModel, seed: int = 0) -> dict[str, object]:
             reference = sequential_generate(model, prompts, {r.id: r.output_tokens for r in requests})
         config = SchedulerConfig(batching=batching, max_active=DEMO_MAX_BS)
         gen = continuous_generate(model, requests, prompts, config)
-        out[batching] = {"rows": timeline(requests, gen.rounds, batching),
+        out[batching] = {"rows": timeline(gen.trace, batching),
                          "iterations": len(gen.rounds),
                          "same_as_sequential": gen.outputs == reference,
                          "outputs": gen.outputs}

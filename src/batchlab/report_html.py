@@ -12,9 +12,9 @@ import json
 import tempfile
 from pathlib import Path
 
+from batchlab.display import formats
 from batchlab.errors import InputError
 
-MS = 1e3
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; background: #fff; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
@@ -27,18 +27,13 @@ pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 """
 
 
+FORMATS = {"ms": formats.ms, "s": formats.seconds, "pct": formats.pct, "int": formats.num,
+           "one": lambda x: formats.num(x, 1),
+           "g": lambda x: formats.MISSING if x is None else f"{x:,.3g}"}
+
+
 def _fmt(value, kind: str) -> str:
-    if value is None:
-        return "—"
-    if kind == "ms":
-        return f"{value * MS:,.1f}"
-    if kind == "pct":
-        return f"{value * 100:.1f}%"
-    if kind == "s":
-        return f"{value:,.3f}" if value < 10 else f"{value:,.1f}"
-    if kind == "int":
-        return f"{value:,.0f}"
-    return f"{value:,.{1 if kind == 'one' else 3}g}" if kind == "g" else f"{value:,.1f}"
+    return FORMATS[kind](value)
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -105,7 +100,7 @@ def render(report: dict, figures: list[Path], title: str | None = None) -> str:
     title = title or (f"{cfg['model']} on {cfg['gpu']}: {cfg['requests']} {cfg['workload']} requests, "
                       f"{len(report['systems'])} systems")
     bounds = [f"TTFT ≤ {slo['ttft']:g} s" if slo.get("ttft") else "",
-              f"TPOT ≤ {slo['tpot'] * MS:g} ms" if slo.get("tpot") else ""]
+              f"TPOT ≤ {slo['tpot'] * formats.MS:g} ms" if slo.get("tpot") else ""]
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p>SLO: {html.escape(' and '.join(b for b in bounds if b) or 'none')}; goodput target "
              f"{cfg['slo_target'] * 100:g}% of requests; seed {cfg['seed']}.</p>",

@@ -6,27 +6,27 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from batchlab.display.serving_tables import _ms, _num, _pct, _s
+from batchlab.display.formats import ms, num, pct, seconds
 
 # row key -> (header, formatter)
 COLUMNS: dict[str, tuple[str, Callable]] = {
-    "ttft_p50": ("TTFT p50 (s)", _s),
-    "ttft_p99": ("TTFT p99 (s)", _s),
-    "ttft_max": ("TTFT max (s)", _s),
-    "tpot_mean": ("TPOT (ms)", _ms),
-    "itl_p99": ("ITL p99 (ms)", _ms),
-    "itl_max": ("ITL max (ms)", _ms),
-    "throughput": ("throughput (tok/s)", _num),
-    "slo_attainment": ("SLO", _pct),
-    "mean_batch": ("mean batch", lambda x: _num(x, 1)),
-    "max_batch": ("max batch", _num),
-    "kv_held_share": ("KV held", _pct),
-    "kv_stored_share": ("KV stored", _pct),
-    "stored_per_held": ("stored / held", lambda x: _num(x, 2)),
-    "preemptions": ("preemptions", _num),
-    "recomputed_tokens": ("recomputed tokens", _num),
-    "swapped_gb": ("swapped (GB)", lambda x: _num(x, 1)),
-    "swap_time": ("swap time (s)", lambda x: _num(x, 2)),
+    "ttft_p50": ("TTFT p50 (s)", seconds),
+    "ttft_p99": ("TTFT p99 (s)", seconds),
+    "ttft_max": ("TTFT max (s)", seconds),
+    "tpot_mean": ("TPOT (ms)", ms),
+    "itl_p99": ("ITL p99 (ms)", ms),
+    "itl_max": ("ITL max (ms)", ms),
+    "throughput": ("throughput (tok/s)", num),
+    "slo_attainment": ("SLO", pct),
+    "mean_batch": ("mean batch", lambda x: num(x, 1)),
+    "max_batch": ("max batch", num),
+    "kv_held_share": ("KV held", pct),
+    "kv_stored_share": ("KV stored", pct),
+    "stored_per_held": ("stored / held", lambda x: num(x, 2)),
+    "preemptions": ("preemptions", num),
+    "recomputed_tokens": ("recomputed tokens", num),
+    "swapped_gb": ("swapped (GB)", lambda x: num(x, 1)),
+    "swap_time": ("swap time (s)", lambda x: num(x, 2)),
 }
 
 

@@ -4,23 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-MS = 1e3
-
-
-def _ms(x: float | None) -> str:
-    return "—" if x is None else f"{x * MS:,.1f}"
-
-
-def _s(x: float | None) -> str:
-    return "—" if x is None else (f"{x:,.3f}" if x < 10 else f"{x:,.1f}")
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:.1f}%"
-
-
-def _num(x: float | None, digits: int = 0) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
+from batchlab.display.formats import MS, ms, num, pct, seconds
 
 
 def run_table(result: dict, title: str) -> Table:
@@ -31,7 +15,7 @@ def run_table(result: dict, title: str) -> Table:
     for col in ("mean", "p50", "p90", "p99", "max"):
         t.add_column(col, justify="right")
     for name, unit in (("ttft", "s"), ("tpot", "ms"), ("itl", "ms"), ("e2e", "s")):
-        fmt = _ms if unit == "ms" else _s
+        fmt = ms if unit == "ms" else seconds
         t.add_row(f"{name.upper()} ({unit})", *(fmt(m[name][k]) for k in ("mean", "p50", "p90", "p99", "max")))
     return t
 
@@ -44,11 +28,11 @@ def run_summary_table(result: dict) -> Table:
     rows = [
         ("requests served / rejected", f"{m['served']} / {m['rejected']}"),
         ("output tokens", f"{m['output_tokens']:,}"),
-        ("throughput, overall (tok/s)", _num(m["throughput"])),
-        ("throughput, steady (tok/s)", _num(m["steady_throughput"])),
-        ("SLO attainment", _pct(m["slo_attainment"])),
-        ("mean batch (busy time)", _num(result["mean_batch"], 1)),
-        ("KV held / stored (time-weighted share)", f"{_pct(result['kv_held_share'])} / {_pct(result['kv_stored_share'])}"),
+        ("throughput, overall (tok/s)", num(m["throughput"])),
+        ("throughput, steady (tok/s)", num(m["steady_throughput"])),
+        ("SLO attainment", pct(m["slo_attainment"])),
+        ("mean batch (busy time)", num(result["mean_batch"], 1)),
+        ("KV held / stored (time-weighted share)", f"{pct(result['kv_held_share'])} / {pct(result['kv_stored_share'])}"),
         ("preemptions", str(result["preemptions"])),
         ("steps", f"{result['steps']:,}"),
     ]
@@ -67,9 +51,10 @@ def compare_table(report: dict) -> Table:
         t.add_column(col, justify=just)
     for sys in report["systems"]:
         for k, row in enumerate(sys["rates"]):
-            t.add_row(sys["name"] if k == 0 else "", f"{row['rate']:g}", _s(row["ttft_p50"]), _s(row["ttft_p99"]),
-                      _ms(row["tpot_mean"]), _ms(row["itl_p99"]), _num(row["throughput"]),
-                      _pct(row["slo_attainment"]), _num(row["mean_batch"], 1),
+            t.add_row(sys["name"] if k == 0 else "", f"{row['rate']:g}",
+                      seconds(row["ttft_p50"]), seconds(row["ttft_p99"]),
+                      ms(row["tpot_mean"]), ms(row["itl_p99"]), num(row["throughput"]),
+                      pct(row["slo_attainment"]), num(row["mean_batch"], 1),
                       end_section=k == len(sys["rates"]) - 1)
     return t
 
@@ -98,6 +83,6 @@ def overload_table(report: dict) -> Table:
         o = sys.get("overload")
         if o:
             ratio = o["steady_throughput"] / o["throughput"] if o["throughput"] else None
-            t.add_row(sys["name"], _num(o["throughput"]), _num(o["steady_throughput"]),
+            t.add_row(sys["name"], num(o["throughput"]), num(o["steady_throughput"]),
                       "—" if ratio is None else f"{ratio:.2f}")
     return t

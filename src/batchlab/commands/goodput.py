@@ -28,8 +28,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import math
-
     from batchlab.errors import InputError
     from batchlab.serving.experiments import Setting, goodput, run_tasks
     from batchlab.serving.systems import parse_systems
@@ -44,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     searches = run_tasks([(goodput, (setting, sys, args.slo_target, args.tolerance, args.start))
                           for sys in systems], min(jobs, len(systems)))
     out = {"systems": [{"name": sys.name, "goodput": s.goodput,
-                        "gpus_needed": math.ceil(args.fleet_rate / s.goodput) if s.goodput > 0 else None,
+                        "gpus_needed": s.gpus_needed(args.fleet_rate),
                         **s.to_dict()} for sys, s in zip(systems, searches)],
            "config": {"model": model.name, "gpu": gpu.name, "workload": setting.workload.name,
                       "requests": len(setting.workload), "slo": slo.to_dict(), "slo_target": args.slo_target,

@@ -32,6 +32,10 @@ class GoodputResult:
     rel_tol: float
     probes: list[tuple[float, float]] = field(default_factory=list)
 
+    def gpus_needed(self, rate: float) -> int | None:
+        """GPUs, each serving `goodput`, that together serve `rate` req/s (None: no number does)."""
+        return math.ceil(rate / self.goodput) if self.goodput > 0 else None
+
     @property
     def status(self) -> str:
         if self.lo is None:

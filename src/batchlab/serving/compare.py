@@ -60,7 +60,7 @@ def compare(cfg: CompareConfig, jobs: int, on_done: Callable[[], None] | None = 
         entry = {"name": sys.name, "rates": rows[sys.name]}
         if search is not None:
             entry["goodput"] = search.goodput
-            entry["gpus_needed"] = math.ceil(cfg.fleet_rate / search.goodput) if search.goodput > 0 else None
+            entry["gpus_needed"] = search.gpus_needed(cfg.fleet_rate)
             entry["goodput_search"] = search.to_dict()
         if sys.name in overload:
             o = overload[sys.name]

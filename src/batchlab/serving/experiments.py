@@ -7,8 +7,8 @@ result is reduced to plain figures in the worker, so only small dicts cross proc
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 from batchlab.hardware import GPUSpec, ModelSpec
@@ -67,20 +67,37 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def run_each(tasks: Sequence[tuple[Callable, tuple]], jobs: int,
+             on_result: Callable[[int, object], None]) -> None:
+    """Run `fn(*args)` for each task, in this process or on a pool of `jobs` workers, calling
+    `on_result(i, result)` here as soon as task i finishes (so a sweep can store it at once)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for i, (fn, args) in enumerate(tasks):
+            on_result(i, fn(*args))
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=pending.get):
+                    on_result(pending.pop(future), future.result())
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+
+
 def run_tasks(tasks: Iterable[tuple[Callable, tuple]], jobs: int,
               on_done: Callable[[], None] | None = None) -> list:
     """Results of `fn(*args)` for each task, in task order; a pool when jobs > 1."""
     tasks = list(tasks)
-    if jobs <= 1:
-        results = []
-        for fn, args in tasks:
-            results.append(fn(*args))
-            if on_done:
-                on_done()
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures: list[Future] = [pool.submit(fn, *args) for fn, args in tasks]
+    results: list = [None] * len(tasks)
+
+    def store(i: int, result: object) -> None:
+        results[i] = result
         if on_done:
-            for f in futures:
-                f.add_done_callback(lambda _: on_done())
-        return [f.result() for f in futures]
+            on_done()
+
+    run_each(tasks, jobs, store)
+    return results

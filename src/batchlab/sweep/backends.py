@@ -7,9 +7,8 @@ whatever order tasks finish; the tables are sorted afterwards, so every backend 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
 from batchlab.errors import InputError
+from batchlab.serving.experiments import run_each
 
 BACKENDS = ("pool", "ray", "serial")
 RAY_EXTRA = "pip install 'batchlab[ray]'"
@@ -19,26 +18,11 @@ OnResult = Callable[[int, object], None]
 
 
 def run_serial(work: Work, jobs: int, on_result: OnResult) -> None:
-    for i, (fn, args) in enumerate(work):
-        on_result(i, fn(*args))
+    run_each(work, 1, on_result)
 
 
 def run_pool(work: Work, jobs: int, on_result: OnResult) -> None:
-    """`serving.experiments.run_tasks` returns only once all are done; a sweep stores each result
-    as it comes, so it waits on the futures itself."""
-    if jobs <= 1 or len(work) <= 1:
-        return run_serial(work, jobs, on_result)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        pending = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(work)}
-        try:
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=pending.get):
-                    on_result(pending.pop(future), future.result())
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
+    run_each(work, jobs, on_result)
 
 
 def _call(fn: Callable, args: tuple):

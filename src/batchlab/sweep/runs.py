@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from batchlab.serving.experiments import Setting, goodput
 from batchlab.serving.systems import System
 
@@ -13,5 +11,5 @@ def goodput_row(setting: Setting, system: System, target: float, fleet_rate: flo
     res = goodput(setting, system, target)
     return {
         "goodput": res.goodput, "lo": res.lo, "hi": res.hi, "status": res.status, "probes": len(res.probes),
-        "gpus_needed": (math.ceil(fleet_rate / res.goodput) if fleet_rate and res.goodput > 0 else None),
+        "gpus_needed": res.gpus_needed(fleet_rate) if fleet_rate else None,
     }

@@ -23,7 +23,7 @@ from batchlab.model.decoding import generate, random_prompt
 from batchlab.model.weights import MiniModel
 from batchlab.request import Request
 from batchlab.scheduler.config import SchedulerConfig
-from batchlab.trace import RoundRecord, Trace
+from batchlab.trace import Trace
 
 # Seed L02 §4.1 demo 4: six requests arriving at iterations 0, 0, 1, 2, 3, 6 with 6, 3, 9, 2, 5
 # and 3 output tokens (read off its timelines), max_bs = 3. The seed does not give prompt
@@ -37,8 +37,7 @@ DEMO_MAX_BS = 3
 @dataclass(slots=True)
 class Generation:
     outputs: dict[str, list[int]]   # every request's generated token ids
-    trace: Trace
-    rounds: list[RoundRecord]       # one per step: who ran, admitted, finished
+    trace: Trace                    # with its rounds: one per step, who ran, admitted, finished
     executor: NumpyExecutor
 
 
@@ -63,7 +62,7 @@ def continuous_generate(model: MiniModel, requests: list[Request],
                     time_unit="s" if clock != "unit" else "tick")
     trace = engine.run(requests)
     outputs = {r.id: list(executor.outputs.get(r.id, [])) for r in requests}
-    return Generation(outputs, trace, engine.rounds, executor)
+    return Generation(outputs, trace, executor)
 
 
 def sequential_generate(model: MiniModel, prompts: Mapping[str, Sequence[int]],
@@ -109,7 +108,7 @@ def demo_timelines(model: MiniModel, seed: int = 0) -> dict[str, object]:
         config = SchedulerConfig(batching=batching, max_active=DEMO_MAX_BS)
         gen = continuous_generate(model, requests, prompts, config)
         out[batching] = {"rows": timeline(gen.trace, batching),
-                         "iterations": len(gen.rounds),
+                         "iterations": len(gen.trace.rounds),
                          "same_as_sequential": gen.outputs == reference,
                          "outputs": gen.outputs}
     out["sequential"] = reference

@@ -1,15 +1,14 @@
 """The engine on the paper GPU: reservation accounting, sequential equivalence, head-of-line
-blocking, static batches, prefill insertion, and fast-forward against plain stepping."""
+blocking, static batches and prefill insertion (fast-forward against plain stepping:
+test_fast_forward_identity.py)."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
-from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
+from batchlab.memory import ReservationMemory, UnlimitedMemory
 from batchlab.request import Request, Status
 from batchlab.scheduler import SchedulerConfig
 from batchlab.serving.systems import PRESETS
@@ -217,43 +216,3 @@ def test_prefill_first_slows_the_running_decodes_more_than_mixed():
         engine(SchedulerConfig(prefill=mode)).run(rs)
         itl_max[mode] = max(np.diff(r.token_times).max() for r in rs if r.output_tokens > 1)
     assert itl_max["prefill_first"] > itl_max["mixed"]
-
-
-# -- fast-forward is only faster ---------------------------------------------------------
-
-SYSTEMS = ["static", "orca-max", "orca-pow2", "orca-oracle", "sequential", "unlimited", "paged"]
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    system=st.sampled_from(SYSTEMS),
-    max_bs=st.one_of(st.none(), st.integers(1, 8)),
-    prefill=st.sampled_from(["mixed", "prefill_first"]),
-    capacity=st.integers(3000, 40_000),
-    specs=st.lists(st.tuples(st.floats(0, 0.2), st.integers(1, 3000), st.integers(1, 120)),
-                   min_size=1, max_size=25),
-)
-def test_fast_forward_gives_bit_identical_token_times(system, max_bs, prefill, capacity, specs):
-    sys = PRESETS[system]
-    cfg = sys.scheduler_config()
-    if max_bs is not None and system != "sequential":
-        cfg = SchedulerConfig(batching=cfg.batching, max_active=max_bs, prefill=prefill)
-    arrival = np.cumsum([a for a, _, _ in specs])
-    specs = [(float(t), p, o) for t, (_, p, o) in zip(arrival, specs)]
-
-    def run(ff):
-        if sys.memory == "paged":
-            mem = PagedMemory(capacity, block_size=16, host_capacity_tokens=capacity // 2)
-        elif sys.memory == "unlimited":
-            mem = UnlimitedMemory()
-        else:
-            mem = ReservationMemory(capacity, sys.memory.removeprefix("reservation-"), MODEL.max_context)
-        rs = reqs(*specs)
-        trace = engine(cfg, mem, fast_forward=ff, check_memory=True).run(rs)
-        return trace
-    on, off = run(True), run(False)
-    assert on.token_times.tobytes() == off.token_times.tobytes()
-    assert np.array_equal(on.token_offsets, off.token_offsets)
-    assert on.reject_reasons == off.reject_reasons
-    for col in ("start", "duration", "batch", "held", "stored", "seats"):
-        assert on.steps[col].tobytes() == off.steps[col].tobytes(), col

@@ -4,8 +4,6 @@ import math
 
 from hypothesis import given, settings, strategies as st
 
-from batchlab.engine import Engine
-from batchlab.executor.unit import UnitExecutor
 from batchlab.tick import TickCase, TickRequest, run_case
 
 requests = st.lists(
@@ -50,17 +48,3 @@ def test_contract_invariants(case, policy):
 @given(cases, policies)
 def test_same_input_same_output(case, policy):
     assert run_case(case, policy).to_dict() == run_case(case, policy).to_dict()
-
-
-@settings(max_examples=200, deadline=None)
-@given(cases, policies)
-def test_fast_forward_changes_nothing(case, policy):
-    """Fast-forwarded decode runs give the very same token times and step series."""
-    def trace(fast):
-        engine = Engine(case.scheduler_config(policy), UnitExecutor(), fast_forward=fast)
-        return engine.run(case.fresh_requests())
-    a, b = trace(True), trace(False)
-    assert a.token_times.tobytes() == b.token_times.tobytes()
-    for name in a.steps:
-        assert a.steps[name].tobytes() == b.steps[name].tobytes(), name
-    assert a.work == b.work

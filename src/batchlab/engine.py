@@ -5,12 +5,23 @@ start-of-step state; the executor prices (or performs) the plan; the commit adva
 stamps outputs, finishes requests and frees their memory. When nothing runs the clock jumps to
 the next arrival.
 
+Two clocks drive the same steps. The online interface (`add`, `abort`, `step`, `trace`), as
+vLLM's engine core has it, is what a server loops on the wall clock; `run` is the simulator's
+loop over the same calls on a virtual clock.
+
+A request with parallel samples (`Request.samples`, vLLM's n > 1) computes its prompt once; its
+samples wait for the prompt's first token and fork there (`_fork`), sharing the prompt's KV
+where the memory manager can.
+
 Runs of identical pure-decode steps (nobody can be admitted, nobody finishes before the last of
 them) are fast-forwarded in one vectorised piece when the executor can price them; the result
 is the same, bit for bit, as stepping one at a time (tested), only faster.
 """
 
 from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,55 +55,217 @@ class Engine:
         self.max_context = max_context
         self.record_rounds = record_rounds
         self.check_memory = check_memory
-        self.fast_forward = fast_forward and not record_rounds and isinstance(executor, DecodeRunPricer)
+        self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
+                             and isinstance(executor, DecodeRunPricer))
         self.time_unit = time_unit
 
-    def run(self, requests: list[Request]) -> Trace:
-        _check_fresh(requests)
+    # -- the online interface ---------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every request: a fresh scheduler, step log and work counters."""
         self.scheduler = Scheduler(self.config, self.memory)
-        self.pending = sorted(requests, key=Request.order_key)
-        self.next_arrival = 0
-        self.unfinished = len(requests)
+        self.requests: list[Request] = []
+        self._ids: set[str] = set()
+        self.unfinished = 0
         self.steps = StepLog()
         self.rounds: list[RoundRecord] = []
         self.work = {"prefill": 0, "decode": 0, "recomputed": 0, "swapped_out": 0, "swapped_in": 0}
-        t = 0.0
-        while self.unfinished:
-            self._arrivals(t)
-            if not self.unfinished:
-                break  # the last arrivals were all rejected: nothing is left to run or wait for
-            sched = self.scheduler
-            if not sched.running and not sched.waiting:
-                t = max(t, self.pending[self.next_arrival].arrival)
+        self._parked: dict[str, Request] = {}   # parallel samples waiting for their prompt's first token
+
+    def add(self, request: Request) -> str | None:
+        """A request arrives: it joins the waiting queue, or is rejected (the reason is returned)."""
+        _check_new(request, self._ids)
+        return self._accept(request)
+
+    def _accept(self, request: Request) -> str | None:
+        self._ids.add(request.id)
+        self.requests.append(request)
+        reason = self._reject_reason(request)
+        if reason is not None:
+            for r in (request, *request.samples):
+                r.status = Status.REJECTED
+                r.reject_reason = reason
+            for sample in request.samples:
+                self._ids.add(sample.id)
+                self.requests.append(sample)
+            return reason
+        self.unfinished += 1
+        self.scheduler.enqueue(request)
+        for sample in request.samples:   # parallel sampling: they wait for the prompt's first token
+            self._ids.add(sample.id)
+            self.requests.append(sample)
+            sample.status = Status.WAITING
+            self._parked[sample.id] = sample
+            self.unfinished += 1
+        return None
+
+    def adopt(self, request: Request) -> str | None:
+        """A request computed in part elsewhere (a prefill replica's output, with its KV moved
+        here) joins the queue as it is; otherwise as `add`."""
+        if request.status is not Status.PENDING or not 0 < request.computed < request.known_tokens:
+            raise ValueError(f"request {request.id!r}: only a waiting request with part of its KV can be adopted")
+        if request.id in self._ids:
+            raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+        return self._accept(request)
+
+    def abort(self, request_id: str, reason: str = "aborted") -> bool:
+        """Drop an unfinished request wherever it is and free what it holds; False if none."""
+        sched = self.scheduler
+        request = sched.remove(request_id) or self._parked.pop(request_id, None)
+        if request is None:
+            return False
+        self.memory.free(request)   # idempotent: a waiting request holds nothing
+        self.executor.release(request)
+        request.status = Status.ABORTED
+        request.reject_reason = reason
+        self.unfinished -= 1
+        if not request.emitted:     # its samples' prompt goes with it
+            for sample in request.samples:
+                if sample.id in self._parked:
+                    self.abort(sample.id, reason)
+        return True
+
+    def stop(self, request_id: str) -> bool:
+        """Finish a running request before its output count (it emitted a stop token): it is
+        finished with what it emitted and frees what it holds; False if it is not running (or
+        waiting with outputs: a parallel sample queued at its fork, a preempted request)."""
+        sched = self.scheduler
+        request = next((r for r in sched.running if r.id == request_id), None)
+        if request is None:
+            request = next((r for r in sched.waiting.in_order() if r.id == request_id and r.emitted), None)
+            if request is None:
+                return False
+            sched.waiting.remove(request_id)
+        elif not request.emitted:
+            return False
+        else:
+            sched.running.remove(request)
+        request.output_tokens = request.emitted
+        self._finish(request)
+        return True
+
+    def forget_history(self) -> None:
+        """Drop finished, rejected and aborted requests and the step log, keeping the requests in
+        flight: a long-running server's books stay bounded (its trace restarts here)."""
+        self.requests = [r for r in self.requests if not r.finished]
+        self._ids = {r.id for r in self.requests}
+        self.steps = StepLog()
+        self.rounds = []
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is running or waiting: a step would have nothing to do."""
+        return not self.scheduler.running and not self.scheduler.waiting
+
+    def step(self, now: float) -> StepOutput:
+        """Plan, execute and commit one step starting at `now`."""
+        return self.commit(self.begin(now))
+
+    def begin(self, now: float) -> StepOutput:
+        """Plan and execute (or price) one step starting at `now`; nothing is stamped yet.
+
+        A caller that keeps several engines on one clock commits the step when its end comes,
+        so what others observe in between is the state before the step.
+        """
+        sched = self.scheduler
+        plan = sched.plan(now)
+        if not plan and not sched.running and not plan.preempted:
+            raise RuntimeError(f"no progress at t={now}: {len(sched.waiting)} waiting, none admissible")
+        priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
+        duration = self.executor.run(plan) if priced else 0.0
+        self._log_step(plan, now, duration)
+        return StepOutput(now, now + duration, plan, [])
+
+    def trace(self) -> Trace:
+        """Everything added so far, in input order, with the per-step log."""
+        return Trace.from_requests(self.requests, self.steps, self.rounds, self.memory.capacity_tokens,
+                                   self.work, self.time_unit)
+
+    # -- the simulator: the same steps on a virtual clock ----------------------------------------
+
+    def run(self, requests: list[Request]) -> Trace:
+        _check_fresh(requests)
+        self.reset()
+        pending = sorted(requests, key=Request.order_key)
+        if self.config.max_in_flight > 1:
+            return self._run_pipelined(pending)
+        next_arrival, t = 0, 0.0
+        while self.unfinished or next_arrival < len(pending):
+            while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
+                self.add(pending[next_arrival])
+                next_arrival += 1
+            if self.idle:
+                if next_arrival == len(pending):
+                    break  # the last arrivals were all rejected: nothing is left to run or wait for
+                t = max(t, pending[next_arrival].arrival)
                 continue
             if self.fast_forward:
                 steps = self._fast_forward_steps()
                 if steps:
-                    t = self._fast_forward(t, steps)
+                    upcoming = pending[next_arrival].arrival if next_arrival < len(pending) else None
+                    t = self._fast_forward(t, steps, upcoming)
                     continue
-            plan = sched.plan(t)
-            if not plan and not sched.running:
-                raise RuntimeError(f"no progress at t={t}: {len(sched.waiting)} waiting, none admissible")
-            priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
-            duration = self.executor.run(plan) if priced else 0.0
-            t = self._commit(plan, t, duration)
-        return Trace.from_requests(requests, self.steps, self.rounds, self.memory.capacity_tokens,
-                                   self.work, self.time_unit)
+            t = self.step(t).end
+        return self.trace()
 
-    # -- 1 arrivals -----------------------------------------------------------------------
+    def _run_pipelined(self, pending: list[Request]) -> Trace:
+        """Orca's pipelined iterations: up to `max_in_flight` batches in the pipeline at once.
 
-    def _arrivals(self, t: float) -> None:
-        pending = self.pending
-        while self.next_arrival < len(pending) and pending[self.next_arrival].arrival <= t:
-            r = pending[self.next_arrival]
-            self.next_arrival += 1
-            reason = self._reject_reason(r)
-            if reason is not None:
-                r.status = Status.REJECTED
-                r.reject_reason = reason
-                self.unfinished -= 1
-            else:
-                self.scheduler.enqueue(r)
+        A batch enters when the first stage is free (its interval after the last one entered)
+        and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
+        after it entered. Requests of a batch under way are not scheduled again until it returns.
+        """
+        in_flight: list[tuple[float, int, StepOutput]] = []
+        next_arrival, entered, t, next_entry = 0, 0, 0.0, 0.0
+        while self.unfinished or next_arrival < len(pending):
+            while in_flight and in_flight[0][0] <= t:
+                self.commit(heapq.heappop(in_flight)[2])
+            while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
+                self.add(pending[next_arrival])
+                next_arrival += 1
+            open_slot = len(in_flight) < self.config.max_in_flight
+            if open_slot and t >= next_entry and not self.idle:
+                batch = self._begin_pipelined(t)
+                if batch is not None:
+                    step, interval = batch
+                    heapq.heappush(in_flight, (step.end, entered, step))
+                    entered += 1
+                    next_entry = t + interval
+            events = [in_flight[0][0]] if in_flight else []
+            if next_arrival < len(pending):
+                events.append(pending[next_arrival].arrival)
+            if len(in_flight) < self.config.max_in_flight and next_entry > t and self._has_ready():
+                events.append(next_entry)
+            if not events:
+                if self.unfinished:
+                    raise RuntimeError(f"no progress at t={t}: {len(self.scheduler.waiting)} waiting, none admissible")
+                break
+            t = max(t, min(events))
+        return self.trace()
+
+    def _begin_pipelined(self, now: float) -> tuple[StepOutput, float] | None:
+        """A batch entering the pipeline at `now` and the interval before the next may enter."""
+        plan = self.scheduler.plan(now)
+        if not plan and not plan.preempted:
+            return None
+        run_stages = getattr(self.executor, "run_stages", None)
+        if not plan:
+            interval = latency = 0.0
+        elif run_stages is not None:
+            interval, latency = run_stages(plan)
+        else:
+            interval = latency = self.executor.run(plan)
+        for r in plan.decodes:
+            r.in_flight = True
+        for item in plan.prefills:
+            item.request.in_flight = True
+        # the step log's duration is the time the batch holds the pipeline's entry
+        self._log_step(plan, now, interval)
+        return StepOutput(now, now + latency, plan, []), interval
+
+    def _has_ready(self) -> bool:
+        sched = self.scheduler
+        return bool(sched.waiting) or any(not r.in_flight for r in sched.running)
 
     def _reject_reason(self, r: Request) -> str | None:
         if self.max_context is not None and r.prompt_tokens + r.output_tokens > self.max_context:
@@ -101,16 +274,21 @@ class Engine:
 
     # -- 4 commit -------------------------------------------------------------------------
 
-    def _commit(self, plan: StepPlan, t: float, duration: float) -> float:
-        self._log_step(plan, t, duration)
+    def commit(self, step: StepOutput) -> StepOutput:
+        """Stamp a begun step's outputs at its end, finish requests and free their memory."""
+        plan, t, end = step.plan, step.start, step.end
+        if self.config.max_in_flight > 1:
+            for r in plan.decodes:
+                r.in_flight = False
+            for item in plan.prefills:
+                item.request.in_flight = False
         for r in plan.preempted:
             if r.swapped:
                 self.work["swapped_out"] += r.computed
             else:
                 self.executor.release(r)
         self.work["swapped_in"] += plan.swap_in_tokens
-        end = t + duration
-        finished: list[Request] = []
+        finished = step.finished
         emitted: list[str] = []
         self.work["decode"] += len(plan.decodes)
         for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
@@ -128,22 +306,50 @@ class Engine:
             self._account_work(r, item.n_new)
             r.computed += item.n_new
             if item.emits:
-                self._emit(r, end, emitted, finished)
+                self._emit(r, end, emitted, finished, step.forked)
         if finished:
             self.scheduler.running = [r for r in self.scheduler.running if r.status is Status.RUNNING]
         if self.check_memory:
             self.memory.check_integrity()
         if self.record_rounds:
             self._record_round(plan, t, emitted, finished)
-        return end
+        return step
 
-    def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request]) -> None:
+    def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request],
+              forked: list[Request] | None = None) -> None:
         r.emitted += 1
         r.token_times.append(end)
         emitted.append(r.id)
+        if r.samples and r.emitted == 1:
+            self._fork(r, end, emitted, finished, forked if forked is not None else [])
         if r.emitted == r.output_tokens:
             self._finish(r)
             finished.append(r)
+
+    def _fork(self, r: Request, end: float, emitted: list[str], finished: list[Request],
+              forked: list[Request]) -> None:
+        """Parallel sampling: `r` computed the prompt and its first token; each of its samples
+        starts here, sharing the prompt's KV where the manager can (`fork`) with a first token
+        drawn from the same logits (vLLM's fork of a sequence group). A sample the manager or
+        the seats cannot take now waits in the queue and computes the prompt itself later."""
+        sched = self.scheduler
+        fork_kv = getattr(self.executor, "fork", None)
+        for s in r.samples:
+            if self._parked.pop(s.id, None) is None:
+                continue   # aborted meanwhile
+            s.admitted_at = r.admitted_at
+            shared = (s.output_tokens > 1 and len(sched.running) < self.config.seats
+                      and self.memory.fork(r, s))
+            if shared:
+                s.status = Status.RUNNING
+                s.computed = s.peak_computed = r.computed
+                sched.running.append(s)
+            if fork_kv is not None:
+                fork_kv(r, s)   # its first token (and the KV it shares)
+            self._emit(s, end, emitted, finished)
+            forked.append(s)
+            if not shared and not s.finished:
+                sched.enqueue(s)
 
     def _finish(self, r: Request) -> None:
         r.status = Status.FINISHED
@@ -205,21 +411,61 @@ class Engine:
                 steps = left
         return self.memory.growth_room(running, steps)
 
-    def _fast_forward(self, t: float, steps: int) -> float:
-        """Run decode steps until the first finish, or until an arrival could be admitted."""
-        sched, memory = self.scheduler, self.memory
-        running = sched.running
-        computed = [r.computed for r in running]
-        durations = self.executor.decode_run(computed, steps)
+    def begin_stretch(self, now: float) -> Stretch | None:
+        """A fast-forwardable run of decode steps from `now`, priced but not applied; None if
+        there is none. For engines that others observe (a fleet's router): `settle_stretch`
+        cuts it where something arrives, `apply_stretch` runs it whole at its end."""
+        if not self.fast_forward or self.idle:
+            return None
+        steps = self._fast_forward_steps()
+        return self._stretch(now, steps) if steps else None
+
+    def settle_stretch(self, stretch: Stretch, now: float) -> StepOutput | None:
+        """Cut a stretch at `now`: the steps that ended by then are applied; the one under way
+        at `now`, if any, becomes a begun step to commit at its end (as if stepped)."""
+        done = int(np.searchsorted(stretch.ends, now, side="right"))
+        if done:
+            self.apply_stretch(stretch, done)
+        if done == len(stretch.ends):
+            return None
+        running = self.scheduler.running
+        if self.memory.may_refuse_growth:
+            for r in running:
+                self.memory.grow(r, 1)   # within the stretch's growth room
+        plan = StepPlan(decodes=list(running))
+        start = stretch.start if done == 0 else float(stretch.ends[done - 1])
+        self._log_step(plan, start, float(stretch.durations[done]))
+        return StepOutput(start, float(stretch.ends[done]), plan, [])
+
+    def _stretch(self, t: float, steps: int) -> Stretch:
+        running = self.scheduler.running
+        durations = self.executor.decode_run([r.computed for r in running], steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
-        if self.next_arrival < len(self.pending) and sched.can_admit_more() and not sched.waiting:
-            # an arrival could join at the first step boundary at or after it
-            arrival = self.pending[self.next_arrival].arrival
-            steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], arrival, side="left")))
-            durations, ends = durations[:steps], ends[:steps]
+        return Stretch(t, durations, ends, self.memory.decode_run_held(running, steps))
+
+    def _fast_forward(self, t: float, steps: int, upcoming: float | None) -> float:
+        """Run decode steps until the first finish, or until an arrival could be admitted.
+
+        An arrival can be admitted when a seat is free and either nobody waits, or the queue
+        order may put the newcomer ahead of a head that does not fit (every order but fcfs).
+        """
+        sched = self.scheduler
+        stretch = self._stretch(t, steps)
+        newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
+        if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
+            # the arrival joins at the first step boundary at or after it
+            steps = min(steps, 1 + int(np.searchsorted(stretch.ends[:steps - 1], upcoming, side="left")))
+        return self.apply_stretch(stretch, steps)
+
+    def apply_stretch(self, stretch: Stretch, steps: int | None = None) -> float:
+        """Apply the first `steps` steps of a stretch (all by default); the end of the last."""
+        sched, memory = self.scheduler, self.memory
+        steps = len(stretch.ends) if steps is None else steps
+        durations, ends = stretch.durations[:steps], stretch.ends[:steps]
+        running = sched.running
         batch = len(running)
-        held = memory.decode_run_held(running, steps)
-        self.steps.add_run(np.concatenate(([t], ends[:-1])), durations, batch, held, sum(computed))
+        starts = np.concatenate(([stretch.start], ends[:-1]))
+        self.steps.add_run(starts, durations, batch, stretch.held[:steps], sum(r.computed for r in running))
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             for r in running:
                 memory.grow(r, steps)
@@ -241,13 +487,64 @@ class Engine:
         return times[-1]
 
 
+@dataclass(slots=True)
+class Stretch:
+    """Identical decode steps of the whole running set, priced from `start`, not yet applied."""
+
+    start: float
+    durations: np.ndarray   # [steps] each step's duration
+    ends: np.ndarray        # [steps] each step's end
+    held: np.ndarray        # [steps] KV tokens held during each step
+
+    @property
+    def end(self) -> float:
+        return float(self.ends[-1])
+
+    def held_at(self, t: float) -> float:
+        """KV held during the step under way at `t` (the last one once it is over)."""
+        return float(self.held[min(int(np.searchsorted(self.ends, t, side="right")), len(self.held) - 1)])
+
+
+@dataclass(slots=True)
+class StepOutput:
+    """One step: it runs from `start` to `end`, when its tokens are stamped (at its commit)."""
+
+    start: float
+    end: float
+    plan: StepPlan
+    finished: list[Request]   # filled by the commit
+    forked: list[Request] = field(default_factory=list)   # parallel samples started by the commit
+
+    @property
+    def emitted(self) -> list[Request]:
+        """Requests that emitted one token at `end`: decodes, then prefills that completed, then
+        the parallel samples forked from those (their first token)."""
+        return self.plan.decodes + [i.request for i in self.plan.prefills if i.emits] + self.forked
+
+
 def _check_fresh(requests: list[Request]) -> None:
+    """The whole list is checked before any request is added, so a bad one changes nothing."""
     if not requests:
         raise InputError("field 'requests': the request list is empty")
     seen: set[str] = set()
     for r in requests:
-        if r.status is not Status.PENDING or r.computed or r.emitted:
-            raise InputError(f"request {r.id!r}: already used in a run; build fresh requests for each run")
-        if r.id in seen:
-            raise InputError(f"request {r.id!r}: field 'id': duplicate id")
+        _check_new(r, seen)
         seen.add(r.id)
+        seen.update(sample.id for sample in r.samples)
+
+
+def _check_new(request: Request, seen: set[str]) -> None:
+    if request.status is not Status.PENDING or request.computed or request.emitted:
+        raise InputError(f"request {request.id!r}: already used in a run; build fresh requests for each run")
+    if request.id in seen:
+        raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+    ids = {request.id}
+    for sample in request.samples:   # parallel samples: fresh, of the same prompt, no samples of their own
+        if sample.status is not Status.PENDING or sample.computed or sample.emitted:
+            raise InputError(f"request {sample.id!r}: already used in a run; build fresh requests for each run")
+        if sample.id in seen or sample.id in ids:
+            raise InputError(f"request {sample.id!r}: field 'id': duplicate id")
+        if sample.prompt_tokens != request.prompt_tokens or sample.samples:
+            raise InputError(f"request {sample.id!r}: field 'samples': a sample of {request.id!r} must "
+                             f"have its {request.prompt_tokens} prompt tokens and no samples of its own")
+        ids.add(sample.id)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from batchlab.workload.content import Content
 
 
 class Status(enum.IntEnum):
@@ -22,6 +26,7 @@ class Status(enum.IntEnum):
     PREEMPTED = 3  # evicted back to the queue (recompute) or to host memory (swap)
     FINISHED = 4
     REJECTED = 5   # can never run (too long for memory or context); has a reason
+    ABORTED = 6    # dropped before it finished (a client went away); has a reason
 
 
 class Phase(str, enum.Enum):
@@ -37,6 +42,10 @@ class Request:
     output_tokens: int
     index: int = 0                       # position in the input: ties in arrival keep it
     predicted_output: float | None = None  # what a length-predicting scheduler believes
+    content: Content | None = None       # its tokens, as far as a prefix cache can tell
+    session: str | None = None           # conversation it belongs to: what affinity routing keys on
+    samples: tuple[Request, ...] = ()    # parallel sampling (n > 1): the other samples of this
+                                         # prompt, forked from it at its first token
 
     status: Status = Status.PENDING
     computed: int = 0        # tokens whose KV is in the cache
@@ -46,6 +55,7 @@ class Request:
     preemptions: int = 0
     evictions: list[list[float]] = field(default_factory=list)  # [preempted at, re-admitted at]
     swapped: bool = False    # KV sits in host memory (swap preemption)
+    in_flight: bool = False  # in a pipelined batch that has not returned yet
     reject_reason: str | None = None
     token_times: list[float] = field(default_factory=list)
 

@@ -77,8 +77,8 @@ class Trace:
     output: np.ndarray           # int64 [n]
     token_offsets: np.ndarray    # int64 [n+1]: request i's tokens are token_times[off[i]:off[i+1]]
     token_times: np.ndarray      # float64 [sum of emitted outputs]
-    served: np.ndarray           # bool [n]: False for rejected requests
-    reject_reasons: dict[str, str]
+    served: np.ndarray           # bool [n]: False for rejected and aborted requests
+    reject_reasons: dict[str, str]   # rejected and aborted requests: why
     preemptions: np.ndarray      # int64 [n]
     admitted_at: np.ndarray      # float64 [n], NaN if never admitted
     evictions: dict[str, list[tuple[float, float]]]  # preempted requests: (evicted, re-admitted)
@@ -103,8 +103,8 @@ class Trace:
             output=np.array([r.output_tokens for r in ordered], dtype=np.int64),
             token_offsets=offsets,
             token_times=np.array(times, dtype=np.float64),
-            served=np.array([r.status is not Status.REJECTED for r in ordered], dtype=bool),
-            reject_reasons={r.id: r.reject_reason for r in ordered if r.status is Status.REJECTED},
+            served=np.array([r.status < Status.REJECTED for r in ordered], dtype=bool),
+            reject_reasons={r.id: r.reject_reason for r in ordered if r.status >= Status.REJECTED},
             preemptions=np.array([r.preemptions for r in ordered], dtype=np.int64),
             admitted_at=np.array([np.nan if r.admitted_at is None else r.admitted_at for r in ordered]),
             evictions={r.id: [tuple(e) for e in r.evictions] for r in ordered if r.evictions},

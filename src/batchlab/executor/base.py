@@ -32,3 +32,15 @@ class DecodeRunPricer(Protocol):
     """
 
     def decode_run(self, n_past: list[int], steps: int) -> np.ndarray: ...
+
+
+@runtime_checkable
+class PipelinedExecutor(Protocol):
+    """An executor of a pipeline of stages (pipeline parallelism, Orca's distributed execution).
+
+    `run_stages` returns (interval, latency) of a batch: the time it holds the first stage
+    before the next batch may enter, and the time until its outputs come out of the last stage.
+    An engine that keeps several batches in flight uses it; others call `run` (the latency).
+    """
+
+    def run_stages(self, plan: StepPlan) -> tuple[float, float]: ...

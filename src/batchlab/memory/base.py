@@ -23,6 +23,7 @@ class MemoryManager(ABC):
     name: str = "memory"
     capacity_tokens: int | None = None  # None: unlimited
     may_refuse_growth: bool = False     # True only where `grow` can fail (paged)
+    cache_version: int = 0              # changes whenever `cached_tokens` may answer differently
 
     @abstractmethod
     def reject_reason(self, request: Request) -> str | None:
@@ -39,9 +40,36 @@ class MemoryManager(ABC):
         self._take(request)
         return True
 
+    def cached_tokens(self, request: Request) -> int:
+        """Leading tokens of `request` whose KV a prefix cache holds now (at most its known
+        tokens − 1, so one is always computed); 0 without a cache. Changes nothing."""
+        return 0
+
+    def reused_tokens(self, request: Request) -> int:
+        """Tokens of `request`'s KV its latest admission found in a prefix cache: the scheduler
+        starts its `computed` there. 0 without a cache."""
+        return 0
+
+    def loaded_tokens(self, request: Request) -> int:
+        """Of `reused_tokens`, those copied in from a host-memory cache tier (priced as swap-in)."""
+        return 0
+
+    def observe(self, now: float) -> None:
+        """The scheduler's clock at each plan, for a manager that keeps a history over time."""
+
+    def cache_stats(self) -> dict | None:
+        """A prefix cache's figures (flat snake_case keys), None for managers without one."""
+        return None
+
     @abstractmethod
     def _take(self, request: Request) -> None:
         """Account the admission of `request`, already known to fit."""
+
+    def fork(self, parent: Request, child: Request) -> bool:
+        """Parallel sampling: `child` continues from `parent`'s computed tokens. Without shared
+        blocks it takes memory of its own for a copy of them (a paged manager with reference
+        counts shares them instead); False and no change if there is no room."""
+        return self.try_admit(child)
 
     @abstractmethod
     def grow(self, request: Request, n_tokens: int) -> bool:

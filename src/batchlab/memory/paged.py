@@ -31,7 +31,8 @@ class PagedMemory(MemoryManager):
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise InputError(f"field 'block_size': must be an integer >= 1, got {block_size!r}")
         if capacity_tokens < block_size:
-            raise InputError(f"field 'capacity_tokens': {capacity_tokens} holds no block of {block_size} tokens")
+            raise InputError(f"field 'block_size': a block of {block_size} tokens is larger than the whole "
+                             f"KV capacity ({capacity_tokens} tokens)")
         if not 0.0 <= watermark < 1.0:
             raise InputError(f"field 'watermark': must be in [0, 1), got {watermark}")
         if host_capacity_tokens < 0:
@@ -62,7 +63,7 @@ class PagedMemory(MemoryManager):
     def can_admit(self, request: Request) -> bool:
         need = self.blocks_for(request.known_tokens)
         reserve = self.watermark_blocks if self.tables else 0
-        return len(self.free_list) - need >= reserve
+        return self.free_blocks() - need >= reserve
 
     def _take(self, request: Request) -> None:
         key = id(request)
@@ -75,7 +76,7 @@ class PagedMemory(MemoryManager):
         need = self.blocks_for(request.computed + n_tokens) - len(table)
         if need <= 0:
             return True
-        if need > len(self.free_list):
+        if need > self.free_blocks():
             return False
         table.extend(self._allocate(need))
         return True
@@ -91,11 +92,13 @@ class PagedMemory(MemoryManager):
         return True
 
     def free(self, request: Request) -> None:
+        """Release the blocks `request` holds, and its host copy if it was swapped out (aborted)."""
         key = id(request)
         table = self.tables.pop(key, None)
         self.owners.pop(key, None)
         if table:
             self.free_list.extend(reversed(table))
+        self.host_used -= self.swapped.pop(key, 0)
 
     def swap_out(self, request: Request) -> bool:
         """Move the blocks of `request`'s computed tokens to host memory; False if no room."""
@@ -111,7 +114,11 @@ class PagedMemory(MemoryManager):
         return list(self.owners.values())
 
     def held_tokens(self) -> int:
-        return (self.total_blocks - len(self.free_list)) * self.block_size
+        return (self.total_blocks - self.free_blocks()) * self.block_size
+
+    def free_blocks(self) -> int:
+        """Blocks an allocation can take now (a prefix cache adds its evictable blocks)."""
+        return len(self.free_list)
 
     def block_table(self, request: Request) -> list[int]:
         return self.tables[id(request)]
@@ -134,25 +141,29 @@ class PagedMemory(MemoryManager):
         blocks = np.fromiter((len(self.tables[id(r)]) for r in requests), dtype=np.int64, count=len(requests))
         return blocks * self.block_size - computed
 
-    def _extra_blocks(self, room: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Blocks all requests together add to grow by each count in `tokens`."""
-        short = tokens[None, :] - room[:, None]                       # [requests, counts]
-        return np.maximum(-(-short // self.block_size), 0).sum(axis=0)
+    def _extra_blocks(self, room: np.ndarray, steps: int) -> np.ndarray:
+        """[steps] blocks all requests together add to grow by 1, 2, ..., `steps` tokens each.
+
+        Request i needs a new block at its (room_i + 1)-th token and every block_size tokens
+        after. With every room below a block (on-demand allocation keeps it there), that is
+        n·(k // bs) + #{i: room_i < k % bs} blocks for k tokens: O(n + steps), no [n, steps]
+        matrix.
+        """
+        bs, k = self.block_size, np.arange(1, steps + 1, dtype=np.int64)
+        if room.size and (room.min() < 0 or room.max() >= bs):
+            short = k[None, :] - room[:, None]                      # [requests, steps]
+            return np.maximum(-(-short // bs), 0).sum(axis=0)
+        below = np.concatenate(([0], np.cumsum(np.bincount(room, minlength=bs))))  # [bs+1] #{room < m}
+        return room.size * (k // bs) + below[k % bs]
 
     def growth_room(self, requests: list[Request], steps: int) -> int:
-        room, free = self._room(requests), len(self.free_list)
-        lo, hi = 0, steps          # the largest k <= steps whose growth fits: bisection
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if int(self._extra_blocks(room, np.array([mid]))[0]) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        """The largest k <= steps such that every request can grow by k tokens."""
+        extra = self._extra_blocks(self._room(requests), steps)
+        return int(np.searchsorted(extra, self.free_blocks(), side="right"))
 
     def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
-        extra = self._extra_blocks(self._room(requests), np.arange(1, steps + 1, dtype=np.int64))
-        return ((self.total_blocks - len(self.free_list)) + extra).astype(np.float64) * self.block_size
+        extra = self._extra_blocks(self._room(requests), steps)
+        return ((self.total_blocks - self.free_blocks()) + extra).astype(np.float64) * self.block_size
 
     # -- the books ------------------------------------------------------------------------
 

@@ -40,13 +40,16 @@ class SchedulerConfig:
     order: QueueOrder = field(default_factory=QueueOrder)
     preempt: str = "recompute"
     victim: str = "latest-arrival"
+    # batches in flight at once: Orca keeps one per pipeline stage (its Algorithm 1, n_workers);
+    # a request in an unfinished batch is not scheduled again until that batch returns
+    max_in_flight: int = 1
 
     def __post_init__(self) -> None:
         _choice("batching", self.batching, BATCHING)
         _choice("prefill", self.prefill, PREFILL_MODES)
         _choice("preempt", self.preempt, PREEMPT_MODES)
         _choice("victim", self.victim, VICTIMS)
-        for name in ("max_active", "token_budget", "chunk_size"):
+        for name in ("max_active", "token_budget", "chunk_size", "max_in_flight"):
             _positive(name, getattr(self, name))
         if self.prefill == "chunked" and self.token_budget is None:
             raise InputError("field 'token_budget': prefill 'chunked' needs a token budget")

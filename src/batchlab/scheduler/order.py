@@ -9,6 +9,15 @@ Every order is a static sort key, so the waiting queue stays a sorted list:
   priority falls at the same rate, comparing `len − rate·(t − arrival)` at any t is the
   same as comparing `len + rate·arrival`: the key is static and starvation is bounded,
   a request waits at most about (its length − others' length) / rate behind later arrivals.
+- lpm: longest cached prefix first (SGLang's `lpm` in `schedule_policy.py`), for a prefix
+  cache: the request with the most prompt tokens already in the cache goes first, which turns
+  the cache's contents into hits before they are evicted. Its key is not static: it is the
+  memory's `cached_tokens`, read again whenever the cache or the queue has changed. Aging as
+  above: `aging_rate` tokens of priority per second waited, so the key is
+  `rate·arrival − cached` and a request with nothing cached waits at most about
+  (the largest hit) / rate behind later arrivals. Above LPM_MAX_QUEUE waiting requests the
+  queue falls back to fcfs, as SGLang does above 128: matching every request then costs more
+  than it gains.
 Ties always fall back to arrival order, never to the id.
 """
 
@@ -18,9 +27,11 @@ import heapq
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.memory.base import MemoryManager
 from batchlab.request import Request
 
-ORDERS = ("fcfs", "sjf", "sjf-predicted", "aging")
+ORDERS = ("fcfs", "sjf", "sjf-predicted", "aging", "lpm")
+LPM_MAX_QUEUE = 128   # SGLang's SchedulePolicy falls back from lpm to fcfs above this many waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +46,7 @@ class QueueOrder:
             raise InputError(f"field 'aging_rate': must be >= 0, got {self.aging_rate}")
 
     def key(self, r: Request) -> tuple:
-        if self.name == "fcfs":
+        if self.name in ("fcfs", "lpm"):   # lpm: its queue re-ranks by the cache on top of fcfs
             return (r.arrival, r.index)
         if self.name == "sjf":
             return (r.output_tokens, r.arrival, r.index)
@@ -64,5 +75,85 @@ class WaitingQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def __iter__(self):
+        """The waiting requests in no particular order (cheap: for totals)."""
+        return (r for _, r in self._heap)
+
+    @property
+    def arrivals_go_last(self) -> bool:
+        """A newcomer always sorts behind everyone waiting: true of arrival order only."""
+        return self.order.name == "fcfs"
+
+    def remove(self, request_id: str) -> Request | None:
+        """Take a request out of the queue by id (an abort); None if it is not waiting."""
+        for k, (_, r) in enumerate(self._heap):
+            if r.id == request_id:
+                self._heap[k] = self._heap[-1]
+                self._heap.pop()
+                heapq.heapify(self._heap)
+                return r
+        return None
+
     def in_order(self) -> list[Request]:
         return [r for _, r in sorted(self._heap, key=lambda entry: entry[0])]
+
+
+class LpmQueue(WaitingQueue):
+    """Longest cached prefix first, re-ranked only when the cache or the queue has changed.
+
+    The heap keeps fcfs order (the fallback above LPM_MAX_QUEUE, and the tie-break); the lpm
+    head is the minimum of `aging_rate·arrival − cached_tokens` over the queue.
+    """
+
+    def __init__(self, order: QueueOrder, memory: MemoryManager) -> None:
+        super().__init__(order)
+        self.memory = memory
+        self._changes = 0                 # queue mutations: a cached choice is stale after one
+        self._choice: tuple[int, int, int] | None = None   # (cache version, changes, heap slot)
+
+    def _lpm_key(self, r: Request) -> tuple:
+        return (self.order.aging_rate * r.arrival - self.memory.cached_tokens(r), r.arrival, r.index)
+
+    def _head_slot(self) -> int:
+        heap = self._heap
+        if len(heap) > LPM_MAX_QUEUE:
+            return 0
+        stamp = (self.memory.cache_version, self._changes)
+        if self._choice is not None and self._choice[:2] == stamp:
+            return self._choice[2]
+        slot = min(range(len(heap)), key=lambda k: self._lpm_key(heap[k][1]))
+        self._choice = (*stamp, slot)
+        return slot
+
+    def head(self) -> Request:
+        return self._heap[self._head_slot()][1]
+
+    def pop_head(self) -> Request:
+        slot = self._head_slot()
+        self._changes += 1
+        if slot == 0:
+            return heapq.heappop(self._heap)[1]
+        heap = self._heap
+        request = heap[slot][1]
+        heap[slot] = heap[-1]
+        heap.pop()
+        heapq.heapify(heap)
+        return request
+
+    def push(self, r: Request) -> None:
+        super().push(r)
+        self._changes += 1
+
+    def remove(self, request_id: str) -> Request | None:
+        self._changes += 1
+        return super().remove(request_id)
+
+    def in_order(self) -> list[Request]:
+        if len(self._heap) > LPM_MAX_QUEUE:
+            return super().in_order()
+        return sorted((r for _, r in self._heap), key=self._lpm_key)
+
+
+def make_queue(order: QueueOrder, memory: MemoryManager) -> WaitingQueue:
+    """The waiting queue for `order`: a static-key heap, or lpm's cache-aware queue."""
+    return LpmQueue(order, memory) if order.name == "lpm" else WaitingQueue(order)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from batchlab.memory.base import MemoryManager
 from batchlab.request import Phase, Request, Status
 from batchlab.scheduler.config import SchedulerConfig
-from batchlab.scheduler.order import WaitingQueue
+from batchlab.scheduler.order import make_queue
 from batchlab.scheduler.plan import PlanItem, StepPlan
 
 
@@ -23,7 +23,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, memory: MemoryManager) -> None:
         self.config = config
         self.memory = memory
-        self.waiting = WaitingQueue(config.order)
+        self.waiting = make_queue(config.order, memory)
         self.running: list[Request] = []   # admission order: FIFO within a phase
 
     def enqueue(self, request: Request) -> None:
@@ -32,10 +32,20 @@ class Scheduler:
 
     def plan(self, now: float) -> StepPlan:
         plan = StepPlan()
+        self.memory.observe(now)
         self._admit(plan, now)
         self._select_work(plan)
         self._reserve_growth(plan, now)
         return plan
+
+    def remove(self, request_id: str) -> Request | None:
+        """Take an unfinished request out of the queue or the running set; None if there is none."""
+        request = self.waiting.remove(request_id)
+        if request is None:
+            request = next((r for r in self.running if r.id == request_id), None)
+            if request is not None:
+                self.running.remove(request)
+        return request
 
     def can_admit_more(self) -> bool:
         """Whether a newly arriving request could be admitted before the running set changes."""
@@ -62,6 +72,9 @@ class Scheduler:
             if swapped_tokens:
                 head.swapped = False
                 plan.swap_in_tokens += swapped_tokens
+            else:   # a prefix cache's hit (or KV moved here) is there: the prefill starts after it
+                head.computed = max(head.computed, self.memory.reused_tokens(head))
+                plan.swap_in_tokens += self.memory.loaded_tokens(head)   # from a host cache tier
             self.running.append(head)
             plan.admitted.append(head)
 
@@ -69,7 +82,8 @@ class Scheduler:
         budget = self.config.budget
         decodes: list[Request] = []
         prefills: list[Request] = []
-        for r in self.running:   # phase and remaining inlined: this loop is the hot path
+        running = self.running if self.config.max_in_flight == 1 else self._ready()
+        for r in running:   # phase and remaining inlined: this loop is the hot path
             if r.emitted and r.prompt_tokens + r.emitted - r.computed == 1:
                 decodes.append(r)
             else:
@@ -109,10 +123,15 @@ class Scheduler:
 
     # -- preemption -----------------------------------------------------------------------
 
+    def _ready(self) -> list[Request]:
+        """Running requests not in a pipelined batch still under way."""
+        return [r for r in self.running if not r.in_flight]
+
     def _victim(self) -> Request:
+        candidates = self.running if self.config.max_in_flight == 1 else self._ready()
         if self.config.victim == "last-admitted":
-            return self.running[-1]
-        return max(self.running, key=Request.order_key)
+            return candidates[-1]
+        return max(candidates, key=Request.order_key)
 
     def _preempt(self, victim: Request, plan: StepPlan, now: float) -> None:
         self.running.remove(victim)

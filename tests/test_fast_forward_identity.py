@@ -1,0 +1,368 @@
+"""Fast-forwarded decode runs against plain stepping: the same Trace, bit for bit.
+
+The engine fast-forwards a stretch of identical pure-decode steps in one vectorised piece. That
+is only sound if no decision of the stepped run would have differed inside the stretch: nobody
+admitted (a newcomer included, whatever the queue order), nobody preempted, nobody finished
+before its last step. Every knob that takes part in those decisions is drawn at random here,
+and the whole Trace of a fast-forwarded run is compared with the stepped one field by field
+(and a prefix cache's figures with it). Hand cases below pin each decision a stretch must not
+skip, the issue's example first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import Phase, event, given, settings
+from hypothesis import strategies as st
+
+from batchlab.engine import Engine
+from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.unit import UnitExecutor
+from batchlab.hardware import resolve_gpu, resolve_model
+from batchlab.memory import MemoryManager, PagedMemory, ReservationMemory, UnlimitedMemory
+from batchlab.memory.prefix import PrefixCacheMemory
+from batchlab.request import Request
+from batchlab.scheduler import QueueOrder, SchedulerConfig
+from batchlab.trace import Trace
+from batchlab.workload.content import Content
+
+MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
+# A small decode step of this model on this GPU lasts about 6 ms; roofline arrivals are drawn in
+# these units so that they fall inside decode stretches as often as unit-time arrivals do.
+ROOFLINE_STEP_S = 0.006
+# The same examples on every run (CI is deterministic); no explain phase, whose extra runs make a
+# failure take minutes to report.
+PROFILE = {"deadline": None, "derandomize": True, "database": None,
+           "phases": (Phase.explicit, Phase.generate, Phase.shrink)}
+
+
+class Counting:
+    """Counts the fast-forwarded stretches an executor priced: proof the fast path ran."""
+
+    stretches = 0
+
+    def decode_run(self, n_past, steps):
+        self.stretches += 1
+        return super().decode_run(n_past, steps)
+
+
+class CountingUnit(Counting, UnitExecutor):
+    pass
+
+
+class CountingRoofline(Counting, RooflineExecutor):
+    pass
+
+
+# -- one random configuration -------------------------------------------------------------
+
+# Token ids of two long conversations: a request's content is a stretch of one of them, so
+# requests share prefixes, and a later prompt may repeat an earlier request's generated tokens.
+CONVERSATIONS = (np.arange(4000, dtype=np.int64), 10_000 + np.arange(4000, dtype=np.int64))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Setup:
+    executor: str                      # "unit" or "roofline"
+    config: SchedulerConfig
+    memory: tuple                      # ("unlimited",) | ("reservation", ...) | ("paged" | "prefix", ...)
+    max_context: int | None            # the engine's context limit (rejections at arrival)
+    rows: tuple                        # (arrival, prompt, output, predicted output or None,
+                                       #  content: (conversation, unique from, covered) or None)
+
+    def requests(self) -> list[Request]:
+        return [Request(f"r{k}", a, p, o, index=k, predicted_output=pred, **content_of(k, content))
+                for k, (a, p, o, pred, content) in enumerate(self.rows)]
+
+    def build_memory(self):
+        kind, *args = self.memory
+        if kind == "unlimited":
+            return UnlimitedMemory()
+        if kind == "reservation":
+            capacity, policy, max_context = args
+            return ReservationMemory(capacity, policy, max_context=max_context)
+        if kind == "prefix":
+            capacity, block_size, watermark, host, cache_tokens = args
+            return PrefixCacheMemory(capacity, block_size=block_size, watermark=watermark,
+                                     host_capacity_tokens=host, cache_tokens=cache_tokens)
+        capacity, block_size, watermark, host = args
+        return PagedMemory(capacity, block_size=block_size, watermark=watermark, host_capacity_tokens=host)
+
+    def run(self, fast_forward: bool) -> tuple[Trace, list[Request], Engine]:
+        executor = CountingUnit() if self.executor == "unit" else CountingRoofline(MODEL, GPU)
+        engine = Engine(self.config, executor, self.build_memory(), max_context=self.max_context,
+                        check_memory=True, fast_forward=fast_forward)
+        requests = self.requests()
+        return engine.run(requests), requests, engine
+
+
+def content_of(k: int, content: tuple | None) -> dict:
+    """Token ids: a conversation's first `unique_from` tokens, then ids of request k alone."""
+    if content is None:
+        return {}
+    conversation, unique_from, covered = content
+    ids = CONVERSATIONS[conversation][:covered].copy()
+    ids[unique_from:] = 100_000 * (k + 1) + np.arange(covered - min(unique_from, covered))
+    return {"content": Content.tokens(ids)}
+
+
+@st.composite
+def setups(draw, kinds: tuple[str, ...] = ("unlimited", "reservation", "paged", "paged"),
+           pressure: bool = False) -> Setup:
+    """A configuration with memory of one of `kinds`; with `pressure`, memory that several
+    requests together overflow (paged preempts, reservation waits)."""
+    executor = draw(st.sampled_from(["unit", "roofline"]))
+    scale = 1.0 if executor == "unit" else ROOFLINE_STEP_S
+    kind = draw(st.sampled_from(kinds))
+
+    orders = ["fcfs", "sjf", "sjf-predicted", "aging", "lpm"]
+    order_name = draw(st.sampled_from(orders))
+    # aging (and lpm's aging): priority gained per step waited, in the engine's time unit
+    aging = draw(st.sampled_from([0.0, 0.25, 1.0, 4.0])) / scale if order_name in ("aging", "lpm") else 0.0
+    prefill = draw(st.sampled_from(["mixed", "prefill_first", "chunked"]))
+    chunked = {}
+    if prefill == "chunked":
+        chunked = {"token_budget": draw(st.integers(1, 24)),
+                   "chunk_size": draw(st.none() | st.integers(1, 16))}
+    config = SchedulerConfig(
+        batching=draw(st.sampled_from(["continuous", "continuous", "static"])),
+        max_active=draw(st.none() | st.integers(1, 6)),
+        prefill=prefill,
+        order=QueueOrder(order_name, aging),
+        preempt=draw(st.sampled_from(["recompute", "swap"])),
+        victim=draw(st.sampled_from(["latest-arrival", "last-admitted"])),
+        max_in_flight=draw(st.sampled_from([1, 1, 1, 1, 2, 3])),   # pipelined: no fast-forward
+        **chunked,
+    )
+
+    gaps = st.one_of(st.just(0.0), st.integers(1, 6).map(float), st.floats(0.0, 6.0))  # ties often
+    outputs = st.integers(4, 30) if pressure else st.just(1) | st.integers(1, 30)   # O = 1 often
+    prompts = st.integers(1, 8) | st.integers(1, 40)
+    if executor == "roofline" and draw(st.booleans()):   # serving sizes: prompts in thousands
+        prompts, outputs = st.integers(1, 3000), st.integers(1, 120)
+    drawn = draw(st.lists(st.tuples(
+        gaps,
+        prompts,
+        outputs,
+        st.none() | st.floats(0.5, 30.0),           # predicted output (sjf-predicted, aging)
+        st.tuples(st.integers(0, 1), st.integers(0, 60), st.booleans()),   # content
+    ), min_size=3 if pressure else 1, max_size=10))
+    arrivals = np.cumsum([row[0] * scale for row in drawn]).tolist()
+    rows = []
+    for a, (_, p, o, pred, (conversation, unique_from, generated_known)) in zip(arrivals, drawn):
+        content = None
+        if kind == "prefix":   # the prompt, and where a generator wrote them, the outputs too
+            content = (conversation, unique_from, p + o - 1 if generated_known and o > 1 else p)
+        rows.append((a, p, o, pred, content))
+
+    # Capacities are drawn around the largest request's need, so that most requests fit alone,
+    # some are rejected, and several together run out of room (reservation waits, paged preempts).
+    need = max(p + o for _, p, o, _, _ in rows)
+    max_context = draw(st.integers(need - need // 4, 2 * need))
+    if kind == "unlimited":
+        memory: tuple = ("unlimited",)
+    elif kind == "reservation":
+        policy = draw(st.sampled_from(["max", "pow2", "oracle"]))
+        memory = ("reservation", draw(st.integers(max(1, need // 2), 3 * need)), policy, max_context)
+    else:   # host room for swapping: from none (swap falls back to recompute) to plenty
+        block_size = draw(st.sampled_from([1, 2, 4, 8, 16]))
+        capacity = max(block_size, draw(st.integers(need if pressure else need // 2, 2 * need)))
+        watermark = draw(st.sampled_from([0.0, 0.0, 0.1, 0.25, 0.5]))
+        host = draw(st.sampled_from([0, capacity // 2, capacity, 4 * capacity]))
+        memory = (kind, capacity, block_size, watermark, host)
+        if kind == "prefix":   # cached blocks kept: none, a few, or as many as free memory holds
+            memory += (draw(st.sampled_from([None, None, 0, block_size, 4 * block_size])),)
+    return Setup(executor, config, memory, draw(st.none() | st.just(max_context)), tuple(rows))
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+def assert_same(x, y, where: str) -> None:
+    assert type(x) is type(y), where
+    if isinstance(x, np.ndarray):
+        assert x.dtype == y.dtype and x.shape == y.shape, where
+        assert x.tobytes() == y.tobytes(), f"{where}: {x.tolist()} != {y.tolist()}"
+    elif isinstance(x, dict):
+        assert x.keys() == y.keys(), where
+        for key in x:
+            assert_same(x[key], y[key], f"{where}[{key!r}]")
+    elif isinstance(x, float):
+        assert x.hex() == y.hex(), f"{where}: {x!r} != {y!r}"
+    elif isinstance(x, (list, tuple)):
+        assert len(x) == len(y), where
+        for k, (a, b) in enumerate(zip(x, y)):
+            assert_same(a, b, f"{where}[{k}]")
+    else:
+        assert x == y, f"{where}: {x!r} != {y!r}"
+
+
+def assert_same_trace(fast: Trace, stepped: Trace) -> None:
+    """Every field of the Trace: token times, step log, work, rejections, preemptions, ..."""
+    for f in dataclasses.fields(Trace):
+        assert_same(getattr(fast, f.name), getattr(stepped, f.name), f.name)
+
+
+def check_identity(setup: Setup) -> tuple[Trace, int, MemoryManager]:
+    """Both runs; returns the stepped trace, how many stretches were fast-forwarded, and the
+    stepped run's memory."""
+    fast, fast_requests, fast_engine = setup.run(True)
+    stepped, stepped_requests, stepped_engine = setup.run(False)
+    assert stepped_engine.executor.stretches == 0
+    assert_same_trace(fast, stepped)
+    for a, b in zip(fast_requests, stepped_requests):   # the requests end in the same state too
+        state = lambda r: (r.status, r.computed, r.emitted, r.swapped)  # noqa: E731
+        assert state(a) == state(b), a.id
+    fast_memory, stepped_memory = fast_engine.memory, stepped_engine.memory
+    assert fast_memory.holders() == stepped_memory.holders() == []
+    assert fast_memory.held_tokens() == stepped_memory.held_tokens()
+    assert_same(fast_memory.cache_stats(), stepped_memory.cache_stats(), "cache_stats")
+    if hasattr(stepped_memory, "history_arrays"):   # a prefix cache's figures over time
+        assert_same(fast_memory.history_arrays(), stepped_memory.history_arrays(), "cache history")
+    return stepped, fast_engine.executor.stretches, stepped_memory
+
+
+# -- the property -----------------------------------------------------------------------------
+
+@settings(max_examples=600, **PROFILE)
+@given(setups())
+def test_fast_forward_equals_stepping_bit_for_bit(setup):
+    covered(setup)
+
+
+@settings(max_examples=300, **PROFILE)
+@given(setups(kinds=("paged",), pressure=True))
+def test_fast_forward_equals_stepping_under_preemption(setup):
+    covered(setup)
+
+
+@settings(max_examples=200, **PROFILE)
+@given(setups(kinds=("prefix",), pressure=True))
+def test_fast_forward_equals_stepping_with_a_prefix_cache(setup):
+    covered(setup)
+
+
+def covered(setup: Setup) -> None:
+    stepped, stretches, memory = check_identity(setup)
+    # what the examples covered (pytest --hypothesis-show-statistics)
+    event(f"{setup.executor} {setup.memory[0]} {setup.config.order.name} {setup.config.prefill}")
+    event(f"fast-forwarded: {stretches > 0}")
+    event(f"preempted: {stepped.preemptions.sum() > 0}, by swap: {stepped.work['swapped_out'] > 0}")
+    event(f"rejected: {bool(stepped.reject_reasons)}")
+    if stats := memory.cache_stats():
+        event(f"prefix cache hits: {stats['prefix_cache_hits'] > 0}")
+
+
+# -- hand cases: each knob where a stretch meets the decision it must not skip -----------------
+
+def hand(rows, memory, executor="unit", max_context=None, **config) -> Setup:
+    """A Setup from rows (arrival, prompt, output[, predicted[, content]]); missing ones None."""
+    rows = tuple((float(a), p, o, *rest, *(None,) * (2 - len(rest))) for a, p, o, *rest in rows)
+    return Setup(executor, SchedulerConfig(**config), memory, max_context, rows)
+
+
+def test_issue_case_a_short_newcomer_is_admitted_ahead_of_a_blocked_head():
+    # long and blocked need 21 tokens each of 30: blocked waits for long; short (3 tokens)
+    # arrives at t=3, sorts ahead of blocked under sjf, fits beside long, and runs at once.
+    setup = hand([(0, 1, 20), (0, 1, 20), (3, 1, 2)], ("reservation", 30, "oracle", 8192),
+                 order=QueueOrder("sjf"))
+    for fast_forward in (False, True):
+        trace, requests, _ = setup.run(fast_forward)
+        long, blocked, short = requests
+        assert short.token_times == [4.0, 5.0], fast_forward
+        assert long.token_times == [float(t) for t in range(1, 21)]
+        assert blocked.admitted_at == 20.0 and blocked.token_times[0] == 21.0
+    check_identity(setup)
+
+
+def test_the_same_holds_for_the_predicted_orders_and_paged_memory():
+    # sjf-predicted and aging put the newcomer first by its prediction.
+    reservation = [(0, 1, 20, 20.0), (0, 1, 20, 20.0), (3, 1, 2, 2.0)]
+    # paged, 8 blocks of 4 tokens: long (P12) holds 3 blocks at once, so blocked (P24, arriving
+    # just after it) cannot take its 6; short needs 1 and finishes before long needs the rest.
+    paged = [(0, 12, 20, 20.0), (0.5, 24, 4, 4.0), (3, 1, 2, 2.0)]
+    cases = [
+        (reservation, ("reservation", 30, "oracle", 8192), QueueOrder("sjf-predicted")),
+        (reservation, ("reservation", 30, "oracle", 8192), QueueOrder("aging", 0.5)),
+        (paged, ("paged", 32, 4, 0.0, 0), QueueOrder("sjf")),
+        (paged, ("paged", 32, 4, 0.0, 0), QueueOrder("aging", 0.5)),
+    ]
+    for rows, memory, order in cases:
+        stepped, stretches, _ = check_identity(hand(rows, memory, order=order))
+        assert stepped.output_times(2).tolist() == [4.0, 5.0], (order, memory)
+        assert stepped.preemptions.sum() == 0 and stretches >= 2
+
+
+def test_fcfs_keeps_the_newcomer_behind_the_blocked_head():
+    setup = hand([(0, 1, 20), (0, 1, 20), (3, 1, 2)], ("reservation", 30, "oracle", 8192))
+    stepped, stretches, _ = check_identity(setup)
+    assert stepped.output_times(2)[0] == 21.0 and stretches >= 1
+
+
+def test_preemption_by_recompute_and_by_swap_around_stretches():
+    # two long requests cannot both grow to their end in 12 blocks of 4 tokens: one is preempted
+    # mid-decode, and decode stretches run before and after it on both executors.
+    for executor in ("unit", "roofline"):
+        for preempt, host in (("recompute", 0), ("swap", 48), ("swap", 0)):
+            for victim in ("latest-arrival", "last-admitted"):
+                setup = hand([(0, 8, 20), (0, 8, 20), (1, 3, 6)], ("paged", 48, 4, 0.1, host),
+                             executor, max_active=4, preempt=preempt, victim=victim)
+                stepped, stretches, _ = check_identity(setup)
+                assert stepped.preemptions.sum() >= 1 and stretches >= 2
+                assert (stepped.work["swapped_out"] > 0) == (preempt == "swap" and host > 0)
+
+
+def test_chunked_prefill_and_prefill_first_around_stretches():
+    rows = [(0, 30, 12), (0, 5, 12), (2.5, 17, 3), (2.5, 1, 1), (7, 9, 5)]
+    for prefill in ({"prefill": "prefill_first"},
+                    {"prefill": "chunked", "token_budget": 8, "chunk_size": 4},
+                    {"prefill": "chunked", "token_budget": 2}):
+        for executor in ("unit", "roofline"):
+            setup = hand([(a * (1 if executor == "unit" else ROOFLINE_STEP_S), p, o) for a, p, o in rows],
+                         ("unlimited",), executor, max_active=3, **prefill)
+            stepped, stretches, _ = check_identity(setup)
+            assert stretches >= 1 or prefill.get("token_budget") == 2
+
+
+def test_static_batches_and_rejections_at_arrival():
+    # r1 is too long for the context, r3 too big for its reservation; the rest form batches
+    rows = [(0, 4, 6), (0, 60, 10), (1, 2, 9), (1, 3, 40), (4, 1, 1), (4, 2, 3)]
+    setup = hand(rows, ("reservation", 40, "pow2", 64), max_context=64,
+                 batching="static", max_active=2, order=QueueOrder("sjf"))
+    stepped, stretches, _ = check_identity(setup)
+    assert set(stepped.reject_reasons) == {"r1", "r3"} and stretches >= 2
+
+
+# -- a prefix cache changes during a stretch --------------------------------------------------
+
+def test_a_waiting_request_whose_prefix_a_stretch_writes_is_admitted_as_when_stepping():
+    # a writes a conversation's tokens 4..14 as it decodes; b's prompt repeats its first 8.
+    # 5 blocks of 4 tokens: at t=2 b needs 5 blocks less 1 cached and 3 are free; by t=5 a has
+    # filled 2 blocks, b finds both cached, needs 3, and is admitted (stepping) - not at a's end.
+    setup = hand([(0, 4, 12, None, (0, 60, 15)), (2, 20, 1, None, (0, 8, 20))],
+                 ("prefix", 20, 4, 0.0, 0, None))
+    stepped, _, _ = setup.run(False)
+    assert stepped.admitted_at.tolist() == [0.0, 5.0]
+    check_identity(setup)
+
+
+
+def test_a_prefix_cache_evicts_as_many_blocks_whether_stepping_or_fast_forwarding():
+    # 14 blocks of 1 token. r0's 13-token prompt is cached when it finishes at t=1; r3 repeats
+    # its first 7 tokens and decodes the 8th (known content, so its block is keyed); r2, r3, r4
+    # decode together from t=2, taking blocks from the cache's LRU as they grow.
+    rows = [(0, 13, 1, None, (0, 13, 13)), (0, 1, 1, None, (0, 0, 1)), (0, 1, 2, None, (0, 0, 1)),
+            (0, 7, 2, None, (0, 8, 8)), (0, 1, 5, None, (0, 0, 1))]
+    stepped, stretches, memory = check_identity(hand(rows, ("prefix", 14, 1, 0.0, 0, None)))
+    assert memory.cache_stats()["prefix_cache_evictions"] > 0 and stretches >= 1
+
+
+def test_a_request_swapped_back_in_under_a_prefix_cache_is_fast_forwarded_as_stepped():
+    # 5 blocks of 1 token, a quarter kept free at admission, 2 tokens of host memory: the
+    # requests preempt each other by swap and come back; the stretches after must be as long as
+    # the steps they replace (never negative).
+    setup = hand([(0, 1, 4, None, (0, 0, 1))] * 5, ("prefix", 5, 1, 0.25, 2, None),
+                 prefill="prefill_first", preempt="swap")
+    stepped, stretches, _ = check_identity(setup)
+    assert stepped.work["swapped_out"] > 0 and stretches >= 1

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from batchlab.commands import flagtypes
 from batchlab.commands.options import MS_PER_S, add_hardware, hardware
+
+# An hour: no batching question asks about longer steps, and the search for the largest batch
+# under a bound doubles the batch, so a bound like 1e308 ms would run past any float.
+MAX_STEP_MS = 3_600_000
 
 
 def register(subparsers) -> None:
@@ -15,17 +20,29 @@ def register(subparsers) -> None:
                     "tokens, on a roofline model of a GPU. M and G are preset names or "
                     ".toml/.json spec files (see docs/hardware.md).")
     add_hardware(parser)
-    parser.add_argument("--batch", type=int, default=1, metavar="B",
+    parser.add_argument("--batch", type=flagtypes.integer(ge=1, le=flagtypes.MAX_REQUESTS),
+                        default=1, metavar="B",
                         help="sequences in the step (default: %(default)s)")
-    parser.add_argument("--context", type=int, default=0, metavar="C",
+    parser.add_argument("--context", type=flagtypes.tokens_or_zero, default=0, metavar="C",
                         help="tokens already in each sequence's KV cache (default: %(default)s)")
-    parser.add_argument("--new-tokens", type=int, default=1, metavar="N",
+    parser.add_argument("--new-tokens", type=flagtypes.positive_tokens, default=1, metavar="N",
                         help="tokens each sequence processes this step; 1 = decode "
                              "(default: %(default)s)")
-    parser.add_argument("--max-batch-under", type=float, metavar="MS",
+    parser.add_argument("--max-batch-under", type=flagtypes.real(gt=0, le=MAX_STEP_MS, unit="ms"),
+                        metavar="MS",
                         help="also print the largest batch whose step stays under MS ms")
-    parser.add_argument("--reservations", type=int, metavar="TOKENS",
+    parser.add_argument("--reservations", type=flagtypes.positive_tokens, metavar="TOKENS",
                         help="also print how many requests reserving TOKENS tokens fit in KV")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write the step time against batch size (PNG and SVG) into DIR")
+    parser.add_argument("--tp", type=int, default=1, metavar="N",
+                        help="tensor parallel degree: GPUs each layer is split over "
+                             "(default: %(default)s)")
+    parser.add_argument("--pp", type=int, default=1, metavar="M",
+                        help="pipeline parallel degree: stages the layers are split into "
+                             "(default: %(default)s)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also print the step operator by operator (with --cost operators)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(run=run)
 
@@ -35,50 +52,104 @@ def compute(args) -> dict:
     from batchlab.errors import InputError
     from batchlab.hardware import kv_capacity_tokens, max_batch_under, reservations
     from batchlab.hardware.cost import uniform_step_cost
+    from batchlab.hardware.costmodel import CostModel, max_batch_under_cost
+    from batchlab.hardware.opcost import uniform_shape
+    from batchlab.hardware.parallel import (
+        Layout,
+        kv_bytes_per_token_per_gpu,
+        kv_capacity_tokens_split,
+        weight_bytes_per_gpu,
+    )
 
     for flag, value, low in (("--batch", args.batch, 1), ("--context", args.context, 0),
-                             ("--new-tokens", args.new_tokens, 1)):
+                             ("--new-tokens", args.new_tokens, 1), ("--tp", args.tp, 1),
+                             ("--pp", args.pp, 1)):
         if value < low:
             raise InputError(f"field '{flag}' must be >= {low}, got {value}")
     if args.max_batch_under is not None and not args.max_batch_under > 0:
         raise InputError(f"field '--max-batch-under' must be > 0 ms, got {args.max_batch_under}")
     if args.reservations is not None and args.reservations < 1:
         raise InputError(f"field '--reservations' must be >= 1 token, got {args.reservations}")
+    from batchlab.io_checks import named
+
     model, gpu = hardware(args)
+    with named("tp", "--tp"), named("pp", "--pp"):
+        layout = Layout(tp=args.tp, pp=args.pp)
+        model_cost = CostModel(model, gpu, layout)
+    shape = uniform_shape(args.batch, args.context, args.new_tokens)
     cost = uniform_step_cost(model, gpu, args.batch, args.context, args.new_tokens)
+    price = model_cost.price(shape)
+    rows = model_cost.breakdown(shape)
+    simple = model_cost.kind == "roofline" and layout.trivial
     out = {
         "model": model.name, "gpu": gpu.name, "batch": args.batch, "context": args.context,
-        "new_tokens": args.new_tokens,
-        "time_s": cost.time_s, "flops": cost.flops, "bytes": cost.bytes, "bound": cost.bound,
+        "new_tokens": args.new_tokens, "cost_model": model_cost.kind, "tp": layout.tp,
+        "pp": layout.pp,
+        "time_s": cost.time_s if simple else float(price.time_s),
+        "stage_time_s": float(price.stage_s), "send_s": float(price.send_s),
+        "cpu_s": float(price.cpu_s),
+        "flops": cost.flops, "bytes": cost.bytes,
+        "bound": cost.bound if simple else _bound(rows),
         "compute_s": cost.flops / gpu.compute_rate, "memory_s": cost.bytes / gpu.memory_rate,
         "arithmetic_intensity": cost.arithmetic_intensity,
         "ridge_intensity": gpu.ridge_intensity,
         "weight_bytes": model.weight_bytes, "kv_bytes_per_token": model.kv_bytes_per_token,
-        "kv_capacity_tokens": kv_capacity_tokens(model, gpu),
+        "weight_bytes_per_gpu": weight_bytes_per_gpu(model, layout),
+        "kv_bytes_per_token_per_gpu": kv_bytes_per_token_per_gpu(model, layout),
+        "kv_capacity_tokens": (kv_capacity_tokens(model, gpu) if layout.trivial
+                               else kv_capacity_tokens_split(model, gpu, layout)),
         "max_context": model.max_context,
         "exceeds_max_context": args.context + args.new_tokens > model.max_context,
     }
+    if args.breakdown:
+        total = float(price.time_s)
+        out["breakdown"] = [
+            {"op": r.op, "class": r.op_class, "count": r.count, "flops_per_gpu": float(r.flops),
+             "bytes_per_gpu": float(r.bytes), "time_ms": float(r.time_s) * MS_PER_S,
+             "share": float(r.time_s) / total, "bound": r.bound} for r in rows]
     if args.max_batch_under is not None:
         out["max_batch_under_s"] = args.max_batch_under / MS_PER_S
-        out["max_batch"] = max_batch_under(model, gpu, out["max_batch_under_s"], args.context,
-                                           args.new_tokens)
+        out["max_batch"] = (max_batch_under(model, gpu, out["max_batch_under_s"], args.context,
+                                            args.new_tokens) if simple else
+                            max_batch_under_cost(model_cost, out["max_batch_under_s"],
+                                                 args.context, args.new_tokens))
     if args.reservations is not None:
         out["reservation_tokens"] = args.reservations
-        out["reservations"] = reservations(model, gpu, args.reservations)
+        out["reservations"] = (reservations(model, gpu, args.reservations) if layout.trivial
+                               else out["kv_capacity_tokens"] // args.reservations)
     return out
+
+
+def _bound(rows) -> str:
+    """What bounds a step of operators: the side (compute or memory) that takes more time."""
+    time = {"compute": 0.0, "memory": 0.0}
+    for row in rows:
+        if row.bound in time:
+            time[row.bound] += float(row.time_s)
+    return "compute" if time["compute"] > time["memory"] else "memory"
 
 
 def _table(out: dict):
     from rich.table import Table
 
-    table = Table(title=f"One step of {out['model']} on {out['gpu']}: {out['batch']} x "
-                        f"(context {out['context']}, {out['new_tokens']} new)")
+    split = f", tp {out['tp']} x pp {out['pp']}" if out["tp"] * out["pp"] > 1 else ""
+    table = Table(title=f"One step of {out['model']} on {out['gpu']}{split}: {out['batch']} x "
+                        f"(context {out['context']}, {out['new_tokens']} new), "
+                        f"{out['cost_model']} cost")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    rows = [
-        ("time (ms)", f"{out['time_s'] * MS_PER_S:.3f}"),
-        ("  compute term (ms)", f"{out['compute_s'] * MS_PER_S:.3f}"),
-        ("  memory term (ms)", f"{out['memory_s'] * MS_PER_S:.3f}"),
+    rows = [("time (ms)", f"{out['time_s'] * MS_PER_S:.3f}")]
+    if out["cost_model"] == "roofline" and not split:
+        rows += [("  compute term (ms)", f"{out['compute_s'] * MS_PER_S:.3f}"),
+                 ("  memory term (ms)", f"{out['memory_s'] * MS_PER_S:.3f}")]
+    else:
+        rows += [("  busiest stage (ms)", f"{out['stage_time_s'] * MS_PER_S:.3f}"),
+                 ("  stage-to-stage sends (ms)", f"{out['send_s'] * MS_PER_S:.3f}"),
+                 ("  CPU (ms)", f"{out['cpu_s'] * MS_PER_S:.3f}")]
+    if split:
+        rows += [("weights per GPU (GB)", f"{out['weight_bytes_per_gpu'] / 1e9:.2f}"),
+                 ("KV per token per GPU (bytes)", f"{out['kv_bytes_per_token_per_gpu']:,}")]
+    rows += [
         ("bound", out["bound"]),
         ("FLOPs", f"{out['flops']:,}"),
         ("bytes", f"{out['bytes']:,}"),
@@ -104,10 +175,36 @@ def _table(out: dict):
 
 def run(args: argparse.Namespace) -> int:
     out = compute(args)
+    if args.plot:
+        from batchlab.commands.written import say_wrote
+        from batchlab.plots import step_cost_curve
+        model, gpu = hardware(args)
+        say_wrote(step_cost_curve(model, gpu, args.context, args.new_tokens, args.plot, batch=args.batch,
+                                  limit_ms=args.max_batch_under, max_batch=out.get("max_batch")))
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         from batchlab.display import console as make_console
 
-        make_console().print(_table(out))
+        console = make_console()
+        console.print(_table(out))
+        if "breakdown" in out:
+            console.print(_breakdown_table(out))
     return 0
+
+
+def _breakdown_table(out: dict):
+    from rich.table import Table
+
+    table = Table(title="The step operator by operator (one GPU of each stage; counts over all layers)")
+    for col, justify in (("op", "left"), ("class", "left"), ("count", "right"),
+                         ("GFLOP", "right"), ("MB", "right"), ("time (ms)", "right"),
+                         ("share", "right"), ("bound", "left")):
+        table.add_column(col, justify=justify)
+    for r in out["breakdown"]:
+        table.add_row(r["op"], r["class"], f"{r['count']:,}", f"{r['flops_per_gpu'] / 1e9:,.2f}",
+                      f"{r['bytes_per_gpu'] / 1e6:,.2f}", f"{r['time_ms']:.4f}",
+                      f"{100 * r['share']:.1f}%", r["bound"])
+    table.add_row("total", "", "", "", "", f"{sum(r['time_ms'] for r in out['breakdown']):.4f}",
+                  f"{100 * sum(r['share'] for r in out['breakdown']):.1f}%", "")
+    return table

@@ -1,6 +1,9 @@
-"""The paper GPU: model and GPU specs, their presets, and the roofline price of a step.
+"""The paper GPU: model and GPU specs, their presets, and the price of a step.
 
-See docs/hardware.md for the formulas, their sources and checks a user can do by hand.
+Two cost models behind `CostModel`: one roofline per step (cost.py) and one per operator
+(opcost.py), on one GPU or split by a tensor/pipeline `Layout` (parallel.py). See
+docs/hardware.md for the formulas, their sources and checks a user can do by hand, and
+docs/parallel.md for the split.
 """
 
 from batchlab.hardware.cost import (
@@ -14,7 +17,10 @@ from batchlab.hardware.cost import (
     step_time,
     step_totals,
 )
+from batchlab.hardware.costmodel import CostModel
 from batchlab.hardware.loading import resolve_gpu, resolve_model
+from batchlab.hardware.opcost import OperatorCost, StepPrice, shape_of, uniform_shape
+from batchlab.hardware.parallel import Layout
 from batchlab.hardware.presets import GPU_PRESETS, MODEL_PRESETS
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
@@ -23,4 +29,5 @@ __all__ = [
     "ModelSpec", "GPUSpec", "SeqWork", "StepCost", "step_cost", "step_time",
     "decode_run_totals", "kv_capacity_tokens", "max_batch_under", "reservations",
     "resolve_model", "resolve_gpu", "MODEL_PRESETS", "GPU_PRESETS",
+    "CostModel", "OperatorCost", "StepPrice", "Layout", "shape_of", "uniform_shape",
 ]

@@ -14,10 +14,13 @@ import tomllib
 from pathlib import Path
 
 from batchlab.errors import InputError
+from batchlab.io_checks import MAX_TOKENS, brief, load_json, number, reading, whole
 from batchlab.hardware.presets import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
 SPEC_SUFFIXES = (".toml", ".json")
+# No shape, count or size of a model or GPU comes near 10^15 (parameters are ~10^12 at most).
+MAX_SPEC_INT = 10**15
 BASE_KEY = "base"
 # Shape fields whose change makes a base preset's published n_params (and head_dim) stale.
 _SHAPE_FIELDS = frozenset({"n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
@@ -29,10 +32,10 @@ def _read(path: Path) -> dict:
         raise InputError(f"{path}: a spec file must end in {' or '.join(SPEC_SUFFIXES)}")
     try:
         if path.suffix == ".toml":
-            with path.open("rb") as handle:
+            with path.open("rb") as handle, reading(str(path)):
                 data = tomllib.load(handle)
         else:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path.read_text(encoding="utf-8"), str(path))
     except OSError as exc:
         raise InputError(f"{path}: cannot read spec file ({exc.strerror})") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -69,10 +72,17 @@ def _coerce(path: Path, kind: str, field: dataclasses.Field, value: object) -> o
         if isinstance(value, float) and value.is_integer():
             value = int(value)  # 8.03e9 written with an exponent
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{where} must be an integer, got {value!r}")
-    elif want == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{where} must be a number, got {value!r}")
+            raise InputError(f"{where} must be an integer, got {brief(value)}")
+        try:   # a bound, so no count overflows int64 or a float further on
+            return whole(value, None, le=MAX_TOKENS if field.name == "max_context" else MAX_SPEC_INT,
+                         what="an integer")
+        except InputError as exc:
+            raise InputError(f"{where} {exc}") from None
+    elif want == "float" or "float" in want and value is not None:
+        try:
+            return number(value, None)
+        except InputError as exc:
+            raise InputError(f"{where} {exc}") from None
     return value
 
 
@@ -141,10 +151,11 @@ def resolve_gpu(name_or_path: str | Path | GPUSpec) -> GPUSpec:
 
 
 def _resolve(value, spec_type, presets, load, preset):
+    """A spec file when the name ends in .toml/.json or names an existing file; otherwise a
+    preset by name or short form (so "meta-llama/Meta-Llama-3-8B" is a preset, not a path)."""
     if isinstance(value, spec_type):
         return value
-    if isinstance(value, Path) or (isinstance(value, str)
-                                   and value.casefold() not in {k.casefold() for k in presets}
-                                   and _looks_like_path(value)):
+    if isinstance(value, Path) or (isinstance(value, str) and _looks_like_path(value)
+                                   and (value.endswith(SPEC_SUFFIXES) or Path(value).exists())):
         return load(value)
     return preset(value)

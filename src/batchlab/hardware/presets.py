@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from batchlab.errors import InputError
 from batchlab.hardware.specs import (
+    NVLINK3_BYTES_S,
+    NVLINK4_BYTES_S,
     PCIE_GEN4_X16_BYTES_S,
     PCIE_GEN5_X16_BYTES_S,
     PLAIN_MLP_MATRICES,
@@ -15,6 +17,19 @@ _MODELS = (
     # meta-llama/Meta-Llama-3-8B config.json and model card (8.03B parameters).
     ModelSpec("Llama-3-8B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
               vocab=128256, max_context=8192, n_params=8_030_000_000),
+    # meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV heads,
+    # intermediate 14336, vocab 128256, max_position_embeddings 131072 (RoPE theta 500000 with
+    # "llama3" rope_scaling, factor 8 over the original 8192); 8,030,261,248 parameters in the
+    # checkpoint (the shapes' count plus 266,240 norm weights).
+    # The 128K context lets the Mooncake traces (prompts up to 126K tokens) replay unclipped.
+    ModelSpec("Llama-3.1-8B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
+              vocab=128256, max_context=131072, n_params=8_030_261_248),
+    # meta-llama/Llama-3.1-70B config.json: 80 layers, hidden 8192, 64 heads, 8 KV heads,
+    # intermediate 28672, vocab 128256, max_position_embeddings 131072 (same RoPE scaling);
+    # 70,553,706,496 parameters in the checkpoint (shapes plus 1,318,912 norm weights). Its
+    # 141 GB of bf16 weights do not fit one 80 GB GPU: it needs tensor parallelism.
+    ModelSpec("Llama-3.1-70B", n_layers=80, hidden=8192, n_heads=64, n_kv_heads=8, ffn=28672,
+              vocab=128256, max_context=131072, n_params=70_553_706_496),
     # meta-llama/Llama-2-7b-hf config.json; 6.74B parameters in the checkpoint
     # (Touvron et al. 2023, "Llama 2", Table 1 for the 4k context and GQA only at 70B).
     ModelSpec("Llama-2-7B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=32, ffn=11008,
@@ -34,40 +49,127 @@ _MODELS = (
     ModelSpec("OPT-13B", n_layers=40, hidden=5120, n_heads=40, n_kv_heads=40, ffn=20480,
               vocab=50272, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
               tied_embeddings=True, n_params=12_850_000_000),
+    # meta-llama/Meta-Llama-3-70B config.json: the shapes of Llama-3.1-70B with an 8192-token
+    # context; 70,553,706,496 parameters in the checkpoint.
+    ModelSpec("Llama-3-70B", n_layers=80, hidden=8192, n_heads=64, n_kv_heads=8, ffn=28672,
+              vocab=128256, max_context=8192, n_params=70_553_706_496),
+    # GPT-3 (Brown et al. 2020, Table 2.1): d_ff = 4 d_model, plain GELU MLP, heads of 128,
+    # vocab 50257 (GPT-2's BPE), 2048-token context, LM head tied to the embedding. Orca (Yu et
+    # al., OSDI 2022, Table 1) serves 13B (40 layers, hidden 5120), 175B (96, 12288) and two
+    # sizes it builds by changing layers and width, 101B (80, 10240) and 341B (120, 15360);
+    # heads of 128 for those two as in GPT-3. Parameters are derived from the shapes (174.6B
+    # for the model the paper rounds to 175B; biases, norms and learned positions left out).
+    ModelSpec("GPT-3-13B", n_layers=40, hidden=5120, n_heads=40, n_kv_heads=40, ffn=20480,
+              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
+              tied_embeddings=True),
+    ModelSpec("GPT-3-101B", n_layers=80, hidden=10240, n_heads=80, n_kv_heads=80, ffn=40960,
+              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
+              tied_embeddings=True),
+    ModelSpec("GPT-3-175B", n_layers=96, hidden=12288, n_heads=96, n_kv_heads=96, ffn=49152,
+              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
+              tied_embeddings=True),
+    ModelSpec("GPT-3-341B", n_layers=120, hidden=15360, n_heads=120, n_kv_heads=120, ffn=61440,
+              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
+              tied_embeddings=True),
 )
+
+# Operator parameters fitted from Vidur's profiles (../shared/data/profiles: Llama-2-7B mlp.csv
+# at TP 1/2/4/8, NCCL all-reduce and send/recv inside one DGX node; for the A100 also the
+# Llama-3-8B FlashInfer attention subset) by
+#   batchlab calibrate vidur_a100_llama-2-7b_mlp.csv vidur_a100_llama-3-8b_attention_subset.csv \
+#       network/vidur_a100_dgx_all_reduce.csv network/vidur_a100_dgx_send_recv.csv \
+#       --model Llama-3-8B --gpu A100-80GB
+#   batchlab calibrate vidur_h100_llama-2-7b_mlp.csv network/vidur_h100_dgx_all_reduce.csv \
+#       network/vidur_h100_dgx_send_recv.csv --gpu H100-SXM
+# rounded to 4 digits; the fit errors are in docs/fidelity.md. The profiles hold no CPU time,
+# so the CPU overheads stay 0 (fit them from a real server's steps: docs/fidelity.md), and no
+# H100 attention, so H100 attention falls back to mfu / mbu.
+_A100_FIT = dict(
+    matmul_mfu=0.7599, matmul_mbu=0.8375, matmul_half_tokens=89.99, matmul_floor_s=5.753e-06,
+    attn_prefill_mfu=0.4798, attn_prefill_mbu=0.7, attn_prefill_floor_s=7.735e-05,
+    attn_decode_mbu=0.8479, attn_decode_floor_s=2.051e-05,
+    norm_mbu=0.4193, norm_floor_s=2.571e-06, rope_mbu=0.4923, rope_floor_s=2.179e-06,
+    act_mbu=0.4868, act_floor_s=2.02e-06, add_mbu=1.0, add_floor_s=1.122e-06,
+    embedding_mbu=0.1573, embedding_floor_s=2.865e-06,
+    allreduce_bandwidth=153.9e9, allreduce_latency_s=3.359e-05,
+    p2p_bandwidth=285.8e9, p2p_latency_s=1.316e-05,
+    source="datasheet peaks; operators and NVLink fitted from Vidur's A100 profiles "
+           "(Azure NC96ads A100 v4, A100 80GB PCIe; DGX A100 for the network), see presets.py")
+_H100_FIT = dict(
+    matmul_mfu=0.7763, matmul_mbu=1.0, matmul_half_tokens=197.0, matmul_floor_s=5.767e-06,
+    norm_mbu=0.4247, norm_floor_s=2.422e-06, rope_mbu=0.5374, rope_floor_s=1.719e-06,
+    act_mbu=0.5594, act_floor_s=1.488e-06, add_mbu=1.0, add_floor_s=7.168e-07,
+    embedding_mbu=0.185, embedding_floor_s=2.509e-06,
+    allreduce_bandwidth=323.8e9, allreduce_latency_s=2.259e-05,
+    p2p_bandwidth=357.5e9, p2p_latency_s=7.591e-06,
+    source="datasheet peaks; operators and NVLink fitted from Vidur's H100 profiles (DGX "
+           "H100), see presets.py; attention uncalibrated (mfu / mbu)")
 
 _GPUS = (
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16 1,979 TFLOPS with sparsity (989.4
     # dense), 3.35 TB/s HBM3, 80 GB; host link PCIe Gen5 (128 GB/s both directions).
     GPUSpec("H100-SXM", peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
-            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S),
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, **_H100_FIT),
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
-    # host link PCIe Gen4 (64 GB/s both directions).
+    # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions.
     GPUSpec("A100-40GB", peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S),
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, allreduce_bandwidth=NVLINK3_BYTES_S,
+            p2p_bandwidth=NVLINK3_BYTES_S,
+            source="NVIDIA A100 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
     GPUSpec("A100-80GB", peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S),
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, **_A100_FIT),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM, 4.8 TB/s HBM3e,
-    # 141 GB; PCIe Gen5.
+    # 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both directions.
     GPUSpec("H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
-            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S),
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, allreduce_bandwidth=NVLINK4_BYTES_S,
+            p2p_bandwidth=NVLINK4_BYTES_S,
+            source="NVIDIA H200 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense),
-    # 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16.
+    # 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk over PCIe.
     GPUSpec("L4", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S),
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie",
+            allreduce_bandwidth=PCIE_GEN4_X16_BYTES_S, p2p_bandwidth=PCIE_GEN4_X16_BYTES_S,
+            source="NVIDIA L4 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
 )
 
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
 GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 
 
+# Short forms people type, by normalized name (see `normalize`): the bare GPU family picks the
+# variant most deployed (H100 SXM, A100 80 GB); Hugging Face ids name the models they hold.
+ALIASES = {
+    "h100": "H100-SXM", "h100sxm5": "H100-SXM", "h10080gb": "H100-SXM",
+    "a100": "A100-80GB", "a10080g": "A100-80GB", "a10040g": "A100-40GB",
+    "h200sxm": "H200", "l424gb": "L4",
+    "llama38b": "Llama-3-8B", "metallama38b": "Llama-3-8B",
+    "llama27b": "Llama-2-7B", "llama213b": "Llama-2-13B", "llama270b": "Llama-2-70B",
+    "mistral7bv01": "Mistral-7B", "opt13b": "OPT-13B",
+}
+SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B"}
+
+
+def normalize(name: str) -> str:
+    """The name as looked up: any case, no punctuation, without a Hugging Face organisation
+    prefix ("meta-llama/") or "-hf" suffix: "meta-llama/Llama-2-7b-hf" -> "llama27b"."""
+    name = name.rsplit("/", 1)[-1].casefold()
+    name = "".join(ch for ch in name if ch.isalnum())
+    return name.removesuffix("hf") if len(name) > 2 else name
+
+
 def _lookup(presets: dict, kind: str, name: str):
-    folded = {key.casefold(): spec for key, spec in presets.items()}
-    spec = folded.get(name.casefold()) if isinstance(name, str) else None
+    spec = None
+    if isinstance(name, str):
+        by_key = {normalize(key): spec for key, spec in presets.items()}
+        key = normalize(name)
+        spec = by_key.get(key)
+        if spec is None and ALIASES.get(key) in presets:
+            spec = presets[ALIASES[key]]
     if spec is None:
         raise InputError(f"field '{kind}': unknown {kind} {name!r}; choose one of "
-                         f"{', '.join(presets)} or give a .toml/.json spec file")
+                         f"{', '.join(presets)} (any case, dashes optional, short forms such as "
+                         f"{SHORT_EXAMPLES[kind]}) or give a .toml/.json spec file")
     return spec
 
 

@@ -31,6 +31,25 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 # (PCI-SIG PCIe 5.0 spec: 32 GT/s x 16 lanes, 128b/130b encoding).
 PCIE_GEN5_X16_BYTES_S = 64e9
 PCIE_GEN4_X16_BYTES_S = 32e9
+# GPU-to-GPU links, per direction: NVLink 3 on the A100 is 600 GB/s both ways (NVIDIA A100
+# datasheet), NVLink 4 on the H100 SXM 900 GB/s (H100 datasheet).
+NVLINK3_BYTES_S = 300e9
+NVLINK4_BYTES_S = 450e9
+# An NCCL call costs some microseconds even for a few bytes (NCCL's own tests report latencies
+# of this order for small all-reduces inside one node); the calibrated presets fit their own.
+DEFAULT_LINK_LATENCY_S = 10e-6
+COST_MODELS = ("roofline", "operators")
+INTERCONNECTS = ("nvlink", "pcie")
+# The operators model's GPU parameters, by operator class (see opcost.py).
+OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s",
+                   "matmul_vector_mbu",
+                   "attn_prefill_mfu", "attn_prefill_mbu", "attn_prefill_floor_s",
+                   "attn_decode_mbu", "attn_decode_floor_s", "norm_mbu", "norm_floor_s",
+                   "elementwise_mbu", "elementwise_floor_s", "rope_mbu", "rope_floor_s",
+                   "act_mbu", "act_floor_s", "add_mbu", "add_floor_s", "embedding_mbu",
+                   "embedding_floor_s")
+# Elementwise kernels without their own figures take the generic elementwise ones.
+ELEMENTWISE_KERNELS = ("rope", "act", "add", "embedding")
 
 
 def _positive_int(record: str, field: str, value: object, minimum: int = 1) -> int:
@@ -41,13 +60,20 @@ def _positive_int(record: str, field: str, value: object, minimum: int = 1) -> i
     return value
 
 
+# Below these a step's time overflows to infinity: no real device is that slow or that small.
+MIN_SHARE = 1e-6   # an efficiency or a memory share
+MIN_RATE = 1.0     # FLOP/s, bytes/s, bytes
+
+
 def _positive_float(record: str, field: str, value: object, *, zero_ok: bool = False,
-                    at_most_one: bool = False) -> float:
+                    at_most_one: bool = False, at_least: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"{record}: field '{field}' must be a finite number, got {value!r}")
-    low_ok = value >= 0 if zero_ok else value > 0
+    low = MIN_SHARE if at_most_one else at_least
+    low_ok = value >= low if low is not None else (value >= 0 if zero_ok else value > 0)
     if not low_ok or (at_most_one and value > 1):
-        bounds = "in (0, 1]" if at_most_one else (">= 0" if zero_ok else "> 0")
+        bounds = (f"in [{MIN_SHARE:g}, 1]" if at_most_one else f">= {low:g}" if low is not None
+                  else ">= 0" if zero_ok else "> 0")
         raise InputError(f"{record}: field '{field}' must be {bounds}, got {value}")
     return float(value)
 
@@ -142,18 +168,94 @@ class GPUSpec:
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S  # fixed cost per step (launch, sampling)
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION  # share of memory for weights + KV
     host_link_bandwidth: float = PCIE_GEN5_X16_BYTES_S  # bytes/s to host memory (KV swap)
+    # Which cost model prices a step by default: "roofline" (one roofline per step, cost.py)
+    # or "operators" (one roofline per operator, opcost.py). `--cost` overrides it.
+    cost_model: str = "roofline"
+    # The operators model's per-class parameters (opcost.py). An efficiency left at None falls
+    # back to mfu / mbu, a half size or floor to 0: an uncalibrated GPU prices each operator
+    # at the step-level efficiencies with no launch floor.
+    matmul_mfu: float | None = None          # share of peak_flops a large matmul reaches
+    matmul_mbu: float | None = None          # share of mem_bandwidth a thin matmul reaches
+    matmul_half_tokens: float | None = None  # rows at which a matmul reaches half of matmul_mfu
+    matmul_floor_s: float | None = None      # fixed time of one matmul kernel
+    # A one-row product runs a matrix-vector kernel (BLAS gemv), which streams the weight
+    # without the tiling a matrix-matrix kernel pays: when set, a matmul of one row costs
+    # max(F / (peak * matmul_mfu), B / (bandwidth * matmul_vector_mbu)) + matmul_floor_s,
+    # with no saturation term. None: one row is priced like any other (GPU presets).
+    matmul_vector_mbu: float | None = None
+    attn_prefill_mfu: float | None = None
+    attn_prefill_mbu: float | None = None
+    attn_prefill_floor_s: float | None = None
+    attn_decode_mbu: float | None = None
+    attn_decode_floor_s: float | None = None
+    norm_mbu: float | None = None
+    norm_floor_s: float | None = None
+    elementwise_mbu: float | None = None     # KV write, and the fallback of the four below
+    elementwise_floor_s: float | None = None
+    rope_mbu: float | None = None
+    rope_floor_s: float | None = None
+    act_mbu: float | None = None             # the MLP's activation (SiLU(gate) * up)
+    act_floor_s: float | None = None
+    add_mbu: float | None = None             # residual add
+    add_floor_s: float | None = None
+    embedding_mbu: float | None = None       # embedding gather
+    embedding_floor_s: float | None = None
+    seq_overhead_s: float = 0.0              # CPU time per sequence in a step (operators model)
+    # GPU-to-GPU links for tensor and pipeline parallelism (parallel.py): an all-reduce of S
+    # bytes over t GPUs costs allreduce_latency_s + 2(t-1)/t * S / allreduce_bandwidth (NCCL's
+    # ring "bus bandwidth"); a stage-to-stage send costs p2p_latency_s + S / p2p_bandwidth.
+    interconnect: str = "nvlink"
+    allreduce_bandwidth: float = NVLINK3_BYTES_S
+    allreduce_latency_s: float = DEFAULT_LINK_LATENCY_S
+    p2p_bandwidth: float = NVLINK3_BYTES_S
+    p2p_latency_s: float = DEFAULT_LINK_LATENCY_S
+    source: str = ""  # where the numbers come from (datasheet, fitted profiles and command)
+    price_per_hour: float | None = None  # what one GPU costs per hour (any currency); `plan` minimises it
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InputError(f"gpu: field 'name' must be a non-empty string, got {self.name!r}")
         rec = f"gpu '{self.name}'"
-        for field in ("peak_flops", "mem_bandwidth", "memory", "host_link_bandwidth"):
-            object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field)))
+        for field in ("peak_flops", "mem_bandwidth", "memory", "host_link_bandwidth",
+                      "allreduce_bandwidth", "p2p_bandwidth"):
+            object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
+                                                            at_least=MIN_RATE))
         for field in ("mfu", "mbu", "memory_utilization"):
             object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
                                                             at_most_one=True))
-        object.__setattr__(self, "step_overhead_s", _positive_float(
-            rec, "step_overhead_s", self.step_overhead_s, zero_ok=True))
+        for field in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s",
+                      "p2p_latency_s"):
+            object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
+                                                            zero_ok=True))
+        for field in OPERATOR_FIELDS:
+            value = getattr(self, field)
+            if value is not None:
+                share = field.endswith(("_mfu", "_mbu"))
+                object.__setattr__(self, field, _positive_float(
+                    rec, field, value, zero_ok=not share, at_most_one=share))
+        for field, allowed in (("cost_model", COST_MODELS), ("interconnect", INTERCONNECTS)):
+            if getattr(self, field) not in allowed:
+                raise InputError(f"{rec}: field '{field}' must be one of {', '.join(allowed)}, "
+                                 f"got {getattr(self, field)!r}")
+        if self.price_per_hour is not None:
+            object.__setattr__(self, "price_per_hour", _positive_float(rec, "price_per_hour", self.price_per_hour))
+        if not isinstance(self.source, str):
+            raise InputError(f"{rec}: field 'source' must be a string, got {self.source!r}")
+
+    def op_param(self, field: str) -> float:
+        """An operator parameter with its fallback: an elementwise kernel's to the generic
+        elementwise one, then mfu / mbu for efficiencies, else 0."""
+        value = getattr(self, field)
+        if value is not None:
+            return value
+        kernel, _, rest = field.partition("_")
+        if kernel in ELEMENTWISE_KERNELS:
+            return self.op_param(f"elementwise_{rest}")
+        if field.endswith("_mfu"):
+            return self.mfu
+        if field.endswith("_mbu"):
+            return self.mbu
+        return 0.0
 
     @property
     def compute_rate(self) -> float:

@@ -1,0 +1,267 @@
+"""Fit a GPU spec's operator parameters to measured times by least squares on relative error.
+
+Each group of parameters is fitted from the points of its operators alone (they share no
+parameter): matmul, attn_prefill, attn_decode (its compute side uses attn_prefill's mfu),
+norm, elementwise, the all-reduce and send links, and last the CPU overhead from whole-step
+points (linear once the operators are fitted). A group without points keeps the base spec's
+values. The residual is (predicted - measured) / measured, so a 10 us kernel weighs as much as a
+10 ms one, and the parameters are bounded to physical ranges (efficiencies in (0, 1]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.calibrate.profiles import ProfilePoint
+from batchlab.errors import InputError
+from batchlab.hardware.opcost import (
+    OP_CLASS,
+    Dims,
+    OperatorCost,
+    class_params,
+    op_time,
+    op_work,
+    uniform_shape,
+)
+from batchlab.hardware.parallel import Layout, allreduce_s, send_s
+from batchlab.hardware.specs import GPUSpec
+
+US = 1e-6
+GB = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    field: str       # GPUSpec field
+    scale: float     # fitted value * scale = the field's value (floors in us, bandwidths in GB/s)
+    low: float
+    high: float
+    starts: tuple    # initial values tried (in fitted units); the best fit wins
+
+
+EFF = (1e-3, 1.0)
+GROUPS: dict[str, tuple[tuple[str, ...], tuple[Param, ...]]] = {
+    "matmul": (("qkv", "o", "up", "down", "lm_head"), (
+        Param("matmul_mfu", 1.0, *EFF, (0.6,)), Param("matmul_mbu", 1.0, *EFF, (0.7,)),
+        Param("matmul_half_tokens", 1.0, 0.0, 1e5, (1.0, 64.0)),
+        Param("matmul_floor_s", US, 0.0, 1e5, (2.0,)))),
+    "attn_prefill": (("attn_prefill",), (
+        Param("attn_prefill_mfu", 1.0, *EFF, (0.4,)), Param("attn_prefill_mbu", 1.0, *EFF, (0.7,)),
+        Param("attn_prefill_floor_s", US, 0.0, 1e5, (5.0,)))),
+    "attn_decode": (("attn_decode",), (
+        # Two starts: where the model has decode attention compute-bound (a CPU's batched
+        # products of a few query rows) the efficiency has no gradient at the first.
+        Param("attn_decode_mbu", 1.0, *EFF, (0.7, 0.1)),
+        Param("attn_decode_floor_s", US, 0.0, 1e5, (5.0,)))),
+    "norm": (("norm", "final_norm"), (
+        Param("norm_mbu", 1.0, *EFF, (0.5,)), Param("norm_floor_s", US, 0.0, 1e5, (2.0,)))),
+    "elementwise": (("kv_write",), (
+        Param("elementwise_mbu", 1.0, *EFF, (0.5,)),
+        Param("elementwise_floor_s", US, 0.0, 1e5, (2.0,)))),
+    **{kind: ((kind,), (Param(f"{kind}_mbu", 1.0, *EFF, (0.5,)),
+                        Param(f"{kind}_floor_s", US, 0.0, 1e5, (2.0,))))
+       for kind in ("rope", "act", "add", "embedding")},
+    "all_reduce": (("all_reduce",), (
+        Param("allreduce_bandwidth", GB, 1e-3, 1e5, (100.0,)),
+        Param("allreduce_latency_s", US, 0.0, 1e5, (10.0,)))),
+    "send_recv": (("send_recv",), (
+        Param("p2p_bandwidth", GB, 1e-3, 1e5, (100.0,)),
+        Param("p2p_latency_s", US, 0.0, 1e5, (10.0,)))),
+}
+# A base spec that carries `matmul_vector_mbu` (one-row products in their own matrix-vector
+# regime, opcost.py) has it fitted with the other matmul parameters; the others never grow one.
+VECTOR = Param("matmul_vector_mbu", 1.0, *EFF, (0.5,))
+STEP_FIELDS = ("step_overhead_s", "seq_overhead_s")
+GROUP_OF = {op: group for group, (ops, _) in GROUPS.items() for op in ops}
+GROUP_OF["step"] = "step"
+HOLD_OUT_FIELDS = ("op", "tp", "tokens", "batch", "context", "source")
+
+
+def predict_ms(point: ProfilePoint, gpu: GPUSpec) -> float:
+    """What the operators model says the point should take, in ms."""
+    if point.op == "all_reduce":
+        return allreduce_s(gpu, point.nbytes, point.tp) * 1e3
+    if point.op == "send_recv":
+        return send_s(gpu, point.nbytes) * 1e3
+    shape = uniform_shape(point.batch, point.context, point.tokens)
+    if point.op == "step":
+        return float(OperatorCost(point.model, gpu, Layout(tp=point.tp)).step_time(shape)) * 1e3
+    work = op_work(point.op, Dims.of(point.model, point.tp), shape)
+    return float(op_time(class_params(gpu)[OP_CLASS[point.op]], *work)) * 1e3
+
+
+def group_params(group: str, gpu: GPUSpec) -> tuple[Param, ...]:
+    """The parameters fitted for `group` from a base spec `gpu`."""
+    params = GROUPS[group][1]
+    if group == "matmul" and gpu.matmul_vector_mbu is not None:
+        params = (*params, dataclasses.replace(VECTOR, starts=(gpu.matmul_vector_mbu,)))
+    return params
+
+
+def _works(points: list[ProfilePoint]):
+    """(FLOPs, bytes, rows) arrays of operator points; the parameters never change them."""
+    out = [op_work(p.op, Dims.of(p.model, p.tp), uniform_shape(p.batch, p.context, p.tokens))
+           for p in points]
+    return tuple(np.asarray([w[i] for w in out], dtype=np.float64) for i in range(3))
+
+
+def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: tuple[Param, ...]):
+    measured = np.asarray([p.ms for p in points]) * 1e-3
+    if group in ("all_reduce", "send_recv"):
+        size = np.asarray([p.nbytes for p in points])
+        workers = np.asarray([p.tp for p in points], dtype=np.float64)
+        factor = 2.0 * (workers - 1) / workers if group == "all_reduce" else np.ones_like(size)
+
+        def predict(x):
+            return x[1] * US + factor * size / (x[0] * GB)
+    else:
+        flops, nbytes, rows = _works(points)
+        peak, bw = gpu.peak_flops, gpu.mem_bandwidth
+        names = [p.field for p in params]
+
+        def predict(x):
+            v = dict(zip(names, x))
+            if group == "matmul":
+                mfu, mbu, half, floor = v["matmul_mfu"], v["matmul_mbu"], \
+                    v["matmul_half_tokens"], v["matmul_floor_s"]
+            elif group == "attn_prefill":
+                mfu, mbu, half, floor = v["attn_prefill_mfu"], v["attn_prefill_mbu"], 0.0, \
+                    v["attn_prefill_floor_s"]
+            elif group == "attn_decode":
+                mfu, mbu, half, floor = gpu.op_param("attn_prefill_mfu"), v["attn_decode_mbu"], \
+                    0.0, v["attn_decode_floor_s"]
+            else:
+                mfu, mbu, half, floor = gpu.mfu, v[f"{group}_mbu"], 0.0, v[f"{group}_floor_s"]
+            compute = flops / (peak * mfu) * ((rows + half) / rows)
+            time = np.maximum(compute, nbytes / (bw * mbu)) + floor * US
+            if "matmul_vector_mbu" in v:  # one row: the matrix-vector kernel
+                vector = np.maximum(flops / (peak * mfu), nbytes / (bw * v["matmul_vector_mbu"]))
+                time = np.where(rows == 1, vector + floor * US, time)
+            return time
+
+    return lambda x: (predict(x) - measured) / measured
+
+
+def _fit_group(group: str, points: list[ProfilePoint], gpu: GPUSpec) -> dict[str, float]:
+    from itertools import product
+
+    from scipy.optimize import least_squares
+
+    params = group_params(group, gpu)
+    residual = _residual_fn(group, points, gpu, params)
+    low = np.asarray([p.low for p in params])
+    high = np.asarray([p.high for p in params])
+    best = None
+    for start in product(*(p.starts for p in params)):
+        result = least_squares(residual, np.clip(np.asarray(start, dtype=np.float64), low, high),
+                               bounds=(low, high), x_scale="jac", method="trf")
+        if best is None or result.cost < best.cost:
+            best = result
+    return {p.field: float(x) * p.scale for p, x in zip(params, best.x)}
+
+
+def _fit_overhead(points: list[ProfilePoint], gpu: GPUSpec) -> dict[str, float]:
+    """Fixed and per-sequence CPU time from whole steps, non-negative, by linear least squares."""
+    from scipy.optimize import lsq_linear
+
+    free = dataclasses.replace(gpu, step_overhead_s=0.0, seq_overhead_s=0.0)
+    measured = np.asarray([p.ms for p in points]) * 1e-3
+    gpu_part = np.asarray([predict_ms(p, free) for p in points]) * 1e-3
+    batch = np.asarray([p.batch for p in points], dtype=np.float64)
+    a = np.column_stack([1.0 / measured, batch / measured])
+    result = lsq_linear(a, (measured - gpu_part) / measured, bounds=(0.0, np.inf))
+    return {"step_overhead_s": float(result.x[0]), "seq_overhead_s": float(result.x[1])}
+
+
+@dataclass(slots=True)
+class FitResult:
+    gpu: GPUSpec                      # the fitted spec
+    fitted: dict[str, int]            # group -> points it was fitted on
+    rows: list[tuple[ProfilePoint, float, bool]]  # (point, predicted ms, held out)
+    skipped: list[tuple[ProfilePoint, str]]       # points not modelled, with the reason
+
+
+def parse_hold_out(items) -> list[tuple[str, set[str]]]:
+    """`FIELD=V1,V2` items: the points whose FIELD is one of the values are held out."""
+    out = []
+    for item in items or ():
+        field, sep, values = item.partition("=")
+        if not sep or field not in HOLD_OUT_FIELDS or not values:
+            raise InputError(f"field '--hold-out': {item!r} must be FIELD=V1,V2,... with FIELD one "
+                             f"of {', '.join(HOLD_OUT_FIELDS)}")
+        out.append((field, {v.strip() for v in values.split(",")}))
+    return out
+
+
+def _held(point: ProfilePoint, rules) -> bool:
+    return any(str(getattr(point, field)) in values for field, values in rules)
+
+
+def fit(points: list[ProfilePoint], base: GPUSpec, hold_out=(), name: str | None = None,
+        source: str = "") -> FitResult:
+    """Fit `base`'s parameters to `points` (minus the held-out ones) and predict every point."""
+    if not points:
+        raise InputError("calibrate: the profiles hold no points")
+    skipped = [(p, "cross-node collective (not modelled)") for p in points if not p.intra_node]
+    used = [p for p in points if p.intra_node]
+    train = [p for p in used if not _held(p, hold_out)]
+    if not train:
+        raise InputError("field '--hold-out': every point is held out; nothing is left to fit")
+    gpu = dataclasses.replace(base, cost_model="operators")
+    fitted: dict[str, int] = {}
+    by_group: dict[str, list[ProfilePoint]] = {}
+    for p in train:
+        by_group.setdefault(GROUP_OF[p.op], []).append(p)
+    for group in GROUPS:  # in order: attn_decode reads attn_prefill's fitted mfu
+        if group in by_group:
+            gpu = dataclasses.replace(gpu, **_fit_group(group, by_group[group], gpu))
+            fitted[group] = len(by_group[group])
+    if "step" in by_group:
+        gpu = dataclasses.replace(gpu, **_fit_overhead(by_group["step"], gpu))
+        fitted["step"] = len(by_group["step"])
+    if name is not None or source:
+        gpu = dataclasses.replace(gpu, name=name or gpu.name, source=source or gpu.source)
+    rows = [(p, predict_ms(p, gpu), _held(p, hold_out)) for p in used]
+    return FitResult(gpu, fitted, rows, skipped)
+
+
+def summary(rows) -> list[dict]:
+    """Per (op, fit or held out): points, mean and worst relative error in percent."""
+    groups: dict[tuple[str, bool], list[float]] = {}
+    for point, predicted, held in rows:
+        groups.setdefault((point.op, held), []).append(100.0 * (predicted - point.ms) / point.ms)
+    out = []
+    for (op, held), errors in groups.items():
+        errs = np.abs(np.asarray(errors))
+        out.append({"op": op, "set": "held-out" if held else "fit", "points": len(errors),
+                    "mean_abs_error_pct": float(errs.mean()), "worst_abs_error_pct": float(errs.max()),
+                    "mean_error_pct": float(np.mean(errors))})
+    order = {op: i for i, op in enumerate((*OP_CLASS, "all_reduce", "send_recv", "step"))}
+    return sorted(out, key=lambda r: (r["set"] != "fit", order.get(r["op"], 99)))
+
+
+def row_sums(rows) -> list[dict]:
+    """Error of each profile row's operators summed (one layer of Vidur's mlp.csv): how far off a
+    whole layer is, where errors of different signs partly cancel. Per set, as `summary`."""
+    groups: dict[tuple[str, int], list] = {}
+    for point, predicted, held in rows:
+        if point.op not in ("all_reduce", "send_recv", "step"):
+            groups.setdefault((point.source, point.row), []).append((point.ms, predicted, held))
+    errors: dict[bool, list[float]] = {}
+    for items in groups.values():
+        if len(items) < 3:
+            continue  # a single operator per row is already in `summary`
+        measured = sum(m for m, _, _ in items)
+        predicted = sum(p for _, p, _ in items)
+        errors.setdefault(any(h for _, _, h in items), []).append(
+            100.0 * (predicted - measured) / measured)
+    out = []
+    for held, errs in sorted(errors.items()):
+        a = np.abs(np.asarray(errs))
+        out.append({"op": "row sum", "set": "held-out" if held else "fit", "points": len(errs),
+                    "mean_abs_error_pct": float(a.mean()), "worst_abs_error_pct": float(a.max()),
+                    "mean_error_pct": float(np.mean(errs))})
+    return out

@@ -1,0 +1,262 @@
+"""`batchlab validate`: the simulator's predictions against the real mini server, same requests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from batchlab.commands import flagtypes
+
+# validate's random dataset: short requests, so three loads take about a minute here.
+RANDOM = {"input": 64, "output": 32, "ratio": 0.5}
+# Without --device, the machine is calibrated first with medians over this many runs (more than
+# `calibrate --mini`'s default: the spec is used at once, on a machine that may be busy).
+DEVICE_REPEATS = 5
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="measure the real mini server with batchlab bench and compare the "
+                         "simulator's predictions on the same requests",
+        description="Start `batchlab serve` (or use --base-url), run `batchlab bench` at each "
+                    "rate, replay exactly the requests it sent (send times, prompt and output "
+                    "lengths) in the simulator with the same system on a calibrated device spec, "
+                    "and print predicted against measured TTFT, TPOT, ITL and E2E (mean, p50, "
+                    "p90, p99) and throughput with relative errors. Before each rate the "
+                    "spec's speed and CPU overheads are refitted to the server's own steps and "
+                    "its front end's per-request latency measured. Default rates: 0.3, 0.9 and 1.5 x "
+                    "the server's measured saturation rate (light, near saturation, over it). "
+                    "See docs/fidelity.md.")
+    parser.add_argument("--model", default="mini", metavar="MINI-SPEC",
+                        help="the served model, as `batchlab serve --model` (default: %(default)s)")
+    parser.add_argument("--system", default="paged:max_bs=64", metavar="SPEC",
+                        help="scheduler and memory manager, as `batchlab serve --system` "
+                             "(default: %(default)s)")
+    parser.add_argument("--kv-cache-tokens", type=int, default=65536, metavar="N",
+                        help="the server's KV capacity in tokens (default: %(default)s)")
+    parser.add_argument("--device", metavar="SPEC.toml",
+                        help="the device spec to predict with (`batchlab calibrate --mini --out`); "
+                             "default: calibrate this machine first (`calibrate --mini --repeats "
+                             f"{DEVICE_REPEATS}`, a few seconds)")
+    parser.add_argument("--rates", metavar="LIST", type=flagtypes.rate_list,
+                        help="comma-separated request rates in req/s (default: three loads "
+                             "around the server's measured saturation)")
+    g = parser.add_argument_group("dataset (as `batchlab bench` takes it; each rate is its "
+                                  "--request-rate)")
+    g.add_argument("--dataset-name", default="random", metavar="NAME",
+                   help="random, chat, long, orca, fixed, azure-conv, or trace (with "
+                        "--dataset-path) (default: %(default)s)")
+    g.add_argument("--dataset-path", metavar="FILE", help="CSV or JSONL trace for --dataset-name trace")
+    g.add_argument("--trace-columns", metavar="MAP",
+                   help="trace columns, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,"
+                        "output=GeneratedTokens (default: the Azure trace's)")
+    g.add_argument("--num-prompts", type=flagtypes.requests, default=60, metavar="N",
+                   help="requests per rate (traces: the first N records) (default: %(default)s)")
+    g.add_argument("--random-input-len", type=int, metavar="L",
+                   help=f"random: mean prompt tokens (default: {RANDOM['input']})")
+    g.add_argument("--random-output-len", type=int, metavar="L",
+                   help=f"random: mean output tokens (default: {RANDOM['output']})")
+    g.add_argument("--random-range-ratio", type=float, metavar="R",
+                   help=f"random: lengths uniform on [L(1-R), L(1+R)] (default: {RANDOM['ratio']})")
+    g.add_argument("--input-len", type=int, metavar="L", help="prompt tokens of the fixed dataset")
+    g.add_argument("--output-len", type=int, metavar="L", help="output tokens of the fixed dataset")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of lengths, arrivals and prompts (default: 0)")
+    parser.add_argument("--base-url", metavar="URL",
+                        help="a running mini server to measure instead of starting one (its "
+                             "--model, --system and --kv-cache-tokens must match these)")
+    parser.add_argument("--repeats", type=flagtypes.count, default=1, metavar="N",
+                        help="run the whole sequence of rates N times on the same server and "
+                             "show the spread of the errors (default: %(default)s)")
+    parser.add_argument("--no-refit", dest="refit", action="store_false",
+                        help="predict with the device spec as it is, instead of refitting its "
+                             "speed and CPU overheads to the server's own steps (and measuring "
+                             "its front end) before each rate")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write the predicted and measured CDFs (PNG and SVG) into DIR")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(run=run)
+
+
+def _rates(text: str | None):
+    from batchlab.errors import InputError
+
+    if text is None:
+        return None
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"field '--rates' must be comma-separated numbers, got {text!r}") from None
+
+
+def _device(args, cfg):
+    """The GPU spec to predict with: --device, or a calibration of this machine now."""
+    from batchlab.hardware import resolve_gpu
+
+    if args.device:
+        return resolve_gpu(args.device), f"--device {args.device}"
+    from batchlab.calibrate.fit import fit
+    from batchlab.calibrate.mini import measure_mini
+    from batchlab.calibrate.validate import served_model
+
+    mini, _, _ = served_model(cfg)
+    points, base, _ = measure_mini(mini, repeats=DEVICE_REPEATS, name=cfg.model)
+    return fit(points, base).gpu, f"batchlab calibrate --mini --repeats {DEVICE_REPEATS}, run now"
+
+
+def dataset_spec(args):
+    """The DatasetSpec of the flags, by bench's rules (random flags for the random dataset only)."""
+    from batchlab.bench.dataset import RANDOM as RANDOM_NAME
+    from batchlab.bench.dataset import DatasetSpec
+    from batchlab.errors import InputError
+
+    given = [f for f, v in (("--random-input-len", args.random_input_len),
+                            ("--random-output-len", args.random_output_len),
+                            ("--random-range-ratio", args.random_range_ratio)) if v is not None]
+    if given and args.dataset_name != RANDOM_NAME:
+        raise InputError(f"field '{given[0]}' applies to dataset 'random' only, not "
+                         f"{args.dataset_name!r}")
+    columns = None
+    if args.trace_columns:
+        from batchlab.commands.options import _columns
+        try:
+            columns = _columns(args.trace_columns)
+        except InputError as exc:
+            raise InputError(str(exc).replace("'--columns'", "'--trace-columns'")) from None
+    pick = lambda v, key: RANDOM[key] if v is None else v  # noqa: E731
+    return DatasetSpec(name=args.dataset_name, num_prompts=args.num_prompts,
+                       burstiness=args.burstiness, seed=args.seed,
+                       random_input_len=pick(args.random_input_len, "input"),
+                       random_output_len=pick(args.random_output_len, "output"),
+                       random_range_ratio=pick(args.random_range_ratio, "ratio"),
+                       input_len=args.input_len, output_len=args.output_len,
+                       path=args.dataset_path, columns=columns)
+
+
+def compute(args) -> dict:
+    from batchlab.calibrate.validate import ValidateConfig, dataset, served_model, validate
+
+    cfg = ValidateConfig(model=args.model, system=args.system, kv_cache_tokens=args.kv_cache_tokens,
+                         dataset=dataset_spec(args), rates=_rates(args.rates),
+                         base_url=args.base_url)
+    _, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
+    from batchlab.serving.systems import parse_system
+
+    parse_system(cfg.system, "--system")
+    dataset(cfg, math.inf)            # so does a bad dataset (a missing trace file, ...)
+    gpu, device = _device(args, cfg)
+    out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)
+    out["device"] = device
+    return out
+
+
+def _fit_line(fit: dict | None) -> str:
+    if not fit:
+        return "device spec as given (--no-refit)"
+    def name(p):
+        return f"prefill {p['tokens']}" if p["tokens"] > 1 else f"decode B={p['batch']}"
+
+    steps = ", ".join(f"{name(p)} {p['measured_ms']:.1f}/{p['predicted_ms']:.1f} ms"
+                      for p in fit["points"])
+    return (f"server steps measured/predicted: {steps}; refitted slowdown "
+            f"{fit['slowdown']['memory']:.2f} (memory) / {fit['slowdown']['compute']:.2f} "
+            f"(compute), CPU {fit['step_overhead_s'] * 1e3:.2f} ms per step + "
+            f"{fit['seq_overhead_s'] * 1e3:.3f} ms per sequence; front end "
+            f"{fit['front_end_ms']:.1f} ms per request")
+
+
+def _tables(out: dict):
+    from rich.table import Table
+
+    tables = []
+    many = out["repeats"] > 1
+    for run in out["runs"]:
+        which = f" (repeat {run['repeat']})" if many else ""
+        load = run["load"]
+        if not load.endswith("req/s"):
+            load += f": {run['rate']:.3g} req/s"
+        refused = f", {run['refused']} refused by the server" if run["refused"] else ""
+        t = Table(title=f"{load}{which}, {run['requests']} requests{refused} "
+                        f"({out['model']}, {out['system']})", caption=_fit_line(run["fit"]))
+        for col in ("metric", "measured", "predicted", "error"):
+            t.add_column(col, justify="left" if col == "metric" else "right")
+        for row in run["rows"]:
+            t.add_row(f"{row['metric']} ({row['unit']})", _num(row["measured"]),
+                      _num(row["predicted"]), _pct(row["error"]))
+        tables.append(t)
+    t = Table(title="Against the aims: predicted / measured - 1, per repeat")
+    for col in ("load", "figure", "aim", *(f"repeat {i}" for i in range(1, out["repeats"] + 1)),
+                "worst", "met"):
+        t.add_column(col, justify="left" if col in ("load", "figure") else "right")
+    for row in out["spread"]:
+        t.add_row(row["load"], row["key"], f"{100 * row['aim']:.0f}%",
+                  *(_pct(e) for e in row["errors"]),
+                  "-" if row["worst"] is None else f"{100 * row['worst']:.1f}%",
+                  "yes" if row["met"] else "no")
+    tables.append(t)
+    return tables
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def _pct(e) -> str:
+    return "-" if e is None else f"{100 * e:+.1f}%"
+
+
+def _plot(out: dict, directory: str):
+    """Measured (solid) and predicted (dashed) CDFs, one row per load, one colour per repeat."""
+    from batchlab.calibrate.validate import LATENCIES
+    from batchlab.plots.figure import pyplot, save
+
+    plt = pyplot()
+    loads = list(dict.fromkeys(run["load"] for run in out["runs"]))
+    fig, axes = plt.subplots(len(loads), len(LATENCIES), squeeze=False, layout="constrained",
+                             figsize=(3.2 * len(LATENCIES), 2.6 * len(loads)))
+    for run in out["runs"]:
+        r = loads.index(run["load"])
+        colour = f"C{(run['repeat'] - 1) % 10}"
+        for c, metric in enumerate(LATENCIES):
+            ax = axes[r][c]
+            for label, style in (("measured", "-"), ("predicted", "--")):
+                values = sorted(run["samples"][label][metric])
+                if values:
+                    n = len(values)
+                    tag = label if out["repeats"] == 1 else f"{label}, repeat {run['repeat']}"
+                    ax.step(values, [(i + 1) / n for i in range(n)], style, where="post",
+                            color=colour, label=tag)
+            ax.set_title(f"{metric.upper()}, {run['load']}", fontsize=9)
+            ax.set_xlabel("ms")
+            if c == 0:
+                ax.set_ylabel("share of requests" if metric != "itl" else "share of gaps")
+    axes[0][0].legend(fontsize=7)
+    return save(fig, directory, "validate_cdf")
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchlab.calibrate.validate import LOAD_FACTORS
+
+    out = compute(args)
+    if args.plot:
+        from batchlab.commands.written import say_wrote
+
+        say_wrote(_plot(out, args.plot))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    from batchlab.display import console as make_console
+
+    console = make_console()
+    console.print(f"device: {out['device']}")
+    sat = out["saturation"]
+    if sat:
+        console.print(f"saturation (every request at once): {sat['measured']:.3g} req/s measured, "
+                      f"{sat['predicted']:.3g} predicted ({_pct(sat['error'])}); the loads are "
+                      f"{', '.join(f'{f:g}' for f in LOAD_FACTORS)} x the measured rate")
+    for table in _tables(out):
+        console.print(table)
+    return 0

@@ -1,0 +1,79 @@
+"""The cost-model executor: each step priced by `CostModel` (either model, any TP/PP layout).
+
+`make_executor` returns the plain RooflineExecutor for the roofline on one GPU (its results are
+what they always were) and a `CostExecutor` otherwise. A pipelined scheduler reads
+`stage_time(plan)` (the beat of the pipeline) beside `run(plan)` (one batch end to end).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.costmodel import CostModel
+from batchlab.hardware.opcost import Shape
+from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_bytes_per_token_per_gpu
+from batchlab.request import Request
+from batchlab.scheduler.plan import StepPlan
+
+
+def plan_shape(plan: StepPlan) -> Shape:
+    """The sums of a plan's work, as opcost.shape_of would compute them from its SeqWorks."""
+    decodes = len(plan.decodes)
+    dpast = sum(r.computed for r in plan.decodes)
+    tokens, emits = decodes, decodes
+    prefills = ptokens = ppast = units = 0
+    for item in plan.prefills:
+        n_new, n_past = item.n_new, item.n_past
+        tokens += n_new
+        emits += item.emits
+        if n_new == 1:  # a one-token chunk runs the decode kernel
+            decodes += 1
+            dpast += n_past
+        else:
+            prefills += 1
+            ptokens += n_new
+            ppast += n_past
+            units += n_new * (2 * n_past + n_new + 1)
+    return Shape(float(tokens), float(decodes + prefills), float(emits), float(decodes),
+                 float(dpast), float(prefills), float(ptokens), float(ppast), float(units))
+
+
+class CostExecutor:
+    name = "cost"
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
+                 cost: str | None = None) -> None:
+        self.cost = CostModel(model, gpu, layout, cost)
+        self.name = self.cost.kind
+        # Swapped KV moves over every GPU's own host link at once: each carries its share.
+        self._swap_bytes = kv_bytes_per_token_per_gpu(model, layout)
+        self._host_link = gpu.host_link_bandwidth
+
+    def run(self, plan: StepPlan) -> float:
+        duration = float(self.cost.step_time(plan_shape(plan))) if plan else 0.0
+        swapped = plan.swap_in_tokens + plan.swap_out_tokens
+        if swapped:
+            duration += swapped * self._swap_bytes / self._host_link
+        return duration
+
+    def stage_time(self, plan: StepPlan) -> float:
+        """The busiest pipeline stage's time for this plan (no CPU, no sends)."""
+        return float(self.cost.stage_time(plan_shape(plan))) if plan else 0.0
+
+    def release(self, request: Request) -> None:
+        pass  # a paper GPU keeps no state
+
+    def decode_run(self, n_past: list[int], steps: int) -> np.ndarray:
+        return self.cost.decode_run(n_past, steps)
+
+
+def make_executor(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
+                  cost: str | None = None):
+    """The executor for this model, GPU, layout and cost model (None: the GPU's cost_model)."""
+    from batchlab.executor.roofline import RooflineExecutor
+
+    kind = gpu.cost_model if cost is None else cost
+    if kind == "roofline" and layout.trivial:
+        return RooflineExecutor(model, gpu)
+    return CostExecutor(model, gpu, layout, kind)

@@ -1,0 +1,144 @@
+"""One interface over both cost models and any parallel layout: `CostModel`.
+
+`CostModel(model, gpu, layout, kind)` prices steps with the single roofline (`kind="roofline"`,
+cost.py: the seed's hand figures) or operator by operator (`kind="operators"`, opcost.py); the
+default is the GPU spec's `cost_model`. Both expose the same `price(shape)` -> StepPrice
+(per-stage times, sends, CPU, step time), `step_time`, `stage_time`, `decode_run` and `breakdown`.
+
+The roofline under a layout prices each GPU's share: FLOPs and bytes divided by tp * pp, plus the
+all-reduces of the busiest stage, so stage = max(F / (tp pp) / (peak mfu), B / (tp pp) / (bw mbu))
++ ceil(L/pp) * 2 * all-reduce(T * H * b); step = pp * stage + (pp - 1) * send + step_overhead_s.
+With tp = pp = 1 it is cost.step_time itself, with its exact integer FLOPs and bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.hardware.cost import step_time as roofline_time
+from batchlab.hardware.cost import step_totals
+from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, shape_of
+from batchlab.hardware.parallel import (
+    SINGLE_GPU,
+    Layout,
+    allreduce_s,
+    check_layout,
+    send_s,
+    stage_layers,
+)
+from batchlab.hardware.specs import COST_MODELS, GPUSpec, ModelSpec
+
+
+def _int(x) -> int:
+    return int(x)
+
+
+class CostModel:
+    """Prices steps of one model on one GPU type split by `layout`, with either cost model."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
+                 kind: str | None = None) -> None:
+        kind = gpu.cost_model if kind is None else kind
+        if kind not in COST_MODELS:
+            raise InputError(f"field 'cost' must be one of {', '.join(COST_MODELS)}, got {kind!r}")
+        check_layout(model, layout)
+        self.model, self.gpu, self.layout, self.kind = model, gpu, layout, kind
+        self._ops = OperatorCost(model, gpu, layout) if kind == "operators" else None
+        self._stage_layers = stage_layers(model.n_layers, layout.pp)[0]
+
+    # -- the roofline, split ---------------------------------------------------------------
+    def _roofline_totals(self, s: Shape):
+        attn_units = s.prefill_units + 2.0 * s.decode_past + 2.0 * s.decodes
+        if isinstance(attn_units, np.ndarray):
+            return step_totals(self.model, _int(s.tokens),
+                               (s.decode_past + s.prefill_past).astype(np.int64), _int(s.emits),
+                               attn_units.astype(np.int64))
+        return step_totals(self.model, _int(s.tokens), _int(s.decode_past + s.prefill_past),
+                           _int(s.emits), _int(attn_units))
+
+    def _roofline(self, s: Shape) -> StepPrice:
+        flops, nbytes = self._roofline_totals(s)
+        gpu, layout = self.gpu, self.layout
+        if layout.trivial:
+            return StepPrice([roofline_time(gpu, flops, nbytes) - gpu.step_overhead_s], 0.0,
+                             gpu.step_overhead_s, roofline_time(gpu, flops, nbytes))
+        if isinstance(flops, np.ndarray):
+            flops, nbytes = flops.astype(np.float64), nbytes.astype(np.float64)
+        else:
+            flops, nbytes = float(flops), float(nbytes)
+        share = float(layout.gpus)
+        activation_bytes = self.model.bytes_per_value * s.tokens * self.model.hidden
+        stage = (_max(flops / share / gpu.compute_rate, nbytes / share / gpu.memory_rate)
+                 + self._stage_layers * 2 * allreduce_s(gpu, activation_bytes, layout.tp))
+        sends = (layout.pp - 1) * send_s(gpu, activation_bytes) if layout.pp > 1 else 0.0
+        return StepPrice([stage] * layout.pp, sends, gpu.step_overhead_s,
+                         layout.pp * stage + sends + gpu.step_overhead_s)
+
+    # -- the interface -----------------------------------------------------------------------
+    def price(self, shape: Shape) -> StepPrice:
+        return self._ops.price(shape) if self._ops is not None else self._roofline(shape)
+
+    def price_works(self, works) -> StepPrice:
+        return self.price(shape_of(works))
+
+    def step_time(self, shape: Shape):
+        return self.price(shape).time_s
+
+    def stage_time(self, shape: Shape):
+        return self.price(shape).stage_s
+
+    def decode_run(self, n_past, steps: int) -> np.ndarray:
+        """`steps` consecutive decode steps priced at once, equal to pricing each alone."""
+        if self._ops is not None:
+            return self._ops.decode_run(n_past, steps)
+        batch, past = len(n_past), sum(int(p) for p in n_past)
+        j = np.arange(steps, dtype=np.int64)
+        if self.layout.trivial:
+            f0, b0 = step_totals(self.model, batch, past, batch, 2 * past + 2 * batch)
+            f1, b1 = step_totals(self.model, batch, past + batch, batch, 2 * past + 4 * batch)
+            return roofline_time(self.gpu, f0 + (f1 - f0) * j, b0 + (b1 - b0) * j)
+        shape = Shape(float(batch), float(batch), float(batch), float(batch),
+                      (past + batch * j).astype(np.float64), 0.0, 0.0, 0.0, 0.0)
+        return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
+
+    def breakdown(self, shape: Shape) -> list[OpRow]:
+        """The operators model's per-operator table (the roofline has one row: the step)."""
+        if self._ops is not None:
+            return self._ops.breakdown(shape)
+        price = self._roofline(shape)
+        flops, nbytes = self._roofline_totals(shape)
+        compute = float(flops) / self.layout.gpus / self.gpu.compute_rate
+        memory = float(nbytes) / self.layout.gpus / self.gpu.memory_rate
+        rows = [OpRow("step", "roofline", 1, float(flops), float(nbytes),
+                      price.time_s - price.send_s - price.cpu_s,
+                      "compute" if compute > memory else "memory")]
+        if self.layout.pp > 1:
+            rows.append(OpRow("send", "interconnect", self.layout.pp - 1, 0.0, 0.0, price.send_s,
+                              "link"))
+        rows.append(OpRow("cpu", "cpu", 1, 0.0, 0.0, price.cpu_s, "cpu"))
+        return rows
+
+
+def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_tokens: int = 1) -> int:
+    """Largest B whose step of B x (context, new_tokens) takes <= limit_s under `cost` (0: none).
+
+    Step time grows with B under both models, so double until the limit breaks, then bisect.
+    """
+    from batchlab.hardware.opcost import uniform_shape
+
+    def fits(batch: int) -> bool:
+        return float(cost.step_time(uniform_shape(batch, context, new_tokens))) <= limit_s
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+        if high > 1 << 40:
+            raise InputError(f"field 'limit_s': every batch up to {low} fits in {limit_s} s; "
+                             "the step time does not grow with the batch")
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low

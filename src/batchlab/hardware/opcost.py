@@ -1,0 +1,388 @@
+"""The operators cost model: a step priced operator by operator, each with its own roofline.
+
+Per layer a step runs, on each of the tp GPUs of a stage (weights and heads split by tp):
+norm, qkv (Q, K, V projections), rope, kv_write, attn_prefill (sequences with more than one new
+token, over their cached context: prefill and chunked prefill), attn_decode (one new token each),
+o (output projection), add, norm, up (gate and up, fused), act, down, add; and two all-reduces of
+the step's activations when tp > 1. The first stage adds the embedding gather, the last the final
+norm and the LM head over the sequences that emit. Vidur (Agrawal et al., MLSys 2024) splits a
+step into the same operators; its profiles (`batchlab calibrate`) are what the parameters come from.
+
+Each operator of class c with FLOPs F, bytes B and R rows (tokens, or sequences for attention)
+costs
+
+    time = max(F / (peak * mfu_c) * (R + half_c) / R,  B / (bandwidth * mbu_c)) + floor_c
+
+A matmul of R rows reaches compute efficiency mfu_c * R / (R + half_c): small products do not
+fill the GPU (a saturation curve with one parameter, half_c rows for half of the peak share);
+floor_c is the fixed time of launching and draining a kernel. A matmul of one row may have
+its own regime (`matmul_vector_mbu`): BLAS libraries run a matrix-vector kernel (gemv) for it,
+which streams the weight at its own rate and pays none of the matrix-matrix kernel's tiling, so
+it costs max(F / (peak * mfu_c), B / (bandwidth * matmul_vector_mbu)) + floor_c; on a CPU the
+gemv of one decode sequence is 2-3 times cheaper than the gemm of two. The parameters describe the GPU's
+kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPERATOR_FIELDS) and
+a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
+up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,
+embedding; rope, act, add and embedding may carry their own figures, else they take
+elementwise's). A step adds CPU time: step_overhead_s + seq_overhead_s per sequence.
+
+The API a scheduler uses (`price` returns all of it):
+
+- `stage_time`: the busiest pipeline stage, its layers plus their all-reduces; with pp stages a
+  pipelined scheduler can start a new batch every stage_time (Orca keeps pp batches in flight).
+- `step_time` = sum of the stages' times + (pp - 1) sends of the activations + CPU time: how long
+  one batch takes from the first stage's start to the last stage's end (pp * stage_time + sends
+  + CPU when the stages are even).
+
+Every formula is written once for Python floats and numpy float64 arrays alike (the same IEEE
+operations in the same order), so `decode_run`, which prices consecutive decode steps as arrays,
+equals pricing them one by one, bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.hardware.parallel import (
+    SINGLE_GPU,
+    Layout,
+    allreduce_s,
+    check_layout,
+    kv_heads_per_gpu,
+    send_s,
+    stage_layers,
+)
+from batchlab.hardware.specs import GPUSpec, ModelSpec
+
+OP_CLASSES = ("matmul", "attn_prefill", "attn_decode", "norm", "elementwise", "rope", "act",
+              "add", "embedding")
+# Operators and their classes; the order is the order of a layer (then once per step).
+OP_CLASS = {
+    "norm": "norm", "qkv": "matmul", "rope": "rope", "kv_write": "elementwise",
+    "attn_prefill": "attn_prefill", "attn_decode": "attn_decode", "o": "matmul",
+    "add": "add", "up": "matmul", "act": "act", "down": "matmul",
+    "embedding": "embedding", "final_norm": "norm", "lm_head": "matmul",
+}
+# (operator, instances per layer).
+LAYER_OPS = (("norm", 2), ("qkv", 1), ("rope", 1), ("kv_write", 1), ("attn_prefill", 1),
+             ("attn_decode", 1), ("o", 1), ("add", 2), ("up", 1), ("act", 1), ("down", 1))
+FIRST_STAGE_OPS = ("embedding",)
+LAST_STAGE_OPS = ("final_norm", "lm_head")
+ALLREDUCES_PER_LAYER = 2  # after o and after down (Megatron-LM, section 3)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassParams:
+    """One operator class's roofline: rates already multiplied by their efficiencies."""
+
+    flop_rate: float   # peak_flops * mfu_c
+    byte_rate: float   # mem_bandwidth * mbu_c
+    half: float        # rows at half efficiency (0: none)
+    floor: float       # seconds per kernel
+    vector_rate: float = 0.0  # bandwidth * matmul_vector_mbu for one-row products (0: none)
+
+
+def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
+    """Each class's parameters, fallbacks applied (decode attention's compute uses prefill's mfu)."""
+    p = gpu.op_param
+    return {
+        "matmul": ClassParams(gpu.peak_flops * p("matmul_mfu"), gpu.mem_bandwidth * p("matmul_mbu"),
+                              p("matmul_half_tokens"), p("matmul_floor_s"),
+                              0.0 if gpu.matmul_vector_mbu is None
+                              else gpu.mem_bandwidth * gpu.matmul_vector_mbu),
+        "attn_prefill": ClassParams(gpu.peak_flops * p("attn_prefill_mfu"),
+                                    gpu.mem_bandwidth * p("attn_prefill_mbu"), 0.0,
+                                    p("attn_prefill_floor_s")),
+        "attn_decode": ClassParams(gpu.peak_flops * p("attn_prefill_mfu"),
+                                   gpu.mem_bandwidth * p("attn_decode_mbu"), 0.0,
+                                   p("attn_decode_floor_s")),
+        "norm": ClassParams(gpu.peak_flops * gpu.mfu, gpu.mem_bandwidth * p("norm_mbu"), 0.0,
+                            p("norm_floor_s")),
+        **{kind: ClassParams(gpu.peak_flops * gpu.mfu, gpu.mem_bandwidth * p(f"{kind}_mbu"), 0.0,
+                             p(f"{kind}_floor_s"))
+           for kind in ("elementwise", "rope", "act", "add", "embedding")},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """A model's widths on one GPU of a tp group, as floats."""
+
+    hidden: float
+    q_width: float     # h/tp * d
+    kv_width: float    # h_kv/tp * d (at least one head)
+    ffn: float         # I/tp
+    vocab: float       # V/tp (vocab-parallel LM head)
+    up_width: float    # (matrices - 1) * I/tp: gate and up, or up alone
+    act_arrays: float  # arrays of I/tp the activation reads and writes (3 gated, 2 plain)
+    b: float           # bytes per value
+
+    @classmethod
+    def of(cls, model: ModelSpec, tp: int) -> Dims:
+        ffn = model.ffn / tp
+        return cls(hidden=float(model.hidden), q_width=float(model.n_heads // tp * model.head_dim),
+                   kv_width=float(kv_heads_per_gpu(model, tp) * model.head_dim), ffn=ffn,
+                   vocab=model.vocab / tp, up_width=(model.mlp_matrices - 1) * ffn,
+                   act_arrays=float(model.mlp_matrices), b=float(model.bytes_per_value))
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The sums a step's price depends on. Counts are floats; decode_past may be an array."""
+
+    tokens: float          # all new tokens
+    seqs: float            # sequences
+    emits: float           # sequences that emit a token (LM head rows)
+    decodes: float         # sequences with one new token
+    decode_past: object    # their cached tokens, summed (float or float64 array)
+    prefills: float        # sequences with more than one new token
+    prefill_tokens: float  # their new tokens
+    prefill_past: float    # their cached tokens
+    prefill_units: float   # sum n_new * (2 n_past + n_new + 1): causal (query, key) pairs * 2
+
+
+def shape_of(works) -> Shape:
+    """The Shape of a list of SeqWork (checked as step_cost checks them)."""
+    if not works:
+        raise InputError("step: field 'works' is empty; a step runs at least one SeqWork")
+    tokens = emits = decodes = dpast = prefills = ptokens = ppast = units = 0
+    for i, work in enumerate(works):
+        n_new, n_past = work.n_new, work.n_past
+        if n_new < 1 or n_past < 0:
+            raise InputError(f"step: works[{i}]: field '{'n_new' if n_new < 1 else 'n_past'}'"
+                             f" must be {'>= 1' if n_new < 1 else '>= 0'}, got {work}")
+        tokens += n_new
+        emits += 1 if work.emits else 0
+        if n_new == 1:
+            decodes += 1
+            dpast += n_past
+        else:
+            prefills += 1
+            ptokens += n_new
+            ppast += n_past
+            units += n_new * (2 * n_past + n_new + 1)
+    return Shape(float(tokens), float(len(works)), float(emits), float(decodes), float(dpast),
+                 float(prefills), float(ptokens), float(ppast), float(units))
+
+
+def uniform_shape(batch: int, context: int, new_tokens: int, emits: bool = True) -> Shape:
+    """`batch` sequences of `new_tokens` new tokens over `context` cached ones."""
+    tokens = batch * new_tokens
+    if new_tokens == 1:
+        return Shape(float(tokens), float(batch), float(batch if emits else 0), float(batch),
+                     float(batch * context), 0.0, 0.0, 0.0, 0.0)
+    return Shape(float(tokens), float(batch), float(batch if emits else 0), 0.0, 0.0,
+                 float(batch), float(tokens), float(batch * context),
+                 float(batch * new_tokens * (2 * context + new_tokens + 1)))
+
+
+def _matmul(rows: float, k: float, n: float, b: float):
+    return 2.0 * rows * k * n, b * (k * n + rows * k + rows * n), rows
+
+
+def op_work(name: str, d: Dims, s: Shape):
+    """(FLOPs, bytes, rows) of one instance of operator `name`, or None when it does not run."""
+    t = s.tokens
+    if name == "qkv":
+        return _matmul(t, d.hidden, d.q_width + 2.0 * d.kv_width, d.b)
+    if name == "o":
+        return _matmul(t, d.q_width, d.hidden, d.b)
+    if name == "up":
+        return _matmul(t, d.hidden, d.up_width, d.b)
+    if name == "down":
+        return _matmul(t, d.ffn, d.hidden, d.b)
+    if name == "lm_head":
+        return _matmul(s.emits, d.hidden, d.vocab, d.b) if s.emits > 0 else None
+    if name == "norm":  # read and write T x H, read the gain
+        return 0.0, d.b * (2.0 * t * d.hidden + d.hidden), t
+    if name == "final_norm":
+        return (0.0, d.b * (2.0 * s.emits * d.hidden + d.hidden), s.emits) if s.emits > 0 else None
+    if name == "rope":  # read and write the new tokens' Q and K
+        return 0.0, d.b * 2.0 * t * (d.q_width + d.kv_width), t
+    if name == "kv_write":  # read the new K and V, write them into the cache
+        return 0.0, d.b * 4.0 * t * d.kv_width, t
+    if name == "add":  # residual: read two T x H, write one
+        return 0.0, d.b * 3.0 * t * d.hidden, t
+    if name == "act":
+        return 0.0, d.b * d.act_arrays * t * d.ffn, t
+    if name == "embedding":  # gather T rows of the table, write them
+        return 0.0, d.b * 2.0 * t * d.hidden, t
+    if name == "attn_decode":
+        if s.decodes <= 0:
+            return None
+        keys = s.decode_past + s.decodes  # every cached key plus the new one
+        # QK^T and AV: 2 * 2 * q_width FLOPs per (query, key) pair; K and V of every key read,
+        # the query read and the output written.
+        return (4.0 * d.q_width * keys,
+                d.b * (2.0 * d.kv_width * keys + 2.0 * d.q_width * s.decodes), s.decodes)
+    if name == "attn_prefill":
+        if s.prefills <= 0:
+            return None
+        return (2.0 * d.q_width * s.prefill_units,
+                d.b * (2.0 * d.kv_width * (s.prefill_past + s.prefill_tokens)
+                       + 2.0 * d.q_width * s.prefill_tokens), s.prefill_tokens)
+    raise InputError(f"unknown operator {name!r}; operators are {', '.join(OP_CLASS)}")
+
+
+def _max(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return a if a > b else b
+
+
+def op_time(p: ClassParams, flops, nbytes, rows):
+    """One operator instance: max(compute with its saturation, memory) + floor; a one-row
+    product in its matrix-vector regime when the class has one."""
+    compute = flops / p.flop_rate
+    if p.half > 0:
+        compute = compute * ((rows + p.half) / rows)
+    time = _max(compute, nbytes / p.byte_rate) + p.floor
+    if p.vector_rate > 0:
+        vector = _max(flops / p.flop_rate, nbytes / p.vector_rate) + p.floor
+        if isinstance(rows, np.ndarray) or isinstance(time, np.ndarray):
+            return np.where(np.asarray(rows) == 1, vector, time)
+        return vector if rows == 1 else time
+    return time
+
+
+def op_bound(p: ClassParams, flops, nbytes, rows) -> str:
+    if p.vector_rate > 0 and rows == 1:
+        return "compute" if flops / p.flop_rate > nbytes / p.vector_rate else "memory"
+    compute = flops / p.flop_rate * ((rows + p.half) / rows if p.half > 0 else 1.0)
+    return "compute" if compute > nbytes / p.byte_rate else "memory"
+
+
+@dataclass(slots=True)
+class StepPrice:
+    """A step's price: per-stage times, sends, CPU, and what a scheduler reads off them."""
+
+    stages: list          # seconds per stage (floats or arrays)
+    send_s: object        # all stage-to-stage sends of the step
+    cpu_s: object         # step_overhead_s + seq_overhead_s * sequences
+    time_s: object        # sum(stages) + send_s + cpu_s
+
+    @property
+    def stage_s(self):
+        """The busiest stage: the beat at which a pipeline can take new batches."""
+        out = self.stages[0]
+        for t in self.stages[1:]:
+            out = _max(out, t)
+        return out
+
+
+@dataclass(slots=True)
+class OpRow:
+    """One line of a breakdown: an operator over the whole step (every stage, every layer)."""
+
+    op: str
+    op_class: str
+    count: int      # instances in the step
+    flops: float    # over all instances
+    bytes: float
+    time_s: float   # over all instances
+    bound: str
+
+
+class OperatorCost:
+    """The operators model for one model on one GPU with one layout (see the module docstring)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> None:
+        check_layout(model, layout)
+        self.model, self.gpu, self.layout = model, gpu, layout
+        self.dims = Dims.of(model, layout.tp)
+        self.params = class_params(gpu)
+        self.layers = stage_layers(model.n_layers, layout.pp)
+
+    def _ops(self, names, shape: Shape):
+        for name in names:
+            work = op_work(name, self.dims, shape)
+            if work is not None:
+                yield name, work
+
+    def price(self, shape: Shape) -> StepPrice:
+        """Stage times, sends and CPU of a step of this shape (float or array-valued)."""
+        params, tp, gpu = self.params, self.layout.tp, self.gpu
+        layer = 0.0
+        for name, count in LAYER_OPS:
+            work = op_work(name, self.dims, shape)
+            if work is not None:
+                layer = layer + count * op_time(params[OP_CLASS[name]], *work)
+        activation_bytes = self.dims.b * shape.tokens * self.dims.hidden
+        comm = ALLREDUCES_PER_LAYER * allreduce_s(gpu, activation_bytes, tp)
+        first = last = 0.0
+        for name, work in self._ops(FIRST_STAGE_OPS, shape):
+            first = first + op_time(params[OP_CLASS[name]], *work)
+        first = first + allreduce_s(gpu, activation_bytes, tp)  # vocab-parallel embedding
+        for name, work in self._ops(LAST_STAGE_OPS, shape):
+            last = last + op_time(params[OP_CLASS[name]], *work)
+        stages = []
+        for i, n_layers in enumerate(self.layers):
+            t = n_layers * (layer + comm)
+            if i == 0:
+                t = t + first
+            if i == len(self.layers) - 1:
+                t = t + last
+            stages.append(t)
+        sends = (len(self.layers) - 1) * send_s(gpu, activation_bytes) if len(self.layers) > 1 else 0.0
+        cpu = gpu.step_overhead_s + gpu.seq_overhead_s * shape.seqs
+        total = stages[0]
+        for t in stages[1:]:
+            total = total + t
+        return StepPrice(stages, sends, cpu, total + sends + cpu)
+
+    def step_time(self, shape: Shape):
+        return self.price(shape).time_s
+
+    def stage_time(self, shape: Shape):
+        return self.price(shape).stage_s
+
+    def decode_run(self, n_past, steps: int) -> np.ndarray:
+        """Times of `steps` consecutive decode steps; step j has n_past[i] + j cached tokens."""
+        batch, past = len(n_past), float(sum(int(p) for p in n_past))
+        j = np.arange(steps, dtype=np.float64)
+        # sum_i (p_i + j) = P + B*j, exactly representable while it stays below 2^53.
+        shape = Shape(float(batch), float(batch), float(batch), float(batch),
+                      past + float(batch) * j, 0.0, 0.0, 0.0, 0.0)
+        return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
+
+    def breakdown(self, shape: Shape) -> list[OpRow]:
+        """Every operator, collective and the CPU over the whole step; the times sum to step_time."""
+        rows: dict[str, OpRow] = {}
+        total_layers = sum(self.layers)
+
+        def add(name, cls, count, flops, nbytes, t, bound):
+            row = rows.get(name)
+            if row is None:
+                rows[name] = OpRow(name, cls, count, flops, nbytes, t, bound)
+            else:
+                row.count += count
+                row.flops += flops
+                row.bytes += nbytes
+                row.time_s += t
+
+        for name, count in LAYER_OPS:
+            work = op_work(name, self.dims, shape)
+            if work is not None:
+                p = self.params[OP_CLASS[name]]
+                n = count * total_layers
+                add(name, OP_CLASS[name], n, n * work[0], n * work[1],
+                    total_layers * (count * op_time(p, *work)), op_bound(p, *work))
+        for name, work in self._ops(FIRST_STAGE_OPS + LAST_STAGE_OPS, shape):
+            p = self.params[OP_CLASS[name]]
+            add(name, OP_CLASS[name], 1, work[0], work[1], op_time(p, *work), op_bound(p, *work))
+        price = self.price(shape)
+        if self.layout.tp > 1:
+            nbytes = self.dims.b * shape.tokens * self.dims.hidden
+            n = ALLREDUCES_PER_LAYER * total_layers + 1
+            add("all_reduce", "interconnect", n, 0.0, n * nbytes,
+                total_layers * (ALLREDUCES_PER_LAYER * allreduce_s(self.gpu, nbytes, self.layout.tp))
+                + allreduce_s(self.gpu, nbytes, self.layout.tp), "link")
+        if len(self.layers) > 1:
+            n = len(self.layers) - 1
+            add("send", "interconnect", n, 0.0, n * self.dims.b * shape.tokens * self.dims.hidden,
+                price.send_s, "link")
+        add("cpu", "cpu", 1, 0.0, 0.0, price.cpu_s, "cpu")
+        return list(rows.values())

@@ -1,0 +1,102 @@
+"""Tensor and pipeline parallelism: the layout of a replica, its links and its memory split.
+
+A replica with tensor parallel degree tp and pipeline parallel degree pp runs on tp*pp GPUs
+(Megatron-LM, Shoeybi et al. 2019; Narayanan et al. 2021): every weight matrix, every attention
+head and every token's KV is split over the tp GPUs of a stage, and the layers are split into
+pp stages. Per layer, tensor parallelism adds two all-reduces of the step's activations (after
+the attention output projection and after the MLP down projection, Megatron-LM section 3); a
+stage hands its activations to the next with one point-to-point send.
+
+Collective times follow NCCL's own model (nccl-tests, "Performance" notes): a ring all-reduce of
+S bytes over t GPUs moves 2(t-1)/t * S bytes through each GPU's link, so it costs
+latency + 2(t-1)/t * S / bus_bandwidth; a send costs latency + S / bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from batchlab.errors import InputError
+from batchlab.hardware.specs import GPUSpec, ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How one replica is split: tp GPUs per stage, pp stages (tp*pp GPUs in all)."""
+
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        for field in ("tp", "pp"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"layout: field '{field}' must be an integer >= 1, got {value!r}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def trivial(self) -> bool:
+        """One GPU: priced exactly as the single-GPU models always did."""
+        return self.tp == 1 and self.pp == 1
+
+
+SINGLE_GPU = Layout()
+
+
+def check_layout(model: ModelSpec, layout: Layout) -> None:
+    """Refuse splits the model cannot take: more stages than layers, or heads not divisible."""
+    if layout.pp > model.n_layers:
+        raise InputError(f"field 'pp' ({layout.pp}) exceeds model '{model.name}''s "
+                         f"{model.n_layers} layers")
+    if model.n_heads % layout.tp:
+        raise InputError(f"field 'tp' ({layout.tp}) must divide model '{model.name}''s "
+                         f"{model.n_heads} attention heads")
+
+
+def stage_layers(n_layers: int, pp: int) -> list[int]:
+    """Layers per stage, as even as possible, the first stages taking the remainder."""
+    base, extra = divmod(n_layers, pp)
+    return [base + (1 if i < extra else 0) for i in range(pp)]
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads each GPU holds: h_kv / tp, at least one (vLLM replicates KV heads when tp > h_kv)."""
+    return max(1, math.ceil(model.n_kv_heads / tp))
+
+
+def allreduce_s(gpu: GPUSpec, nbytes, tp: int):
+    """One ring all-reduce of `nbytes` over tp GPUs (0 for tp = 1); scalars or arrays."""
+    if tp == 1:
+        return 0.0
+    return gpu.allreduce_latency_s + (2.0 * (tp - 1) / tp) * nbytes / gpu.allreduce_bandwidth
+
+
+def send_s(gpu: GPUSpec, nbytes):
+    """One stage-to-stage send of `nbytes`."""
+    return gpu.p2p_latency_s + nbytes / gpu.p2p_bandwidth
+
+
+def weight_bytes_per_gpu(model: ModelSpec, layout: Layout) -> float:
+    """Each GPU holds 1/(tp*pp) of the weights (embedding and LM head counted as if split too)."""
+    return model.weight_bytes / layout.gpus
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout) -> int:
+    """One token's KV on the GPU of the largest stage: b * 2 * layers * kv heads per GPU * d."""
+    layers = stage_layers(model.n_layers, layout.pp)[0]
+    return model.bytes_per_value * 2 * layers * kv_heads_per_gpu(model, layout.tp) * model.head_dim
+
+
+def kv_capacity_tokens_split(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
+    """Tokens of KV a replica holds: every GPU keeps its share of each token's KV."""
+    free = gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, layout)
+    per_token = kv_bytes_per_token_per_gpu(model, layout)
+    if free < per_token:
+        raise InputError(f"model '{model.name}' on gpu '{gpu.name}' with tp={layout.tp} "
+                         f"pp={layout.pp}: the weights ({weight_bytes_per_gpu(model, layout) / 1e9:.2f}"
+                         f" GB per GPU) leave no room for KV")
+    return math.floor(free / per_token)

@@ -1,0 +1,317 @@
+"""`batchlab validate`'s pieces: a bench result replayed as the simulator's input, the samples
+and the comparison; bad input refused before a server starts."""
+
+import dataclasses
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from batchlab import cli
+from batchlab.bench.dataset import DatasetSpec, load_requests
+from batchlab.calibrate.validate import (
+    ValidateConfig,
+    bench_args,
+    compare,
+    measured_samples,
+    replay_workload,
+    served_model,
+    simulate_requests,
+    simulated_samples,
+)
+from batchlab.errors import InputError
+from batchlab.hardware.specs import GPUSpec
+
+# A saved `batchlab bench` result, as much of it as validate reads: request 1 failed.
+RESULT = {
+    "request_ids": ["a", "b", "c"],
+    "start_times": [0.50, 0.20, 0.90],
+    "input_lens": [40, 12, 30],
+    "output_lens": [5, 0, 3],
+    "ttfts": [0.10, None, 0.05],
+    "latencies": [0.50, None, 0.25],
+    "itls": [[0.1, 0.1, 0.1, 0.1], [], [0.1, 0.1]],
+    "errors": ["", "HTTP 500", ""],
+}
+CPU = GPUSpec("cpu", peak_flops=50e9, mem_bandwidth=10e9, memory=8e9, cost_model="operators",
+              step_overhead_s=1e-3, seq_overhead_s=1e-4)
+
+
+def test_replay_keeps_the_answered_requests_at_their_send_times():
+    w = replay_workload(RESULT)
+    assert w.ids == ["a", "c"]
+    assert w.arrival.tolist() == pytest.approx([0.0, 0.4])
+    assert w.prompt.tolist() == [40, 30] and w.output.tolist() == [5, 3]
+    with pytest.raises(InputError, match="no request"):
+        replay_workload({**RESULT, "errors": ["x", "y", "z"]})
+
+
+def test_measured_samples_in_ms():
+    s = measured_samples(RESULT)
+    assert s["ttft"].tolist() == pytest.approx([100.0, 50.0])
+    assert s["e2el"].tolist() == pytest.approx([500.0, 250.0])
+    assert s["tpot"].tolist() == pytest.approx([(500 - 100) / 4, (250 - 50) / 2])
+    assert len(s["itl"]) == 6
+
+
+def test_compare_gives_relative_errors():
+    rows = {r["key"]: r for r in compare({"mean_ttft_ms": 100.0, "median_ttft_ms": None,
+                                          "request_throughput": 2.0},
+                                         {"mean_ttft_ms": 110.0, "median_ttft_ms": 5.0,
+                                          "request_throughput": 1.5})}
+    assert rows["mean_ttft_ms"]["error"] == pytest.approx(0.1)
+    assert rows["request_throughput"]["error"] == pytest.approx(-0.25)
+    assert rows["median_ttft_ms"]["error"] is None
+    assert len(rows) == 4 * 4 + 2
+
+
+def test_replay_through_the_servers_system_is_deterministic():
+    cfg = ValidateConfig(model="tiny", system="paged:max_bs=4", kv_cache_tokens=4096)
+    _, model, _ = served_model(cfg)
+    w = replay_workload(RESULT)
+    a, trace = simulate_requests(w, cfg, model, CPU)
+    b, _ = simulate_requests(w, cfg, model, CPU)
+    assert a.served == 2 and trace.prompt.tolist() == [40, 30]
+    sa, sb = simulated_samples(a), simulated_samples(b)
+    assert all(np.array_equal(sa[k], sb[k]) for k in sa)
+    assert (sa["ttft"] > 0).all() and len(sa["itl"]) == (5 - 1) + (3 - 1)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"kv_cache_tokens": 0}, "--kv-cache-tokens"),
+    ({"rates": (1.0, -2.0)}, "--rates"),
+])
+def test_bad_config(kwargs, needle):
+    with pytest.raises(InputError, match=needle):
+        ValidateConfig(**kwargs)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--rates", "1,fast"], "--rates"),
+    (["--model", "huge"], "--model"),
+    (["--system", "nonsense"], "--system"),
+])
+def test_command_refuses_bad_input_before_any_server(monkeypatch, capsys, argv, needle):
+    monkeypatch.setattr(cli, "COMMANDS", ("validate",))
+    try:
+        code = cli.main(["validate", "--device", "nowhere.toml", *argv])
+    except SystemExit as exc:  # a flag's own type check: argparse's usage error
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def _bench_parser():
+    import argparse
+
+    from batchlab.commands import bench
+
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers())
+    return parser
+
+
+@pytest.mark.parametrize("spec", [
+    DatasetSpec(num_prompts=7, random_input_len=40, random_output_len=9, random_range_ratio=0.25,
+                seed=3),
+    DatasetSpec(name="fixed", num_prompts=5, input_len=12, output_len=4, burstiness=0.5),
+    DatasetSpec(name="chat", num_prompts=5, seed=2),
+    DatasetSpec(name="azure-conv", num_prompts=5),
+])
+def test_bench_args_give_bench_the_same_dataset(spec):
+    """validate hands bench flags that bench's own checks turn back into the same spec, so
+    both load the same requests with bench's dataset code."""
+    from batchlab.commands.bench import _check
+
+    spec = replace(spec, request_rate=2.5)
+    args = _bench_parser().parse_args(["bench", *bench_args(spec)])
+    assert _check(args)["spec"] == spec
+    a, b = load_requests(spec), load_requests(_check(args)["spec"])
+    assert a.prompt.tolist() == b.prompt.tolist() and a.arrival.tolist() == b.arrival.tolist()
+
+
+def test_bench_args_for_a_trace_file(tmp_path):
+    from batchlab.commands.bench import _check
+    from batchlab.workload import TraceColumns
+
+    path = tmp_path / "t.csv"
+    path.write_text("t,p,o\n0.0,10,3\n0.5,20,4\n1.5,30,5\n")
+    spec = DatasetSpec(name="trace", num_prompts=3, path=str(path), request_rate=4.0,
+                       columns=TraceColumns(timestamp="t", prompt="p", output="o"))
+    args = _bench_parser().parse_args(["bench", *bench_args(spec)])
+    assert _check(args)["spec"] == spec
+    assert load_requests(spec).prompt.tolist() == [10, 20, 30]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dataset-name", "chat", "--random-input-len", "5"], "--random-input-len"),
+    (["--dataset-name", "trace"], "--dataset-path"),
+    (["--dataset-name", "fixed", "--input-len", "4"], "--output-len"),
+    (["--dataset-name", "trace", "--dataset-path", "missing.csv"], "missing.csv"),
+    (["--dataset-name", "bogus"], "--dataset-name"),
+    (["--trace-columns", "when=t"], "--trace-columns"),
+    (["--repeats", "0"], "--repeats"),
+])
+def test_command_refuses_a_bad_dataset_before_any_server(monkeypatch, capsys, tmp_path, argv,
+                                                         needle):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "COMMANDS", ("validate",))
+    try:
+        code = cli.main(["validate", "--device", "nowhere.toml", *argv])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+# A CPU as `calibrate --mini` writes one: a matrix-vector regime for one-row products, a
+# saturation curve for the rest, floors.
+CPU_OPS = GPUSpec("cpu-ops", peak_flops=100e9, mem_bandwidth=20e9, memory=8e9,
+                  cost_model="operators", matmul_mfu=0.95, matmul_mbu=0.8,
+                  matmul_half_tokens=16.0, matmul_floor_s=1.3e-5, matmul_vector_mbu=0.7,
+                  attn_prefill_mfu=0.4, attn_decode_mbu=0.3, attn_decode_floor_s=1.5e-5,
+                  norm_mbu=0.4, norm_floor_s=9e-6)
+# The server's probes: prefills of 64 and 256 tokens, decodes of 1, 2, 4, 16 and 32 sequences.
+PROBE_SHAPES = [(64, 1, 0), (256, 1, 0), (1, 1, 32), (1, 2, 32), (1, 4, 32), (1, 16, 32),
+                (1, 32, 32)]
+
+
+def _server_points(truth, model):
+    from batchlab.calibrate.fit import predict_ms
+    from batchlab.calibrate.profiles import ProfilePoint
+
+    points = [ProfilePoint("server", i, "step", t, b, c, 1, 1.0, model)
+              for i, (t, b, c) in enumerate(PROBE_SHAPES)]
+    for p in points:
+        p.ms = predict_ms(p, truth)
+    return points
+
+
+@pytest.mark.parametrize("memory, compute", [(1.7, 1.1), (1.0, 1.0), (0.8, 1.4)])
+def test_fit_server_recovers_memory_and_compute_slowdowns_and_overheads(memory, compute):
+    """A synthetic server whose weight-streaming (decode-shaped) work runs `memory` times and
+    whose FLOPs (prefill-shaped work) run `compute` times the spec: the refit finds both
+    factors and both CPU overheads from the probes alone."""
+    from batchlab.calibrate.live import Slowdown, fit_server, scaled
+
+    _, model, _ = served_model(ValidateConfig())
+    truth = dataclasses.replace(scaled(CPU_OPS, Slowdown(memory, compute)),
+                                step_overhead_s=2e-3, seq_overhead_s=3e-4)
+    spec, slow = fit_server(_server_points(truth, model), CPU_OPS)
+    assert slow.memory == pytest.approx(memory, rel=1e-4)
+    assert slow.compute == pytest.approx(compute, rel=1e-4)
+    assert spec.step_overhead_s == pytest.approx(2e-3, rel=1e-3)
+    assert spec.seq_overhead_s == pytest.approx(3e-4, rel=1e-3)
+    assert spec.peak_flops == pytest.approx(CPU_OPS.peak_flops / compute, rel=1e-4)
+    assert spec.mem_bandwidth == pytest.approx(CPU_OPS.mem_bandwidth / memory, rel=1e-4)
+
+
+def test_refitted_factors_price_every_step_alike():
+    """The factors live in the spec, so every step the simulator prices, decode, prefill, a
+    prefill chunk beside decodes, a decode run priced as an array, takes them the same way:
+    the refitted spec prices each as the synthetic server does."""
+    from batchlab.calibrate.live import Slowdown, fit_server, scaled
+    from batchlab.hardware.opcost import OperatorCost, Shape, uniform_shape
+
+    _, model, _ = served_model(ValidateConfig())
+    truth = dataclasses.replace(scaled(CPU_OPS, Slowdown(1.6, 1.1)), step_overhead_s=1e-3,
+                                seq_overhead_s=2e-4)
+    spec, _ = fit_server(_server_points(truth, model), CPU_OPS)
+    ours, theirs = OperatorCost(model, spec), OperatorCost(model, truth)
+    # A chunk of 48 prompt tokens over 16 cached ones beside three decodes.
+    mixed = Shape(tokens=51.0, seqs=4.0, emits=3.0, decodes=3.0, decode_past=300.0,
+                  prefills=1.0, prefill_tokens=48.0, prefill_past=16.0,
+                  prefill_units=48.0 * (2 * 16 + 48 + 1))
+    for shape in (uniform_shape(3, 80, 1), uniform_shape(1, 0, 96), uniform_shape(8, 40, 1),
+                  mixed):
+        assert ours.step_time(shape) == pytest.approx(theirs.step_time(shape), rel=1e-3)
+    assert ours.decode_run([30, 50], 5) == pytest.approx(theirs.decode_run([30, 50], 5),
+                                                          rel=1e-3)
+    # One number slows both kinds alike, as the single slowdown did.
+    one, two = scaled(CPU_OPS, 1.5), scaled(CPU_OPS, Slowdown(1.5, 1.5))
+    assert one == two and one.matmul_half_tokens == CPU_OPS.matmul_half_tokens
+    # Memory-bound work (a one-row product, the matrix-vector regime) slows by `memory` only.
+    single = uniform_shape(1, 0, 1)
+    base = dataclasses.replace(CPU_OPS, step_overhead_s=0.0, seq_overhead_s=0.0)
+    slow = scaled(base, Slowdown(2.0, 1.0))
+    matmuls = sum(r.time_s for r in OperatorCost(model, slow).breakdown(single)
+                  if r.op_class == "matmul")
+    before = sum(r.time_s for r in OperatorCost(model, base).breakdown(single)
+                 if r.op_class == "matmul")
+    assert matmuls == pytest.approx(2.0 * before, rel=1e-9)
+
+
+def test_fit_server_without_prefills_keeps_the_factors_at_one():
+    from batchlab.calibrate.fit import predict_ms
+    from batchlab.calibrate.live import Slowdown, fit_server
+
+    _, model, _ = served_model(ValidateConfig(model="tiny"))
+    truth = dataclasses.replace(CPU_OPS, step_overhead_s=2e-3, seq_overhead_s=3e-4)
+    points = _server_points(truth, model)
+    decodes = [p for p in points if p.tokens == 1]
+    spec, slow = fit_server(decodes, CPU_OPS)
+    assert slow == Slowdown(1.0, 1.0)
+    assert spec.seq_overhead_s == pytest.approx(3e-4, rel=1e-3)
+    assert [predict_ms(p, spec) for p in decodes] == pytest.approx([p.ms for p in decodes],
+                                                                   rel=1e-3)
+    with pytest.raises(InputError, match="no decode step"):
+        fit_server(points[:2], CPU_OPS)
+
+
+def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
+    """The real server, tiny model, one light rate: the tables are complete and the simulator
+    ran the very requests bench sent (send times, prompt and output lengths). No timing is
+    asserted: the machine is shared."""
+    import json
+
+    from batchlab.calibrate.live import Probe
+    from batchlab.calibrate.validate import AIMS, validate
+
+    spec = DatasetSpec(num_prompts=6, random_input_len=16, random_output_len=6,
+                       random_range_ratio=0.5, seed=1)
+    cfg = ValidateConfig(model="tiny", system="paged:max_bs=8", kv_cache_tokens=4096,
+                         dataset=spec, rates=(4.0,))
+    probe = Probe(decode_batches=(1, 3), decode_output=16, prefill_lens=(24,), prefill_requests=2)
+    out = validate(cfg, CPU, work_dir=tmp_path, probe=probe)
+    json.dumps(out, allow_nan=False)
+    assert [r["rate"] for r in out["runs"]] == [4.0] and out["repeats"] == 1
+    assert out["saturation"] is None   # rates given: the saturation run is not needed
+    assert out["dataset"][:2] == ["--dataset-name", "random"]
+    for i, run in enumerate(out["runs"]):
+        assert [row["key"] for row in run["rows"]][:4] == [
+            "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms"]
+        assert len(run["rows"]) == 18
+        for row in run["rows"]:
+            assert row["measured"] is not None and row["predicted"] is not None, row["key"]
+            if row["measured"]:   # a tiny model's gaps may read as 0: tokens in one read
+                assert row["error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
+            else:
+                assert row["error"] is None
+        assert all(row["measured"] > 0 for row in run["rows"]
+                   if row["key"].endswith(("ttft_ms", "e2el_ms", "throughput")))
+        fit = run["fit"]
+        assert set(fit["slowdown"]) == {"memory", "compute"}
+        assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
+        assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0
+        # The bench run that was compared, as the client saved it.
+        sent = json.loads((tmp_path / f"bench-1-{i}.json").read_text())
+        assert sent["failed"] == 0 and sent["completed"] == 6 and run["refused"] == 0
+        order = sorted(range(6), key=lambda k: sent["start_times"][k])
+        replay = run["replay"]
+        assert replay["ids"] == [sent["request_ids"][k] for k in order]
+        t0 = sent["start_times"][order[0]]
+        assert replay["arrival_s"] == pytest.approx(
+            [sent["start_times"][k] - t0 for k in order], abs=1e-12)
+        assert replay["prompt"] == [sent["input_lens"][k] for k in order]
+        assert replay["output"] == [sent["output_lens"][k] for k in order]
+        # ... which are the dataset's own lengths, from bench's dataset code.
+        planned = load_requests(replace(spec, request_rate=run["rate"]))
+        by_id = {rid: (int(p), int(o)) for rid, p, o in
+                 zip(planned.ids, planned.prompt, planned.output)}
+        assert [by_id[rid] for rid in replay["ids"]] == list(zip(replay["prompt"],
+                                                                 replay["output"]))
+        assert len(run["samples"]["measured"]["ttft"]) == len(run["samples"]["predicted"]["ttft"])
+    assert {(s["load"], s["key"]) for s in out["spread"]} == {
+        ("4 req/s", k) for k in AIMS}

@@ -1,0 +1,46 @@
+"""The shipped A100-80GB and H100-SXM presets against the real operator profiles they describe.
+
+The profiles (Vidur's, see shared/data/profiles/README.md) lie beside the repository. One layer of
+Llama-2-7B at every measured token count and TP degree is priced op by op with the preset and
+compared with the sum of its measured operators, as docs/fidelity.md reports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchlab.calibrate.fit import predict_ms
+from batchlab.calibrate.profiles import load_profiles
+from batchlab.hardware import resolve_gpu, resolve_model
+
+PROFILES = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles"
+
+
+def _layer_errors(gpu_name: str, mlp_file: str) -> np.ndarray:
+    gpu = resolve_gpu(gpu_name)
+    points = load_profiles([PROFILES / mlp_file])
+    layers: dict[int, list[tuple[float, float]]] = {}
+    for p in points:
+        layers.setdefault(p.row, []).append((p.ms, predict_ms(p, gpu)))
+    measured = np.array([sum(m for m, _ in ops) for ops in layers.values()])
+    predicted = np.array([sum(q for _, q in ops) for ops in layers.values()])
+    return np.abs(predicted - measured) / measured
+
+
+@pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv"),
+                                           ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv")])
+def test_a_whole_layer_is_priced_within_the_aims(gpu, mlp_file):
+    errors = _layer_errors(gpu, mlp_file)
+    assert errors.size > 100
+    assert errors.mean() < 0.10 and errors.max() < 0.25
+
+
+def test_decode_attention_of_another_model_on_the_a100():
+    """Llama-3-8B's attention (8 KV heads, not Llama-2's 32): the A100 preset carries over."""
+    points = [p for p in load_profiles([PROFILES / "vidur_a100_llama-3-8b_attention_subset.csv"],
+                                       resolve_model("Llama-3-8B"))]
+    errors = np.array([abs(predict_ms(p, resolve_gpu("A100-80GB")) - p.ms) / p.ms for p in points])
+    assert errors.size >= 4 and errors.mean() < 0.20

@@ -13,8 +13,8 @@ from batchlab.hardware import GPU_PRESETS, SeqWork, step_cost
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.paged import PagedMemory
 from batchlab.model import init_model, tiny_config
-from batchlab.model.continuous import (continuous_generate, demo_requests, demo_timelines,
-                                       sequential_generate)
+from batchlab.mini import (continuous_generate, demo_requests, demo_timelines,
+                           sequential_generate)
 from batchlab.model.decoding import random_prompt
 from batchlab.request import Phase, Request
 from batchlab.scheduler.config import SchedulerConfig

@@ -63,7 +63,7 @@ def test_whole_floats_are_accepted_as_token_counts():
 def test_with_rate_rejects_bad_rates_and_unscalable_arrivals():
     with pytest.raises(InputError, match="field 'rate'"):
         small().with_rate(0)
-    with pytest.raises(InputError, match="spans no time"):
+    with pytest.raises(InputError, match="field 'rate': .* cannot be scaled to 1 req/s: its arrivals span no time"):
         small(arrival=[0.0, 0.0, 0.0]).with_rate(1.0)
 
 
@@ -183,8 +183,9 @@ def test_distribution_parameters_are_checked():
 # --- registry and determinism ---------------------------------------------------------------------
 
 def test_registry_names():
-    assert workload_kinds() == ["chat", "long", "orca", "fixed", "azure-conv"]
-    with pytest.raises(InputError, match="field 'kind' must be one of chat, long, orca, fixed, azure-conv"):
+    assert workload_kinds() == ["chat", "long", "orca", "fixed", "sessions", "few-shot", "azure-conv",
+                                "mooncake-conv", "mooncake-synthetic"]
+    with pytest.raises(InputError, match="field 'kind' must be one of chat, long, orca, fixed, sessions, few-shot"):
         make_workload("sharegpt", 5, 1.0)
     with pytest.raises(InputError, match="needs field 'rate'"):
         make_workload("chat", 5, None)

@@ -11,7 +11,7 @@ from batchlab.errors import InputError
 from batchlab.workload import TraceColumns, load_builtin_trace, load_trace, make_workload
 from batchlab.workload.timestamps import datetime_ns
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"   # shared/ lies beside the repository
 CONV, CODE = SHARED / "AzureLLMInferenceTrace_conv.csv", SHARED / "AzureLLMInferenceTrace_code.csv"
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
 
@@ -156,7 +156,7 @@ def test_bad_jsonl(tmp_path):
 def test_reads_the_azure_conv_trace_as_it_is():
     w = load_trace(CONV)
     assert len(w) == 19366 and w.arrival[0] == 0.0 and np.all(np.diff(w.arrival) >= 0)
-    # Figures of /work/shared/data/README.md.
+    # Figures of shared/data/README.md.
     assert round(w.prompt.mean()) == 1155 and np.median(w.prompt) == 1020 and w.prompt.max() == 14050
     assert round(w.output.mean()) == 211 and np.median(w.output) == 129 and w.output.max() == 1000
     assert np.count_nonzero(w.total > 8192) == 1

@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 
+from batchlab.commands import flagtypes
+
 DEFAULT_MAX_BATCH = 64
 MAX_MAX_BATCH = 256
 # The §3.2 step: prefills of 37 and 9 tokens, decodes after 120, 15 and 64 tokens of context.
@@ -18,17 +20,21 @@ def register(subparsers) -> None:
         "mini", help="the numpy mini transformer: continuous vs static timelines, selective "
                      "batching, padding waste, measured decode speedup, FLOP/byte check",
         description="Run the numpy mini transformer (about 13 M float32 parameters, greedy "
-                    "decoding) under the engine and on single steps: seed L02 §4.1 demo 4 "
-                    "timelines with outputs checked against sequential generation, the §3.2 step "
-                    "and its padding waste, decode steps batched vs one at a time measured on "
+                    "decoding) under the engine and on single steps: continuous vs static "
+                    "timelines of six requests with outputs checked against sequential generation, "
+                    "one mixed step of prefills and decodes and its padding waste, decode steps batched vs one at a time measured on "
                     "this CPU, and counted FLOPs and bytes against the paper GPU's step_cost. "
                     "Set OPENBLAS_NUM_THREADS=1 for single-core timings.")
-    parser.add_argument("--seed", type=int, default=0, help="weights and prompts (default: 0)")
-    parser.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, metavar="B",
+    parser.add_argument("--seed", type=flagtypes.seed, default=0, help="weights and prompts (default: 0)")
+    parser.add_argument("--max-batch", type=flagtypes.integer(ge=0, le=MAX_MAX_BATCH),
+                        default=DEFAULT_MAX_BATCH, metavar="B",
                         help="time decode steps of 1, 2, 4, ... up to B requests; 0 skips the "
                              "timing (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=3, metavar="R",
+    parser.add_argument("--repeats", type=flagtypes.count, default=3, metavar="R",
                         help="timed runs per batch size, median reported (default: %(default)s)")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write the continuous and static timelines, and the decode timing when "
+                             "measured, as figures (PNG and SVG) into DIR")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(run=run)
 
@@ -87,11 +93,12 @@ def _seed_step(model, rng) -> dict:
     }
 
 
-def compute(args) -> dict:
+def compute(args, traces: dict | None = None) -> dict:
+    """Every figure the command shows; `traces`, if given, receives each demo run's Trace."""
     import numpy as np
 
     from batchlab.model import MiniConfig, init_model
-    from batchlab.model.continuous import demo_timelines
+    from batchlab.mini import demo_timelines
     from batchlab.model.timing import decode_bench, measure_ceilings, time_decode
 
     _check(args)
@@ -100,6 +107,8 @@ def compute(args) -> dict:
     out: dict = {"n_params": model.n_params, "seed": args.seed, "timelines": {}}
     for mode in ("continuous", "static"):
         d = demo[mode]
+        if traces is not None:
+            traces[mode] = d["trace"]
         out["timelines"][mode] = {
             "iterations": d["iterations"], "same_as_sequential": d["same_as_sequential"],
             "rows": [{"id": r.id, "arrival": r.arrival, "last_token": r.last_token, "cells": r.cells}
@@ -131,9 +140,9 @@ def _tables(out: dict) -> list:
 
     tables = []
     for mode, t in out["timelines"].items():
-        table = Table(title=f"{mode} batching, max_bs 3: {t['iterations']} iterations; outputs "
-                            f"{'equal' if t['same_as_sequential'] else 'DIFFER from'} sequential "
-                            f"generation (seed §4.1 demo 4)")
+        table = Table(title=f"{mode} batching of {len(t['rows'])} requests, max_bs 3: {t['iterations']} "
+                            f"iterations; outputs {'equal' if t['same_as_sequential'] else 'DIFFER from'} "
+                            f"sequential generation")
         width = max(len(r["cells"]) for r in t["rows"])
         table.add_column("request")
         table.add_column("".join(str(i % 10) for i in range(width)), style="bold")
@@ -145,7 +154,8 @@ def _tables(out: dict) -> list:
         tables.append(table)
     s = out["seed_step"]
     p = s["padding"]
-    table = Table(title="The §3.2 step: prefills of 37 and 9 tokens, decodes after 120, 15, 64")
+    table = Table(title="One mixed step (prefills of 37 and 9 tokens, decodes after 120, 15, 64): "
+                        "selective batching vs padding to [B, L, H]")
     table.add_column("quantity")
     table.add_column("padded [B, L, H]", justify="right")
     table.add_column("useful", justify="right")
@@ -159,7 +169,7 @@ def _tables(out: dict) -> list:
                      f"greedy tokens {'identical' if s['same_greedy_tokens'] else 'DIFFER'}; "
                      f"weights read {s['weight_bytes_ratio']:.0f}x more one at a time")
     tables.append(table)
-    table = Table(title="Counted FLOPs and bytes vs the paper GPU's step_cost (§3.2 step)")
+    table = Table(title="The same step: counted FLOPs and bytes vs the paper GPU's step_cost")
     for col in ("forward", "counted FLOPs", "step_cost FLOPs", "counted bytes", "step_cost bytes",
                 "equal"):
         table.add_column(col, justify="left" if col == "forward" else "right")
@@ -186,8 +196,26 @@ def _tables(out: dict) -> list:
     return tables
 
 
+def _plot(out: dict, traces: dict, directory: str) -> list:
+    from batchlab.plots import decode_speedup, request_timeline
+
+    paths = []
+    for mode, trace in traces.items():
+        t = out["timelines"][mode]
+        paths += request_timeline(trace, directory, f"mini_{mode}_timeline", static=mode == "static",
+                                  title=f"mini model, {mode} batching of {len(trace)} requests, max_bs 3: "
+                                        f"{t['iterations']} iterations")
+    if out["timing"]:
+        paths += decode_speedup(out["timing"], directory, stem="mini_decode_timing")
+    return paths
+
+
 def run(args: argparse.Namespace) -> int:
-    out = compute(args)
+    traces: dict = {}
+    out = compute(args, traces)
+    if args.plot:
+        from batchlab.commands.written import say_wrote
+        say_wrote(_plot(out, traces, args.plot))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -8,6 +8,13 @@ A request's block table lists its blocks in order; token position p lives in blo
 - the cache's own free list, lowest block id first, when no such manager is given.
 The pool grows (doubling) when a table names a block beyond it, so sizing it is never a
 correctness question.
+
+A block's K and V are identified by its physical id alone, never by the request that wrote
+them, and nothing here ever clears a slot: `release` only drops a request's table and length.
+So blocks a manager shares or keeps cached (a prefix cache, the samples of one prompt) keep
+their numbers after their writer finishes; `adopt` lets a request start on such blocks, and a
+block is written again only by a request whose table names it at a position it computes
+(after the manager reallocated it, or copied it on write: `copy_block`).
 """
 
 from __future__ import annotations
@@ -92,16 +99,51 @@ class KVCache:
         """Record that `rid` now stores `n_tokens` tokens (after a step wrote them)."""
         self._lengths[rid] = n_tokens
 
+    def adopt(self, rid: object, n_tokens: int) -> None:
+        """`rid` starts with its first `n_tokens` tokens already stored, in blocks its manager's
+        table shares with the request that wrote them (a prefix cache's hit): read, not computed."""
+        if self.external_tables is None:
+            raise InputError(f"kv cache: request {rid!r}: only a manager's block tables can share blocks")
+        if self.length(rid):
+            raise InputError(f"kv cache: request {rid!r} already stores {self.length(rid)} tokens")
+        self.reserve(rid, n_tokens)   # checks that the table covers them
+        self.commit(rid, n_tokens)
+
+    def fork(self, parent: object, child: object, n_tokens: int) -> None:
+        """`child` starts with `parent`'s first `n_tokens` tokens: blocks both tables name are
+        read as they are (shared); with blocks of its own the child gets a copy."""
+        if self.length(child):
+            raise InputError(f"kv cache: request {child!r} already stores {self.length(child)} tokens")
+        if self.external_tables is None:
+            self.restore(child, *self.export(parent, n_tokens))
+            return
+        self.reserve(child, n_tokens)
+        src, dst = self._tables[parent], self._tables[child]
+        for j in range(-(-n_tokens // self.block_size)):
+            if src[j] != dst[j]:
+                self.copy_block(src[j], dst[j])
+        self.commit(child, n_tokens)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copy every slot of block `src` into block `dst` (copy-on-write of a shared block)."""
+        if max(src, dst) >= self.n_blocks:
+            self._grow_pool(max(src, dst) + 1)
+        bs = self.block_size
+        self.k[:, dst * bs:(dst + 1) * bs] = self.k[:, src * bs:(src + 1) * bs]
+        self.v[:, dst * bs:(dst + 1) * bs] = self.v[:, src * bs:(src + 1) * bs]
+
     def release(self, rid: object) -> None:
-        """Drop everything `rid` holds; its own blocks go back to the free list."""
+        """Drop `rid`'s table and length; its own blocks go back to the free list. The numbers
+        stay where they are: a manager may still keep those blocks for others to read."""
         table = self._tables.pop(rid, [])
         self._lengths.pop(rid, None)
         if self.external_tables is None:
             self._free.extend(table)
 
-    def export(self, rid: object) -> tuple[np.ndarray, np.ndarray]:
-        """A copy of `rid`'s stored K and V (a swap to host memory).  -> [L, n, h_kv, d] each"""
-        n = self.length(rid)
+    def export(self, rid: object, n_tokens: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """A copy of `rid`'s stored K and V (a swap to host memory), or of its first `n_tokens`.
+        -> [L, n, h_kv, d] each"""
+        n = self.length(rid) if n_tokens is None else min(n_tokens, self.length(rid))
         pos = np.arange(n)
         slots = self.block_array(rid)[pos // self.block_size] * self.block_size + pos % self.block_size
         return self.k[:, slots].copy(), self.v[:, slots].copy()

@@ -6,11 +6,17 @@ arrival times (`with_rate`) is one multiplication, and the engine reads it colum
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from batchlab.errors import InputError, where
+from batchlab.io_checks import MAX_TOKENS, token_count
+from batchlab.workload.content import Content
+
+
+MAX_SAMPLES = 256   # parallel samples per request (vLLM bounds n only by max_num_seqs)
 
 
 @dataclass(slots=True, frozen=True)
@@ -22,6 +28,10 @@ class Workload:
     show it. `rate` is the mean arrival rate (req/s) the arrival times stand for: the nominal
     rate of the process they were drawn from, or for a trace the measured one; None means
     "measure it from the arrivals" (see `mean_rate`). The arrays are read-only.
+
+    `content` optionally tells a prefix cache what each request's tokens are (token ids, or a
+    trace's block hash ids; see `content.py`), one entry per request, None where unknown;
+    workloads without it stay four arrays.
     """
 
     ids: list[str]
@@ -31,6 +41,9 @@ class Workload:
     name: str = "workload"
     notes: list[str] = field(default_factory=list)
     rate: float | None = None
+    content: tuple[Content | None, ...] | None = None
+    samples: np.ndarray | None = None   # [n] int64 >= 1: parallel samples of each prompt (vLLM's n); None: 1
+    sessions: tuple[str | None, ...] | None = None   # [n] the conversation of each request, if known
 
     def __post_init__(self) -> None:
         ids = [str(i) for i in self.ids]
@@ -42,6 +55,21 @@ class Workload:
         _check_arrival(arrival, ids)
         _check_at_least_one(prompt, "prompt", ids)
         _check_at_least_one(output, "output", ids)
+        if self.content is not None:
+            object.__setattr__(self, "content", _check_content(self.content, prompt, output, ids))
+        if self.sessions is not None:
+            sessions = tuple(None if s is None else str(s) for s in self.sessions)
+            if len(sessions) != n:
+                raise InputError(f"{where(None, 'sessions')} has {len(sessions)} entries for {n} ids")
+            object.__setattr__(self, "sessions", sessions)
+        if self.samples is not None:
+            samples = _column(self.samples, np.int64, "n", n, ids)
+            bad = np.flatnonzero((samples < 1) | (samples > MAX_SAMPLES))
+            if bad.size:
+                i = int(bad[0])
+                raise InputError(f"{where(ids[i], 'n')} must be a whole number of samples in "
+                                 f"[1, {MAX_SAMPLES}], got {int(samples[i])}")
+            object.__setattr__(self, "samples", samples)
         if self.rate is not None and not (np.isfinite(self.rate) and self.rate > 0):
             raise InputError(f"workload '{self.name}': field 'rate' must be a positive number, got {self.rate!r}")
         for name, value in (("ids", ids), ("arrival", arrival), ("prompt", prompt), ("output", output)):
@@ -71,9 +99,23 @@ class Workload:
         """
         if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
             raise InputError(f"field 'rate' must be a positive number of requests per second, got {rate!r}")
+        if self.rate is None and (len(self) < 2 or self.arrival[-1] <= self.arrival[0]):
+            raise InputError(f"field 'rate': workload '{self.name}' cannot be scaled to {rate:g} req/s: "
+                             f"its arrivals span no time")
         factor = self.mean_rate / float(rate)
         notes = [*self.notes, f"arrival times scaled by {factor:.6g} to a mean rate of {rate:g} req/s"]
         return replace(self, arrival=self.arrival * factor, rate=float(rate), notes=notes if note else self.notes)
+
+    def with_samples(self, n) -> Workload:
+        """The same requests, each asking for `n` parallel samples of its output (one number for
+        all, or one per request): each sample is a sequence of its own sharing the prompt."""
+        column = np.broadcast_to(np.asarray(n), (len(self),)) if np.ndim(n) == 0 else n
+        return replace(self, samples=column)
+
+    @property
+    def sample_count(self) -> int:
+        """Sequences the requests generate: Σ n."""
+        return len(self) if self.samples is None else int(self.samples.sum())
 
     @property
     def total(self) -> np.ndarray:
@@ -88,12 +130,20 @@ def _column(values, dtype, name: str, n: int, ids: list[str]) -> np.ndarray:
     if raw.shape[0] != n:
         raise InputError(f"{where(None, name)} has {raw.shape[0]} values for {n} ids")
     if dtype is np.int64 and raw.size and raw.dtype.kind not in "iu":
-        # Floats are accepted only when they hold whole numbers: 12.0 yes, 12.5 no.
-        as_float = raw.astype(np.float64)
-        bad = np.flatnonzero(~np.isfinite(as_float) | (as_float != np.round(as_float)))
-        if bad.size:
-            i = int(bad[0])
-            raise InputError(f"{where(ids[i], name)} must be an integer, got {raw[i]!r}")
+        # Floats pass when they hold whole numbers (12.0, not 12.5) of at most MAX_TOKENS; anything
+        # else (strings, bools, None, huge ints) gets the shared token-count check's message.
+        if raw.dtype.kind == "f":
+            bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw)) | (np.abs(raw) > MAX_TOKENS))
+        else:
+            bad = range(raw.shape[0])
+        for i in bad:
+            value = raw[i].item() if isinstance(raw[i], np.generic) else raw[i]
+            if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+                raise InputError(f"{where(ids[i], name)} must be an integer, got {value!r}")
+            try:
+                token_count(value, None)
+            except InputError as exc:
+                raise InputError(f"{where(ids[i], name)} {exc}") from None
     column = np.array(raw, dtype=dtype)  # a private copy
     column.flags.writeable = False
     return column
@@ -126,3 +176,22 @@ def _check_at_least_one(column: np.ndarray, name: str, ids: list[str]) -> None:
     if bad.size:
         i = int(bad[0])
         raise InputError(f"{where(ids[i], name)} must be >= 1 token, got {int(column[i])}")
+    bad = np.flatnonzero(column > MAX_TOKENS)
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"{where(ids[i], name)} must be at most {MAX_TOKENS:,} tokens, got {int(column[i])}")
+
+
+def _check_content(content, prompt: np.ndarray, output: np.ndarray, ids: list[str]) -> tuple:
+    content = tuple(content)
+    if len(content) != len(ids):
+        raise InputError(f"{where(None, 'content')} has {len(content)} entries for {len(ids)} ids")
+    for i, c in enumerate(content):
+        if c is None:
+            continue
+        if not isinstance(c, Content):
+            raise InputError(f"{where(ids[i], 'content')} must be a Content or None, got {type(c).__name__}")
+        if c.covered > prompt[i] + output[i]:
+            raise InputError(f"{where(ids[i], 'content')} describes {c.covered} tokens, more than prompt "
+                             f"{int(prompt[i])} + output {int(output[i])}")
+    return content

@@ -81,5 +81,11 @@ def limit_context(workload: Workload, max_context: int, mode: str = "reject") ->
         report.clipped.append(Clipped(workload.ids[i], int(workload.prompt[i]), int(workload.output[i]),
                                       int(new_prompt[i]), int(new_output[i])))
     note = f"{over.size} requests over the max context {max_context} clipped (prompt first, keeping its last tokens)"
-    clipped = replace(workload, prompt=new_prompt, output=new_output, notes=[*workload.notes, note])
+    content = workload.content
+    if content is not None:   # a clipped prompt keeps its last tokens: its prefix is no longer known
+        cut = set(over.tolist())
+        content = tuple(None if i in cut else c for i, c in enumerate(content))
+        note += "; their content dropped, so a prefix cache never matches them"
+    clipped = replace(workload, prompt=new_prompt, output=new_output, notes=[*workload.notes, note],
+                      content=content)
     return clipped, report

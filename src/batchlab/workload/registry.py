@@ -1,4 +1,6 @@
-"""Workloads by name: generated (`chat`, `long`, `orca`, `fixed`) or a built-in trace."""
+"""Workloads by name: generated (`chat`, `long`, `orca`, `fixed`), generated with shared
+prefixes (`sessions`, `few-shot`), or a built-in trace (`azure-conv`, `mooncake-conv`,
+`mooncake-synthetic`)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,21 @@ from batchlab.errors import InputError
 from batchlab.workload.arrivals import arrivals
 from batchlab.workload.base import Workload
 from batchlab.workload.distributions import DISTRIBUTIONS, FixedLengths, LengthDistribution
+from batchlab.workload.mooncake import BUILTIN_MOONCAKE, load_builtin_mooncake
+from batchlab.workload.sessions import ChatSessions, FewShot
 from batchlab.workload.traces import BUILTIN_TRACES, load_builtin_trace
 
 FIXED = "fixed"
 # The two independent random streams spawned from the seed: lengths first, arrivals second,
 # so the same seed gives the same lengths whatever the arrival process.
 _LENGTH_STREAM, _ARRIVAL_STREAM = 0, 1
+# Generators of requests with content (token ids), at their default parameters.
+PREFIX_GENERATORS = {"sessions": ChatSessions(), "few-shot": FewShot()}
 
 
 def workload_kinds() -> list[str]:
     """Every name `make_workload` accepts."""
-    return [*DISTRIBUTIONS, FIXED, *BUILTIN_TRACES]
+    return [*DISTRIBUTIONS, FIXED, *PREFIX_GENERATORS, *BUILTIN_TRACES, *BUILTIN_MOONCAKE]
 
 
 def distribution(kind: str, prompt: int | None = None, output: int | None = None) -> LengthDistribution:
@@ -46,11 +52,22 @@ def make_workload(kind: str, n: int, rate: float | None, seed: int = 0, arrival:
     A built-in trace (`azure-conv`) replays its first n records; `seed`, `arrival` and
     `burstiness` do not apply to it, and `rate` None keeps the trace's own timing.
     """
-    if kind in BUILTIN_TRACES:
+    if kind in BUILTIN_TRACES or kind in BUILTIN_MOONCAKE:
         if arrival != "poisson" or burstiness != 1.0 or prompt is not None or output is not None:
             raise InputError(f"workload {kind!r} is a trace: fields 'arrival', 'burstiness', 'prompt' and "
                              "'output' do not apply to it")
+        if kind in BUILTIN_MOONCAKE:
+            return load_builtin_mooncake(kind, limit=n, rate=rate)
         return load_builtin_trace(kind, limit=n, rate=rate)
+    if kind in PREFIX_GENERATORS:
+        if arrival != "poisson" or burstiness != 1.0 or prompt is not None or output is not None:
+            raise InputError(f"workload {kind!r} draws its own arrivals and lengths: fields 'arrival', "
+                             "'burstiness', 'prompt' and 'output' do not apply to it")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise InputError(f"field 'seed' must be a whole number >= 0, got {seed!r}")
+        if rate is None:
+            raise InputError(f"workload {kind!r} needs field 'rate' (requests per second)")
+        return PREFIX_GENERATORS[kind].generate(np.random.default_rng(int(seed)), n, rate)
     lengths = distribution(kind, prompt, output)
     if rate is None:
         raise InputError(f"workload {kind!r} needs field 'rate' (requests per second)")

@@ -13,7 +13,6 @@ import gzip
 import io
 import json
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -22,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.io_checks import reading, token_count
 from batchlab.workload.base import Workload
 from batchlab.workload.timestamps import NS_PER_S, datetime_ns, is_number
 
 FORMATS = ("csv", "jsonl")
-_INTEGER = re.compile(r"[+]?\d+(\.0*)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +73,9 @@ def load_trace(path: str | Path, columns: TraceColumns = AZURE_COLUMNS, *, fmt: 
     """
     path = Path(path)
     fmt = fmt or _format_of(path)
+    if fmt == "jsonl" and columns == AZURE_COLUMNS and _mooncake_file(path):
+        from batchlab.workload.mooncake import load_mooncake   # hash_ids records: the Mooncake format
+        return load_mooncake(path, limit=limit, offset=offset, rate=rate, name=name)
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8", newline="") as stream:
@@ -90,6 +92,20 @@ def load_builtin_trace(kind: str, *, limit: int | None = None, offset: int = 0,
     resource = resources.files("batchlab") / "data" / BUILTIN_TRACES[kind]
     with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8", newline="") as stream:
         return _load(stream, f"built-in trace {kind}", "csv", AZURE_COLUMNS, limit, offset, rate, False, kind)
+
+
+def _mooncake_file(path: Path) -> bool:
+    """Whether the trace's first record has Mooncake's fields (`hash_ids`, `input_length`)."""
+    from batchlab.workload.mooncake import is_mooncake
+
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as stream:
+            first = next((line for line in stream if line.strip()), "")
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise InputError(f"{path}: cannot read the trace: {exc}") from exc
+    with reading(str(path)):
+        return is_mooncake(first)
 
 
 def _format_of(path: Path) -> str:
@@ -126,7 +142,7 @@ def _load(stream: io.TextIOBase, source: str, fmt: str, columns: TraceColumns, l
         records.append(record)
     if not records:
         raise InputError(f"{source}: no records to read (offset {offset}, limit {limit})")
-    return _to_workload(records, source, columns, rate, sort, name, offset)
+    return _to_workload(records, source, columns, rate, sort, name, offset, text=fmt == "csv")
 
 
 def _check_window(limit: int | None, offset: int) -> None:
@@ -138,6 +154,13 @@ def _check_window(limit: int | None, offset: int) -> None:
 
 def _csv_records(stream, source: str, columns: TraceColumns) -> Iterator[_Record]:
     reader = csv.reader(stream)
+    try:
+        yield from _csv_rows(reader, source, columns)
+    except csv.Error as exc:     # a field over csv.field_size_limit(), a NUL byte, a stray quote
+        raise InputError(f"{source}: line {reader.line_num}: not valid CSV: {exc}") from None
+
+
+def _csv_rows(reader, source: str, columns: TraceColumns) -> Iterator[_Record]:
     header = next(reader, None)
     if header is None:
         raise InputError(f"{source}: the file is empty, expected a header line")
@@ -162,7 +185,8 @@ def _jsonl_records(stream, source: str, columns: TraceColumns) -> Iterator[_Reco
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            with reading(f"{source}: line {line_no}"):
+                row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{source}: line {line_no}: record {index} is not valid JSON: {exc.msg}") from exc
         if not isinstance(row, dict):
@@ -178,25 +202,17 @@ def _fail(source: str, record: _Record, column: str, message: str) -> InputError
     return InputError(f"{source}: line {record.line}: record {record.index}: field '{column}' {message}")
 
 
-def _tokens(source: str, record: _Record, column: str) -> int:
+def _tokens(source: str, record: _Record, column: str, text: bool) -> int:
+    """The shared token-count check; CSV cells are text by format, a JSON string is a mistake."""
     value = record.row[column]
-    if isinstance(value, str) and value.isascii() and value.isdigit():  # the common case, fast
-        count = int(value)
+    if text and isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        count = int(value)            # the common case, fast
         if count >= 1:
             return count
-    if isinstance(value, bool):
-        raise _fail(source, record, column, f"must be a whole number of tokens >= 1, got {value!r}")
-    if isinstance(value, int):
-        count = value
-    elif isinstance(value, float) and math.isfinite(value) and value == int(value):
-        count = int(value)
-    elif isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-        count = int(float(value.strip())) if "." in value else int(value.strip())
-    else:
-        raise _fail(source, record, column, f"must be a whole number of tokens >= 1, got {value!r}")
-    if count < 1:
-        raise _fail(source, record, column, f"must be a whole number of tokens >= 1, got {value!r}")
-    return count
+    try:
+        return token_count(value, None, text=text)
+    except InputError as exc:
+        raise _fail(source, record, column, str(exc)) from None
 
 
 def _timestamps(records: list[_Record], source: str, column: str) -> np.ndarray:
@@ -232,10 +248,10 @@ def _timestamps(records: list[_Record], source: str, column: str) -> np.ndarray:
 
 
 def _to_workload(records: list[_Record], source: str, columns: TraceColumns, rate: float | None,
-                 sort: bool, name: str, offset: int) -> Workload:
+                 sort: bool, name: str, offset: int, text: bool = True) -> Workload:
     times = _timestamps(records, source, columns.timestamp)
-    prompt = np.asarray([_tokens(source, r, columns.prompt) for r in records], dtype=np.int64)
-    output = np.asarray([_tokens(source, r, columns.output) for r in records], dtype=np.int64)
+    prompt = np.asarray([_tokens(source, r, columns.prompt, text) for r in records], dtype=np.int64)
+    output = np.asarray([_tokens(source, r, columns.output, text) for r in records], dtype=np.int64)
     ids = [str(r.row[columns.id]).strip() if columns.id else str(r.index) for r in records]
     seen: dict[str, _Record] = {}
     for request_id, record in zip(ids, records):

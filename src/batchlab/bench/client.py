@@ -1,0 +1,204 @@
+"""One streamed request to an OpenAI-compatible server, timed on the client.
+
+The request functions of vLLM's `benchmarks/lib/endpoint_request_func.py`, reduced to what the
+metrics need: the send time, the arrival time of every chunk that carries output, the text of
+each such chunk (to share a multi-token chunk's tokens out) and the server's `usage`. A failure
+of any kind (HTTP status, connection, timeout, malformed stream, an error event) is recorded
+with its message on the request, never raised: a benchmark reports failures, it does not drop
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from batchlab.bench.sse import DONE, SSEParser
+
+ERROR_CHARS = 300  # an error body is cut to this many characters in the report
+BODY_LIMIT = 64 * 1024  # bytes of an error response read to find its message
+COMPLETIONS, CHAT = "completions", "chat"
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """What the client saw of one request; times in seconds since the benchmark started."""
+
+    index: int
+    scheduled: float  # when the arrival schedule released it
+    start: float = float("nan")  # when it was sent (after waiting for --max-concurrency)
+    status: int | None = None  # HTTP status, None if no response came
+    error: str = ""  # "" for a request that succeeded
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each output chunk
+    chunk_texts: list[str] = field(default_factory=list)  # its text
+    prompt_tokens: int | None = None  # from the server's usage, when it sends it
+    completion_tokens: int | None = None
+
+    @property
+    def success(self) -> bool:
+        return not self.error
+
+    @property
+    def queue_time(self) -> float:
+        """Time spent waiting for a --max-concurrency slot, as vLLM's `client_queue_time`."""
+        return self.start - self.scheduled
+
+
+def endpoint_kind(endpoint: str) -> str:
+    """`chat` for a chat-completions path, `completions` for a completions path."""
+    path = endpoint.rstrip("/")
+    if path.endswith("chat/completions"):
+        return CHAT
+    if path.endswith("completions"):
+        return COMPLETIONS
+    raise ValueError(endpoint)
+
+
+def request_body(kind: str, model: str, prompt: list[int] | str, max_tokens: int, ignore_eos: bool,
+                 extra: dict | None = None) -> dict:
+    """The JSON body of one streamed request; `extra` (from --extra-body) is merged last."""
+    body: dict = {"model": model}
+    if kind == CHAT:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
+    if ignore_eos:
+        # vLLM's extension: generate exactly max_tokens (min_tokens keeps servers that honour
+        # only min_tokens from stopping early at an end-of-sequence token).
+        body.update(ignore_eos=True, min_tokens=max_tokens)
+    if extra:
+        body.update(extra)
+    return body
+
+
+def headers() -> dict[str, str]:
+    out = {"Content-Type": "application/json"}
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        out["Authorization"] = f"Bearer {key}"
+    return out
+
+
+def error_message(status: int, body: str) -> str:
+    """`HTTP 400: <message>` from an OpenAI, vLLM or FastAPI error body, else the raw body."""
+    message = body.strip()
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            message = str(err["message"])
+        elif obj.get("message"):
+            message = str(obj["message"])
+        elif obj.get("detail"):
+            message = str(obj["detail"])
+        elif isinstance(err, str):
+            message = err
+    message = " ".join(message.split()) or "(empty body)"
+    return f"HTTP {status}: {_cut(message)}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "..."
+
+
+class _Stream:
+    """Reads the events of one response into a RequestResult."""
+
+    __slots__ = ("result", "chat", "max_chunks", "done")
+
+    def __init__(self, result: RequestResult, chat: bool, max_chunks: int) -> None:
+        self.result, self.chat, self.max_chunks, self.done = result, chat, max_chunks, False
+
+    def event(self, data: str, now: float) -> bool:
+        """Take one event's data; False when reading should stop (end or error)."""
+        if data == DONE:
+            self.done = True
+            return False
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.result.error = f"malformed stream event: {_cut(data)}"
+            return False
+        if not isinstance(obj, dict):
+            self.result.error = f"malformed stream event: {_cut(data)}"
+            return False
+        if obj.get("error"):
+            err = obj["error"]
+            message = err.get("message", err) if isinstance(err, dict) else err
+            self.result.error = f"stream error: {_cut(str(message))}"
+            return False
+        choices = obj.get("choices")
+        if choices:
+            self._choice(choices[0], now)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            # The last usage seen wins: some servers send a running count on every chunk.
+            if isinstance(usage.get("completion_tokens"), int):
+                self.result.completion_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.result.prompt_tokens = usage["prompt_tokens"]
+        if len(self.result.chunk_times) > self.max_chunks:
+            self.result.error = (f"the server streamed more than {self.max_chunks} output chunks, "
+                                 "more than max_tokens allows")
+            return False
+        return True
+
+    def _choice(self, choice: dict, now: float) -> None:
+        if self.chat:
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if not text and "role" in delta:
+                return  # the opening chunk that only announces the assistant's role: no token
+        else:
+            text = choice.get("text")
+        # A chunk may carry empty text (a token that decodes to nothing yet, or a stop marker):
+        # it is still counted; `tokens.chunk_token_counts` reconciles with the usage count.
+        self.result.chunk_times.append(now)
+        self.result.chunk_texts.append(text or "")
+
+
+async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, result: RequestResult,
+                         chat: bool, max_chunks: int, origin: float) -> RequestResult:
+    """POST `body` to `url`, read the SSE stream, fill `result`. Never raises (but on cancel)."""
+    result.start = time.perf_counter() - origin
+    stream = _Stream(result, chat, max_chunks)
+    try:
+        async with session.post(url, data=body, headers=headers()) as response:
+            result.status = response.status
+            if response.status != 200:
+                raw = await response.content.read(BODY_LIMIT)
+                result.error = error_message(response.status, raw.decode("utf-8", errors="replace"))
+                return result
+            parser = SSEParser()
+            reading = True
+            async for raw in response.content.iter_any():
+                # Every event in one read arrived at the same moment: one clock reading for all.
+                now = time.perf_counter() - origin
+                for data in parser.feed(raw):
+                    if not stream.event(data, now):
+                        reading = False
+                        break
+                if not reading:
+                    break
+            if reading:
+                now = time.perf_counter() - origin
+                for data in parser.finish():
+                    stream.event(data, now)
+    except asyncio.TimeoutError:
+        result.error = "timeout: no complete response within --request-timeout"
+    except (aiohttp.ClientError, OSError) as exc:
+        result.error = _cut(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - whatever one response does, the run goes on and reports it
+        result.error = _cut(f"unexpected {type(exc).__name__}: {exc}")
+    if not result.error and (not result.chunk_times or result.completion_tokens == 0):
+        result.error = "the stream ended without any output token"
+    return result

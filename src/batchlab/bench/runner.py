@@ -1,0 +1,85 @@
+"""Send the requests on their schedule, at most `--max-concurrency` at a time, and collect results.
+
+As vLLM's `benchmarks/serve.py`: one task per request created when the schedule releases it;
+an optional semaphore bounds the requests in flight (a request released while all slots are
+busy waits, and its wait is its queue time); one connection pool for the run. The bodies are
+encoded before the clock starts, so releasing a request costs only a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from batchlab.bench.client import CHAT, RequestResult, request_body, stream_request
+from batchlab.bench.prompts import TEXT, as_text, token_prompts
+from batchlab.workload import Workload
+
+CHUNK_SLACK = 16  # output chunks a request may stream beyond 2 · max_tokens before it is cut off
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    url: str  # base URL + endpoint
+    kind: str  # "completions" or "chat"
+    max_concurrency: int | None = None
+    request_timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    results: list[RequestResult]  # in request order
+    duration: float  # s from the first release to the last response
+
+
+def encode_bodies(workload: Workload, kind: str, model: str, prompt_format: str, seed: int, vocab: int,
+                  ignore_eos: bool, extra: dict | None = None) -> list[bytes]:
+    """The JSON body of every request, prompts of exactly `workload.prompt[i]` token ids (or
+    letters, for text prompts)."""
+    prompts = token_prompts(workload.prompt, seed, vocab)
+    text = prompt_format == TEXT or kind == CHAT
+    bodies = []
+    for ids, out in zip(prompts, workload.output):
+        prompt = as_text(ids) if text else ids.tolist()
+        body = request_body(kind, model, prompt, int(out), ignore_eos, extra)
+        bodies.append(json.dumps(body, separators=(",", ":")).encode())
+    return bodies
+
+
+async def run_requests(config: RunConfig, arrival: np.ndarray, bodies: list[bytes], max_tokens: np.ndarray,
+                       on_done: Callable[[RequestResult], None] | None = None) -> RunOutcome:
+    n = len(bodies)
+    limit = config.max_concurrency or 0  # 0: aiohttp's "no limit"
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
+    timeout = aiohttp.ClientTimeout(total=config.request_timeout_s, sock_connect=config.connect_timeout_s)
+    gate = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else contextlib.nullcontext()
+    chat = config.kind == CHAT
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        origin = time.perf_counter()
+
+        async def one(i: int, released: float) -> RequestResult:
+            result = RequestResult(index=i, scheduled=released)
+            async with gate:
+                await stream_request(session, config.url, bodies[i], result, chat,
+                                     2 * int(max_tokens[i]) + CHUNK_SLACK, origin)
+            if on_done is not None:
+                on_done(result)
+            return result
+
+        tasks = []
+        for i in range(n):
+            wait = float(arrival[i]) - (time.perf_counter() - origin)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            tasks.append(asyncio.create_task(one(i, time.perf_counter() - origin)))
+        results = list(await asyncio.gather(*tasks))
+        duration = time.perf_counter() - origin
+    return RunOutcome(results, duration)

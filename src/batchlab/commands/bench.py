@@ -1,0 +1,252 @@
+"""`batchlab bench`: measure any OpenAI-compatible server with `vllm bench serve`'s flags and output."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from batchlab.commands import flagtypes
+
+RANDOM_DEFAULTS = {"input": 1024, "output": 128}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="load-test an OpenAI-compatible server (vllm bench serve's flags and output)",
+        description="Send streamed requests to a running OpenAI-compatible server (batchlab serve, "
+                    "vLLM, SGLang, TGI) on an arrival schedule, time every output token on the "
+                    "client and print TTFT, TPOT, ITL, E2E and throughput as `vllm bench serve` does "
+                    "(docs/serving.md).")
+    g = p.add_argument_group("server")
+    g.add_argument("--base-url", default="http://127.0.0.1:8000", metavar="URL",
+                   help="the server, http:// or https:// (default: %(default)s)")
+    g.add_argument("--endpoint", default="/v1/completions",
+                   help="/v1/completions or /v1/chat/completions (default: %(default)s)")
+    g.add_argument("--model", help="model name to send (default: the first model of GET /v1/models)")
+    g.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+                   help="seconds one request may take, stream included (default: %(default)s)")
+    g.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to open a connection (default: %(default)s)")
+
+    g = p.add_argument_group("dataset")
+    g.add_argument("--dataset-name", default="random", metavar="NAME",
+                   help="random, chat, long, orca, fixed, azure-conv, or trace (with --dataset-path) "
+                        "(default: %(default)s)")
+    g.add_argument("--dataset-path", metavar="FILE", help="CSV or JSONL trace for --dataset-name trace")
+    g.add_argument("--trace-columns", metavar="MAP",
+                   help="trace columns, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,output=GeneratedTokens "
+                        "(default: the Azure trace's)")
+    g.add_argument("--num-prompts", type=flagtypes.requests, default=1000, metavar="N",
+                   help="requests to send (traces: the first N records) (default: %(default)s)")
+    g.add_argument("--random-input-len", type=int, default=RANDOM_DEFAULTS["input"], metavar="L")
+    g.add_argument("--random-output-len", type=int, default=RANDOM_DEFAULTS["output"], metavar="L")
+    g.add_argument("--random-range-ratio", type=float, default=0.0, metavar="R",
+                   help="random lengths are uniform on [L(1-R), L(1+R)], R in [0, 1) (default: %(default)s)")
+    g.add_argument("--input-len", type=int, metavar="L", help="prompt tokens of the fixed dataset")
+    g.add_argument("--output-len", type=int, metavar="L", help="output tokens of the fixed dataset")
+    g.add_argument("--seed", type=int, default=0, help="seed of lengths, arrivals and prompts (default: %(default)s)")
+
+    g = p.add_argument_group("traffic")
+    g.add_argument("--request-rate", type=float, metavar="R",
+                   help="mean requests per second, or inf: all at once (default: inf; traces: their own "
+                        "timestamps, rescaled to R when given)")
+    g.add_argument("--burstiness", type=float, default=1.0,
+                   help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
+    g.add_argument("--max-concurrency", type=int, metavar="N", help="at most N requests in flight")
+
+    g = p.add_argument_group("requests")
+    g.add_argument("--prompt-format", default="auto", metavar="FMT",
+                   help="tokens (a list of token ids of the exact length), text, or auto: tokens on "
+                        "/v1/completions, text on chat (default: %(default)s)")
+    g.add_argument("--vocab-size", type=int, default=256, metavar="V",
+                   help="prompt token ids are drawn from [0, V) (default: %(default)s)")
+    g.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
+                   help="ask for exactly the dataset's output length (ignore_eos, min_tokens) (default: on)")
+    g.add_argument("--temperature", type=float, help="sampling temperature to send (default: the server's)")
+    g.add_argument("--extra-body", metavar="JSON", help="a JSON object merged into every request body")
+
+    g = p.add_argument_group("results")
+    g.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="SLO bounds for request goodput, e.g. ttft:1000 tpot:50 e2el:5000 (ms)")
+    g.add_argument("--percentile-metrics", default="ttft,tpot,itl,e2el", metavar="LIST",
+                   help="metrics with percentiles, of ttft, tpot, itl, e2el (default: %(default)s)")
+    g.add_argument("--metric-percentiles", default="99", metavar="LIST",
+                   help="percentiles to report, e.g. 50,90,99 (default: %(default)s)")
+    g.add_argument("--save-result", action="store_true", help="write the result JSON to a file")
+    g.add_argument("--result-dir", metavar="DIR", help="directory of the result file (default: .)")
+    g.add_argument("--result-filename", metavar="FILE",
+                   help="name of the result file (default: LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json)")
+    g.add_argument("--label", help="label of the result (default: openai or openai-chat)")
+    g.add_argument("--disable-tqdm", action="store_true", help="no progress bar")
+    g.add_argument("--json", action="store_true", help="print the result JSON instead of the table")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import gc
+    import json
+    import sys
+    from datetime import datetime
+    from pathlib import Path
+
+    from batchlab.bench.client import CHAT
+    from batchlab.bench.dataset import load_requests
+    from batchlab.bench.preflight import first_model
+    from batchlab.bench.report import result_table
+    from batchlab.bench.result import bench_result
+    from batchlab.bench.runner import RunConfig, encode_bodies, run_requests
+    from batchlab.errors import InputError
+    from batchlab.io_checks import write_atomic
+
+    plan = _check(args)
+    workload = load_requests(plan["spec"])
+    model = asyncio.run(first_model(plan["base_url"], args.model, args.connect_timeout))
+    bodies = encode_bodies(workload, plan["kind"], model, args.prompt_format, args.seed, args.vocab_size,
+                           args.ignore_eos, plan["extra"])
+    config = RunConfig(url=plan["base_url"] + args.endpoint, kind=plan["kind"],
+                       max_concurrency=args.max_concurrency, request_timeout_s=args.request_timeout,
+                       connect_timeout_s=args.connect_timeout)
+    rate = plan["spec"].request_rate
+    process = "Poisson process" if args.burstiness == 1.0 else "Gamma distribution"
+    traffic = ("the trace's own timestamps" if rate is None and plan["spec"].is_trace
+               else "inf" if rate is None or rate == math.inf else f"{rate:g}")
+    print(f"Traffic request rate: {traffic}", file=sys.stderr)
+    print(f"Burstiness factor: {args.burstiness} ({process})", file=sys.stderr)
+    print(f"Maximum request concurrency: {args.max_concurrency}", file=sys.stderr)
+
+    # As vLLM does: keep the garbage collector off the long-lived setup while timing.
+    gc.collect()
+    gc.freeze()
+    try:
+        outcome = _run_with_progress(
+            lambda done: run_requests(config, workload.arrival, bodies, workload.output, done),
+            len(bodies), args.disable_tqdm)
+    finally:
+        gc.unfreeze()
+
+    backend = "openai-chat" if plan["kind"] == CHAT else "openai"
+    date = datetime.now().strftime("%Y%m%d-%H%M%S")
+    header = {
+        "date": date, "endpoint_type": backend, "backend": backend, "label": args.label,
+        "model_id": model, "tokenizer_id": None, "num_prompts": len(workload),
+        "request_rate": _offered_rate(rate, workload),
+        "burstiness": args.burstiness, "max_concurrency": args.max_concurrency,
+        "base_url": plan["base_url"], "endpoint": args.endpoint, "dataset_name": args.dataset_name,
+        "seed": args.seed, "prompt_format": plan["prompt_format"], "ignore_eos": args.ignore_eos,
+        "goodput": plan["slo"].to_ms() if plan["slo"] else None,
+        "percentile_metrics": list(plan["selected"]), "metric_percentiles": list(plan["percentiles"]),
+        "notes": list(workload.notes),
+    }
+    result = bench_result(outcome, workload, header, plan["slo"], plan["percentiles"], plan["selected"])
+    text = json.dumps(result, allow_nan=False)
+    if args.save_result:
+        label = args.label or backend
+        concurrency = f"-concurrency{args.max_concurrency}" if args.max_concurrency else ""
+        name = args.result_filename or f"{label}-{result['request_rate']}qps{concurrency}-{model.split('/')[-1]}-{date}.json"
+        path = Path(args.result_dir or ".") / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"field '--result-dir': cannot create {str(path.parent)!r}: {exc.strerror or exc}") from None
+        write_atomic(path, text, "--result-filename" if args.result_filename else "--result-dir")
+        from batchlab.commands.written import say_wrote
+        say_wrote([path])
+    if args.json:
+        print(text)
+    else:
+        print(result_table(result, plan["selected"], plan["percentiles"]))
+    return 0
+
+
+def _offered_rate(rate: float | None, workload) -> float | str:
+    """vLLM's `request_rate` key: a number, or "inf" for all at once; a trace replayed at its own
+    timestamps offers its measured mean rate."""
+    if rate is None:
+        return workload.rate if workload.rate is not None else "inf"
+    return "inf" if rate == math.inf else float(rate)
+
+
+def _run_with_progress(make, total: int, disabled: bool):
+    import asyncio
+
+    if disabled:
+        return asyncio.run(make(None))
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from batchlab.display import console
+
+    with Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("requests", total=total)
+        return asyncio.run(make(lambda _result: bar.advance(task)))
+
+
+def _check(args: argparse.Namespace) -> dict:
+    """Every flag checked before anything is sent; InputError names the flag."""
+    import json
+    from urllib.parse import urlsplit
+
+    from batchlab.bench.client import CHAT, endpoint_kind
+    from batchlab.bench.dataset import DatasetSpec
+    from batchlab.bench.prompts import AUTO, PROMPT_FORMATS, TEXT, TOKENS
+    from batchlab.errors import InputError
+    from batchlab.metrics import parse_goodput, parse_metric_percentiles, parse_percentile_metrics
+
+    url = urlsplit(args.base_url)
+    if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+        raise InputError(f"field '--base-url' must be an http:// or https:// URL of the server, got {args.base_url!r}")
+    base_url = args.base_url.rstrip("/")
+    if not args.endpoint.startswith("/"):
+        raise InputError(f"field '--endpoint' must be a path starting with '/', got {args.endpoint!r}")
+    try:
+        kind = endpoint_kind(args.endpoint)
+    except ValueError:
+        raise InputError(f"field '--endpoint' must be a completions or chat completions path "
+                         f"(/v1/completions, /v1/chat/completions), got {args.endpoint!r}") from None
+    if args.prompt_format not in PROMPT_FORMATS:
+        raise InputError(f"field '--prompt-format' must be one of {', '.join(PROMPT_FORMATS)}, got {args.prompt_format!r}")
+    if kind == CHAT and args.prompt_format == TOKENS:
+        raise InputError("field '--prompt-format': a chat endpoint takes text messages, not token ids")
+    prompt_format = args.prompt_format if args.prompt_format != AUTO else TEXT if kind == CHAT else TOKENS
+    if args.vocab_size < 1:
+        raise InputError(f"field '--vocab-size' must be a whole number >= 1, got {args.vocab_size}")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise InputError(f"field '--max-concurrency' must be a whole number >= 1, got {args.max_concurrency}")
+    for flag, value in (("--request-timeout", args.request_timeout), ("--connect-timeout", args.connect_timeout)):
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"field '{flag}' must be a positive number of seconds, got {value}")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise InputError(f"field '--temperature' must be a number >= 0, got {args.temperature}")
+    extra = None
+    if args.extra_body is not None:
+        try:
+            extra = json.loads(args.extra_body)
+        except ValueError as exc:
+            raise InputError(f"field '--extra-body' is not valid JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise InputError("field '--extra-body' must be a JSON object")
+    if args.temperature is not None:
+        extra = {"temperature": args.temperature, **(extra or {})}
+    columns = None
+    if args.trace_columns:
+        from batchlab.commands.options import _columns
+        try:
+            columns = _columns(args.trace_columns)
+        except InputError as exc:
+            raise InputError(str(exc).replace("'--columns'", "'--trace-columns'")) from None
+    spec = DatasetSpec(name=args.dataset_name, num_prompts=args.num_prompts, request_rate=args.request_rate,
+                       burstiness=args.burstiness, seed=args.seed, random_input_len=args.random_input_len,
+                       random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
+                       input_len=args.input_len, output_len=args.output_len, path=args.dataset_path,
+                       columns=columns)
+    if args.dataset_name != "random" and (
+            args.random_input_len != RANDOM_DEFAULTS["input"] or args.random_output_len != RANDOM_DEFAULTS["output"]
+            or args.random_range_ratio != 0.0):
+        raise InputError(f"fields '--random-input-len', '--random-output-len' and '--random-range-ratio' "
+                         f"apply to dataset 'random' only, not {args.dataset_name!r}")
+    slo = parse_goodput(args.goodput) if args.goodput is not None else None
+    return {"base_url": base_url, "kind": kind, "prompt_format": prompt_format, "extra": extra, "spec": spec,
+            "slo": slo, "selected": parse_percentile_metrics(args.percentile_metrics),
+            "percentiles": parse_metric_percentiles(args.metric_percentiles)}
+

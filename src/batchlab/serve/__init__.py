@@ -1,0 +1,1 @@
+"""`batchlab serve`: the mini transformer on the engine, behind an OpenAI-compatible HTTP API."""

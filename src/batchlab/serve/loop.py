@@ -1,0 +1,277 @@
+"""The engine thread: the engine's online steps on the wall clock, fed by a queue.
+
+HTTP handlers never touch the engine. They put commands (add a request, abort one) on a
+thread-safe inbox, which this thread drains between steps; it blocks on the inbox only when the
+engine is idle. After each step the tokens it emitted go on an outbox (a deque: appending takes
+no lock and makes no system call), which the event loop empties into each request's asyncio
+queue every `TOKEN_POLL_S` while requests are in flight. So a step never waits on a client and
+a client never holds up a step. Waking the event loop with `call_soon_threadsafe` instead costs
+a system call per step, during which the event loop takes the GIL and the engine thread then
+waits for it: measured, that was 12-14% of a step at batch 32, against under 4% with the outbox
+(docs/performance.md). numpy releases the GIL inside the forward's matrix products, so the
+event loop streams while the engine computes.
+
+A request stops at its `max_tokens` (the engine's output count, "length") or, unless
+`ignore_eos`, at the EOS token ("stop": `Engine.stop`). A client that goes away is aborted
+(`Engine.abort`: its KV blocks are freed) and the memory manager's books are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from batchlab.engine import Engine
+from batchlab.executor.numpy_exec import NumpyExecutor
+from batchlab.memory.base import IntegrityError
+from batchlab.request import Request, Status
+from batchlab.serve.metrics import ServerMetrics
+from batchlab.serve.protocol import Generation
+from batchlab.trace import Trace
+from batchlab.workload.content import Content
+
+log = logging.getLogger("batchlab.serve")
+
+# The engine's books hold at most about this many past requests (see `_maybe_reset`): a
+# long-running server's memory stays flat.
+RESET_EVERY = 1000
+_STOP = ("stop", None)
+TOKEN_POLL_S = 0.001   # how often the event loop collects tokens while requests are in flight
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """One request on its way through the server."""
+
+    id: str
+    generation: Generation
+    arrival: float                     # server clock, when the HTTP request was read
+    tokens: asyncio.Queue = field(default_factory=asyncio.Queue)  # (token, finish) or an error str
+    request: Request | None = None
+    samples: list[Job] = field(default_factory=list)   # n > 1: the other samples of its prompt
+    sample: int = 0                    # which sample of its request this is
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, executor: NumpyExecutor, metrics: ServerMetrics, eos: int,
+                 *, keep_trace: bool = False, reset_every: int = RESET_EVERY) -> None:
+        self.engine, self.executor, self.metrics, self.eos = engine, executor, metrics, eos
+        self.keep_trace, self.reset_every = keep_trace, reset_every
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.submitted = 0    # written by the event loop only
+        self.drained = 0      # written by this thread only
+        self.n_waiting = 0    # published after each step for the event loop to read
+        self.n_running = 0
+        self.failure: str | None = None
+        self.traces: list[Trace] = []
+        self.jobs: dict[str, Job] = {}
+        self.outbox: collections.deque = collections.deque()   # lists of (asyncio queue, item)
+        self._index = 0
+        self._prefix = (0, 0)   # a prefix cache's queried and hit tokens already counted
+        self.t0 = time.perf_counter()
+        self.thread = threading.Thread(target=self._run, name="batchlab-engine", daemon=True)
+        engine.reset()
+
+    def now(self) -> float:
+        """The server clock: seconds since the server started."""
+        return time.perf_counter() - self.t0
+
+    # -- the event loop's side --------------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.inbox.put(_STOP)
+        self.thread.join()
+
+    def submit(self, job: Job) -> None:
+        self.submitted += 1
+        self.inbox.put(("add", job))
+
+    def abort(self, request_id: str) -> None:
+        self.inbox.put(("abort", request_id))
+
+    def waiting(self) -> int:
+        """Requests not yet admitted: still in the inbox, or in the engine's queue."""
+        return self.submitted - self.drained + self.n_waiting
+
+    # -- the engine thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        engine = self.engine
+        while True:
+            blocking = engine.idle
+            began = time.perf_counter()
+            if not self._drain(block=blocking):
+                break
+            if blocking:
+                began = time.perf_counter()   # waiting for work is not the server's overhead
+            self._maybe_reset()
+            if engine.idle:
+                self._publish()
+                continue
+            executor_before = self.executor.run_seconds
+            try:
+                out = engine.step(self.now())
+                self._hand_off(out.emitted)
+            except Exception as exc:   # a bug: fail what is in flight, refuse what comes
+                log.exception("engine step failed")
+                self._fail_all(f"engine failure: {exc}")
+                continue
+            self._publish()
+            m = self.metrics
+            spent = time.perf_counter() - began
+            m.busy.inc(spent)
+            m.executor.inc(self.executor.run_seconds - executor_before)
+            m.step_duration.observe(spent)
+            m.batch_size.observe(len(out.plan.items))
+            m.iteration_tokens.observe(out.plan.prefill_tokens + len(out.plan.decodes))
+            m.generation_tokens.inc(len(out.emitted))
+            if out.plan.preempted:
+                m.preemptions.inc(len(out.plan.preempted))
+        self._fail_all("the server stopped", broken=False)
+
+    def _drain(self, block: bool) -> bool:
+        """Apply every command in the inbox (waiting for one if `block`); False at the stop."""
+        try:
+            command = self.inbox.get() if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            kind, payload = command
+            if kind == "stop":
+                return False
+            if kind == "add":
+                self._add(payload)
+            else:
+                self._abort(payload)
+            try:
+                command = self.inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _add(self, job: Job) -> None:
+        self.drained += 1
+        gen = job.generation
+        if self.failure is not None:
+            self._post([(job, self.failure)])
+            return
+        # the prompt's token ids are its content: what a prefix cache (and the samples) share
+        content = Content.tokens(gen.prompt)
+        samples = tuple(Request(s.id, job.arrival, len(gen.prompt), gen.max_tokens, index=self._index + k,
+                                content=content) for k, s in enumerate(job.samples, 1))
+        r = Request(job.id, job.arrival, len(gen.prompt), gen.max_tokens, index=self._index,
+                    content=content, samples=samples)
+        self._index += 1 + len(samples)
+        every = [job, *job.samples]
+        for each in every:
+            self.executor.add_prompt(each.id, gen.prompt, each.generation.sampling)
+        reason = self.engine.add(r)
+        if reason is not None:   # the front end checks the same limits first: rare
+            for each in every:
+                self.executor.forget(each.id)
+            self._post([(each, f"rejected: {reason}") for each in every])
+            return
+        for each, request in zip(every, (r, *samples)):
+            each.request = request
+            self.jobs[each.id] = each
+
+    def _abort(self, request_id: str) -> None:
+        job = self.jobs.pop(request_id, None)
+        if job is None:
+            return   # it finished while the client was leaving
+        self.engine.abort(request_id, "client disconnected")
+        self.executor.forget(request_id)
+        self.metrics.request_done(job.request, "abort")
+        self.check_memory()
+
+    def check_memory(self) -> None:
+        self.metrics.integrity_checks.inc()
+        try:
+            self.engine.memory.check_integrity()
+        except IntegrityError:
+            self.metrics.integrity_failures.inc()
+            log.exception("KV memory integrity check failed")
+
+    def _hand_off(self, emitted: list[Request]) -> None:
+        """Each emitted token to its request's queue; stop at EOS; retire finished requests."""
+        outputs, eos, events = self.executor.outputs, self.eos, []
+        for r in emitted:
+            job = self.jobs[r.id]
+            token = outputs[r.id][-1]
+            finish = None
+            if token == eos and not job.generation.ignore_eos:
+                if not r.finished:
+                    self.engine.stop(r.id)
+                finish = "stop"
+            elif r.status is Status.FINISHED:
+                finish = "length"
+            if len(r.token_times) == 1 and not job.sample:   # a sample's prompt is its request's
+                self.metrics.prompt_tokens.inc(r.prompt_tokens)
+            events.append((job, (token, finish)))
+            if finish is not None:
+                del self.jobs[r.id]
+                self.executor.forget(r.id)
+                self.metrics.request_done(r, finish)
+        self._post(events)
+
+    def _post(self, events: list[tuple[Job, object]]) -> None:
+        if events:
+            self.outbox.append([(job.tokens, item) for job, item in events])
+
+    def _publish(self) -> None:
+        sched, memory, m = self.engine.scheduler, self.engine.memory, self.metrics
+        self.n_waiting, self.n_running = len(sched.waiting), len(sched.running)
+        m.waiting.set(self.n_waiting)
+        m.running.set(self.n_running)
+        held = memory.held_tokens()
+        m.kv_held.set(held)
+        queries, hits = getattr(memory, "queries", 0), getattr(memory, "hits", 0)
+        if queries != self._prefix[0]:   # a prefix cache's counts since the last step
+            m.prefix_queries.inc(queries - self._prefix[0])
+            m.prefix_hits.inc(hits - self._prefix[1])
+            self._prefix = (queries, hits)
+        m.kv_usage.set(held / memory.capacity_tokens if memory.capacity_tokens else 0.0)
+
+    def _maybe_reset(self) -> None:
+        """Bound the engine's books. Without a trace to save, past requests are forgotten every
+        `reset_every`; with one, the trace is cut into pieces at idle moments only."""
+        engine = self.engine
+        if len(engine.requests) - engine.unfinished < self.reset_every:
+            return
+        if not self.keep_trace:
+            engine.forget_history()
+        elif engine.idle:
+            self.check_memory()
+            self.traces.append(engine.trace())
+            engine.reset()
+
+    def _fail_all(self, message: str, broken: bool = True) -> None:
+        """Every request in flight ends with `message`; later ones are refused with it."""
+        self.failure = self.failure or message
+        jobs, self.jobs = list(self.jobs.values()), {}
+        for job in jobs:
+            if not broken:
+                self.engine.abort(job.id, message)
+            self.executor.forget(job.id)
+            self.metrics.request_done(job.request, "error")
+        if jobs and broken:
+            self.engine.reset()   # after a failed step its books cannot be trusted
+        self._post([(job, message) for job in jobs])
+
+    def all_traces(self) -> list[Trace]:
+        """Everything served, in pieces of at most `reset_every` requests (after the thread ended)."""
+        return self.traces + [self.engine.trace()]
+
+
+def deliver(outbox: collections.deque) -> None:
+    """On the event loop: every posted item into its request's queue."""
+    while outbox:
+        for q, item in outbox.popleft():
+            q.put_nowait(item)

@@ -1,0 +1,123 @@
+"""`batchlab plan`: the cheapest fleet meeting the SLO at a request rate, by simulation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from batchlab.commands import flagtypes, options
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="find the cheapest fleet that meets the SLO at a request rate",
+        description="Simulate candidate fleets (GPU types x layouts x replica counts, colocated or "
+                    "disaggregated) serving the workload at --request-rate and pick the cheapest "
+                    "whose SLO attainment reaches --slo-target. The replica count of each GPU and "
+                    "layout is searched by doubling then bisection; every fleet tried is shown.")
+    g = p.add_argument_group("candidates")
+    g.add_argument("--gpus", type=flagtypes.name_list, metavar="LIST",
+                   help="GPU presets or spec files to try, e.g. a100,h100 (default: --gpu)")
+    g.add_argument("--tp", type=flagtypes.name_list, default="1", metavar="LIST",
+                   help="tensor parallel degrees to try, e.g. 1,2,4,8 (default: %(default)s)")
+    g.add_argument("--pp", type=flagtypes.name_list, default="1", metavar="LIST",
+                   help="pipeline stages to try (default: %(default)s)")
+    g.add_argument("--system", default="paged", metavar="SPEC",
+                   help="each replica's system, a preset with :field=value overrides (default: %(default)s)")
+    g.add_argument("--router", default="least-outstanding", metavar="NAME",
+                   help="the fleet's router (default: %(default)s)")
+    g.add_argument("--disaggregated", action="store_true",
+                   help="also try prefill/decode pools of every split of each replica count")
+    g.add_argument("--max-replicas", type=flagtypes.count, default=64, metavar="N",
+                   help="largest replica count tried per GPU and layout (default: %(default)s)")
+    g.add_argument("--backend", choices=("pool", "ray", "serial"), default="pool",
+                   help="where the searches run (default: %(default)s)")
+    options.add_jobs(g)
+    options.add_hardware(p)
+    options.add_workload(p)
+    options.add_slo(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(run=run)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    from batchlab.errors import InputError
+
+    values = []
+    for item in text.split(","):
+        try:
+            value = int(item.strip())
+        except ValueError:
+            raise InputError(f"field '{flag}': {item.strip()!r} is not a whole number") from None
+        if value < 1:
+            raise InputError(f"field '{flag}': must be >= 1, got {value}")
+        values.append(value)
+    return values
+
+
+def gpu_named(args: argparse.Namespace, name: str, flag: str):
+    """The GPU `name` with the hardware flags' overrides; an error names `flag`, not --gpu."""
+    from batchlab.errors import InputError
+
+    try:
+        return options.hardware(argparse.Namespace(**{**vars(args), "gpu": name}))[1]
+    except InputError as exc:
+        raise InputError(str(exc).replace("field '--gpu'", f"field '{flag}'", 1)) from None
+
+
+def choices_from_flags(args: argparse.Namespace):
+    """(ModelSpec, [Choice]) of --gpus x --tp x --pp (and --disaggregated), each checked."""
+    from batchlab.hardware.parallel import Layout, check_layout
+    from batchlab.io_checks import named
+    from batchlab.plan import Choice
+
+    model, gpu = options.hardware(args)
+    gpus = [gpu]
+    if args.gpus:
+        gpus = []
+        for name in args.gpus.split(","):
+            gpus.append(gpu_named(args, name.strip(), "--gpus"))
+    layouts = []
+    for tp in _ints(args.tp, "--tp"):
+        for pp in _ints(args.pp, "--pp"):
+            layout = Layout(tp, pp)
+            with named("tp", "--tp"), named("pp", "--pp"):
+                check_layout(model, layout)
+            layouts.append(layout)
+    modes = (False, True) if args.disaggregated else (False,)
+    return model, [Choice(g, layout, mode) for g in gpus for layout in layouts for mode in modes]
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchlab.errors import InputError
+    from batchlab.fleet import make_router
+    from batchlab.io_checks import named
+    from batchlab.plan import PlanProblem, plan_fleet
+    from batchlab.serving.systems import parse_system
+    from batchlab.sweep.backends import runner
+
+    if args.rate is None:
+        raise InputError("field '--request-rate': plan needs the rate to serve, e.g. --request-rate 100")
+    model, choices = choices_from_flags(args)
+    with named("system", "--system"):
+        system = parse_system(args.system)
+    make_router(args.router, args.seed, "--router")
+    slo = options.slo(args)
+    workload = options.workload(args)
+    problem = PlanProblem(workload, model, system, slo, args.slo_target, args.router, seed=args.seed,
+                          context_mode=args.context_mode, max_replicas=args.max_replicas)
+    run_on = runner(args.backend)
+    result = plan_fleet(problem, choices, options.jobs(args), run_on)
+    out = {"request_rate": args.rate, "workload": workload.name, "num_prompts": len(workload),
+           "model": model.name, "system": system.name, "router": args.router, "slo_ms": slo.to_ms(),
+           "slo_target": args.slo_target, "cost_unit": result.unit, "winner": result.winner,
+           "reason": result.reason, "candidates": result.rows}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    from batchlab.display import console as make_console
+    from batchlab.display.plan_tables import plan_table
+    console = make_console()
+    console.print(plan_table(out))
+    console.print(result.reason)
+    return 0

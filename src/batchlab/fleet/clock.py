@@ -1,0 +1,115 @@
+"""A fleet on one event clock: replicas step side by side and a router places each arrival.
+
+Events are taken in time order. At each instant, steps that end now are committed; then the
+arrivals up to now are routed, so a router sees every replica as it is at that instant and
+never a step ahead; then every replica with work and nothing under way begins a step, or a
+fast-forwarded stretch of decode steps that all end before anything could be routed to it. A
+pipelined replica (Orca: up to pp batches in flight) starts a batch whenever a slot is open
+and its first stage is free, and wakes when a batch returns or the next may enter.
+Replicas act in index order. One replica behind any router is the plain engine, to the bit.
+
+A disaggregated fleet (Splitwise, DistServe) adds a handoff: requests enter a prefill pool,
+which computes each prompt and emits the first token; the request's KV then travels to the
+decode pool, where a second router places it and it decodes the rest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from batchlab.engine import _check_fresh
+from batchlab.fleet.replica import Replica
+from batchlab.fleet.routers import Router
+from batchlab.request import Request
+
+
+@dataclass(slots=True)
+class Handoff:
+    """Prefill-to-decode handoff: which replicas decode, how they are picked, what a move costs."""
+
+    decode: list[int]                            # replica indices of the decode pool
+    router: Router
+    transfer_s: Callable[[Request], float]       # KV of a prefilled request over the link
+    originals: dict[str, Request]                # id -> the whole request (its prefill part runs first)
+    decoded: dict[str, Request]                  # id -> its decode part, once handed off
+
+
+def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Router,
+              handoff: Handoff | None = None) -> None:
+    """Serve `requests` (fresh) on `replicas`; each replica's engine then holds its share.
+
+    With a handoff, `router` places arrivals on the replicas outside the decode pool.
+    A replica in a fast-forwarded stretch is cut where a request is routed to it, so a
+    stretch costs one pricing however many arrivals go elsewhere meanwhile.
+    """
+    _check_fresh(requests)
+    for replica in replicas:
+        replica.engine.reset()
+        replica.clear()
+    entry = list(replicas)
+    if handoff is not None:
+        entry = [r for r in replicas if r.index not in set(handoff.decode)]
+        for replica in entry:
+            replica.engine.fast_forward = False   # they only prefill; finishes are read at commits
+    pending = sorted(requests, key=Request.order_key)
+    handed: list[tuple[float, int, Request]] = []   # decode parts on their way: (ready at, index, part)
+    ends: list[tuple[float, int, int]] = []         # (end of what is under way, replica, its version)
+    i, n = 0, len(pending)
+    while i < n or ends or handed:
+        now = min(pending[i].arrival if i < n else math.inf, ends[0][0] if ends else math.inf,
+                  handed[0][0] if handed else math.inf)
+        ready: set[int] = set()
+        while ends and ends[0][0] <= now:
+            _, k, version = heapq.heappop(ends)
+            replica = replicas[k]
+            if version != replica.version:
+                continue   # a stretch cut short by an arrival: its end was superseded
+            for step in replica.finish(now):
+                if handoff is not None and k not in handoff.decode:
+                    for done in step.finished:
+                        _hand_off(handoff, done, step.end, handed)
+            ready.add(k)
+        while i < n and pending[i].arrival <= now:
+            ready.add(_route(pending[i], entry, router, now, ends))
+            i += 1
+        while handed and handed[0][0] <= now:
+            pool = [replicas[k] for k in handoff.decode]
+            ready.add(_route(heapq.heappop(handed)[2], pool, handoff.router, now, ends, adopt=True))
+        for k in sorted(ready):
+            replica = replicas[k]
+            for wake in replica.start(now):
+                heapq.heappush(ends, (wake, k, replica.version))
+
+
+def _route(request: Request, pool: Sequence[Replica], router: Router, now: float,
+           ends: list[tuple[float, int, int]], adopt: bool = False) -> int:
+    replica = pool[router.pick(request, pool, now)]
+    settled = replica.settle(now)
+    if settled is not None:   # the step under way when the request came: it ends as planned
+        heapq.heappush(ends, (settled, replica.index, replica.version))
+    if adopt:
+        replica.engine.adopt(request)
+    else:
+        replica.engine.add(request)
+    replica.routed.append(request.index)
+    return replica.index
+
+
+def _hand_off(handoff: Handoff, prefilled: Request, at: float, handed: list) -> None:
+    """The decode part of a request whose prefill part finished at `at`: it is ready to route
+    when its KV has crossed the link, holding the prompt's KV and the first token. It keeps the
+    request's arrival, so its latencies and its place in an arrival-ordered queue are the
+    request's own."""
+    whole = handoff.originals[prefilled.id]
+    if whole.output_tokens == 1 or not prefilled.token_times:
+        handoff.decoded[whole.id] = prefilled   # nothing left to decode, or it was rejected
+        return
+    part = Request(whole.id, whole.arrival, whole.prompt_tokens, whole.output_tokens,
+                   index=whole.index, predicted_output=whole.predicted_output, session=whole.session,
+                   computed=prefilled.computed, peak_computed=prefilled.computed, emitted=1,
+                   token_times=list(prefilled.token_times))
+    handoff.decoded[whole.id] = part
+    heapq.heappush(handed, (at + handoff.transfer_s(prefilled), part.index, part))

@@ -1,0 +1,52 @@
+"""The engine of one replica on its parallel layout (tensor x pipeline parallel GPUs).
+
+A replica of pp > 1 stages runs Orca's pipelined iterations (seed L02 §4.4; Orca, OSDI 2022,
+Algorithm 1): its scheduler keeps up to pp batches in flight, a new one entering whenever the
+first stage is free. The executor tells the engine both times a batch takes: the beat of the
+pipeline (its busiest stage) and its latency end to end. Static batching keeps one batch in the
+pipeline at a time: a request-level scheduler hands the engine a batch and waits for all of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from batchlab.engine import Engine
+from batchlab.executor.costed import CostExecutor, make_executor
+from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
+from batchlab.hardware.parallel import Layout, check_layout, kv_capacity_tokens_split
+from batchlab.scheduler.plan import StepPlan
+from batchlab.serving.systems import System
+
+
+class PipelineExecutor(CostExecutor):
+    """A CostExecutor that also gives each batch's (interval, latency) for pipelined scheduling."""
+
+    def run_stages(self, plan: StepPlan) -> tuple[float, float]:
+        return self.stage_time(plan), self.run(plan)
+
+
+def kv_capacity(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
+    """Tokens of KV the replica holds: the single-GPU figure itself when the layout is one GPU."""
+    return kv_capacity_tokens(model, gpu) if layout.trivial else kv_capacity_tokens_split(model, gpu, layout)
+
+
+def in_flight(system: System, layout: Layout) -> int:
+    """Batches kept in the pipeline: one per stage under iteration-level scheduling, one for
+    static (request-level) batching."""
+    return 1 if system.batching == "static" else layout.pp
+
+
+def replica_engine(system: System, model: ModelSpec, gpu: GPUSpec, layout: Layout) -> Engine:
+    """The engine of `system` on `model` split over `layout` GPUs of type `gpu`."""
+    check_layout(model, layout)
+    slots = in_flight(system, layout)
+    executor = PipelineExecutor(model, gpu, layout) if slots > 1 else make_executor(model, gpu, layout)
+    if system.memory == "unlimited":
+        memory = system.memory_manager(model, gpu)
+    else:
+        memory = system.memory_for_capacity(kv_capacity(model, gpu, layout), model.max_context)
+    config = system.scheduler_config()
+    if slots > 1:
+        config = dataclasses.replace(config, max_in_flight=slots)
+    return Engine(config, executor, memory, max_context=model.max_context)

@@ -1,0 +1,128 @@
+"""A replica: one engine of a fleet, with what it has under way.
+
+A replica whose scheduler keeps several batches in flight (Orca's pipelined iterations, one per
+pipeline stage) holds a heap of them; any other replica holds at most one step, or one
+fast-forwarded stretch of decode steps.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from batchlab.engine import Engine, StepOutput, Stretch
+
+
+@dataclass(slots=True, eq=False)
+class Replica:
+    index: int
+    name: str
+    engine: Engine
+    in_flight: StepOutput | None = None   # a begun step, committed when its end comes
+    stretch: Stretch | None = None        # a priced run of decode steps, applied at its end
+    busy: bool = False                    # one of the two is under way
+    version: int = 0                      # bumped when a stretch is cut: its old end is void
+    routed: list[int] = field(default_factory=list)   # input positions of the requests sent here
+    batches: list = field(default_factory=list)       # pipelined: heap of (end, entered, step)
+    entered: int = 0                      # pipelined: batches that entered so far
+    next_entry: float = 0.0               # pipelined: when the first stage takes the next batch
+    pipelined: bool = False               # keeps several batches in flight (from the engine)
+
+    def __post_init__(self) -> None:
+        self.pipelined = self.engine.config.max_in_flight > 1
+
+    def clear(self) -> None:
+        self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
+        self.batches, self.entered, self.next_entry = [], 0, 0.0
+        self.pipelined = self.engine.config.max_in_flight > 1
+
+    def start(self, now: float) -> list[float]:
+        """Begin what can begin at `now`; the times this replica then needs the clock (none:
+        only when something is routed to it)."""
+        if self.pipelined:
+            return self._start_pipelined(now)
+        if self.busy or self.engine.idle:
+            return []
+        return [self.begin(now)]
+
+    def begin(self, now: float) -> float:
+        """Start a fast-forwarded stretch, or else one step, at `now`; when it ends."""
+        self.busy = True
+        self.stretch = self.engine.begin_stretch(now)
+        if self.stretch is not None:
+            return self.stretch.end
+        self.in_flight = self.engine.begin(now)
+        return self.in_flight.end
+
+    def _start_pipelined(self, now: float) -> list[float]:
+        """Engine._run_pipelined's rule at one instant: a batch enters when a slot is open and
+        the first stage is free; the replica wakes when the batch returns, and at the next entry
+        time if a slot is still open and someone could be scheduled then."""
+        engine, slots = self.engine, self.engine.config.max_in_flight
+        wake = []
+        if len(self.batches) < slots and now >= self.next_entry and not engine.idle:
+            batch = engine._begin_pipelined(now)
+            if batch is not None:
+                step, interval = batch
+                heapq.heappush(self.batches, (step.end, self.entered, step))
+                self.entered += 1
+                self.next_entry = now + interval
+                wake.append(step.end)
+        if len(self.batches) < slots and self.next_entry > now and engine._has_ready():
+            wake.append(self.next_entry)
+        return wake
+
+    def finish(self, now: float) -> list[StepOutput]:
+        """What ended by `now`: committed steps (returned), or the stretch applied."""
+        if self.pipelined:
+            done = []
+            while self.batches and self.batches[0][0] <= now:
+                done.append(self.engine.commit(heapq.heappop(self.batches)[2]))
+            return done
+        step, self.in_flight, self.busy = self.in_flight, None, False
+        if step is not None:
+            return [self.engine.commit(step)]
+        if self.stretch is not None:
+            self.engine.apply_stretch(self.stretch)
+            self.stretch = None
+        return []
+
+    def settle(self, now: float) -> float | None:
+        """Something is routed here at `now`: cut a stretch there. Steps over by `now` are
+        applied, and the one under way ends as planned: its end is returned (None: no step).
+
+        When the step under way is not the stretch's last, nobody finishes in it, so it is
+        applied at once with the others (one vectorised piece): what a router reads before its
+        end (requests unfinished, KV held during it, the queue, cached prefixes) is the same
+        either way. The last step of a stretch goes on as a begun step, committed at its end.
+        """
+        stretch = self.stretch
+        if stretch is None:
+            return None
+        done = int(np.searchsorted(stretch.ends, now, side="right"))
+        if done + 1 < len(stretch.ends):
+            end = self.engine.apply_stretch(stretch, done + 1)
+            self.stretch, self.in_flight, self.busy = None, None, True
+            self.version += 1
+            return end
+        step = self.engine.settle_stretch(stretch, now)
+        self.stretch = None
+        self.version += 1
+        self.in_flight, self.busy = step, step is not None
+        return None if step is None else step.end
+
+    def held_tokens(self, now: float) -> float:
+        """KV tokens held at `now`, a stretch under way included."""
+        if self.stretch is not None:
+            return self.stretch.held_at(now)
+        return self.engine.memory.held_tokens()
+
+    def kv_demand_share(self, now: float) -> float:
+        """KV held now plus what waiting requests need to start, over capacity (0 if unlimited)."""
+        memory = self.engine.memory
+        if not memory.capacity_tokens:
+            return 0.0
+        waiting = sum(r.known_tokens - r.computed for r in self.engine.scheduler.waiting)
+        return (self.held_tokens(now) + waiting) / memory.capacity_tokens

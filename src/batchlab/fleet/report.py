@@ -1,0 +1,29 @@
+"""A fleet run as flat figures: vLLM's result keys for the fleet and for each replica."""
+
+from __future__ import annotations
+
+from batchlab.fleet.orca import normalized_figures
+from batchlab.fleet.simulate import FleetResult, ReplicaResult
+from batchlab.metrics.vllm import DEFAULT_PERCENTILES
+from batchlab.serving.run import run_figures
+
+
+def replica_figures(replica: ReplicaResult, percentiles=DEFAULT_PERCENTILES) -> dict:
+    spec = replica.spec
+    return {"name": replica.name, "role": replica.role, "system": spec.system.name,
+            "model": spec.model.name, "gpu": spec.gpu.name, "tp": spec.layout.tp, "pp": spec.layout.pp,
+            "gpus": spec.gpus, "routed": len(replica.trace),
+            **run_figures(replica.metrics, replica.trace.prompt, replica.usage, percentiles),
+            "steps": replica.trace.n_steps}
+
+
+def fleet_figures(result: FleetResult, percentiles=DEFAULT_PERCENTILES) -> dict:
+    """The fleet's figures over every request (vLLM's keys, then batchlab's), its load
+    imbalance, and each replica's own figures under `replicas`."""
+    replicas = [replica_figures(r, percentiles) for r in result.replicas]
+    usage = {"busy_time": sum(r["busy_time"] for r in replicas),
+             "preemptions": sum(r["preemptions"] for r in replicas)}
+    return {"router": result.router, "gpus": sum(r.spec.gpus for r in result.replicas),
+            **run_figures(result.metrics, result.trace.prompt, usage, percentiles),
+            **normalized_figures(result.trace),
+            "load_imbalance": result.load_imbalance(), "replicas": replicas}

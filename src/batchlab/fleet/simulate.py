@@ -1,0 +1,195 @@
+"""A workload served by a fleet: replicas built from specs, a router, and the fleet's figures."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.engine import Engine
+from batchlab.errors import InputError
+from batchlab.fleet.clock import Handoff, run_fleet
+from batchlab.fleet.pipeline import replica_engine
+from batchlab.fleet.replica import Replica
+from batchlab.fleet.routers import Router, make_router
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout
+from batchlab.metrics import SLO, RunMetrics, compute_metrics
+from batchlab.request import Request
+from batchlab.serving.run import build_requests, usage_figures
+from batchlab.serving.systems import System
+from batchlab.trace import StepLog, Trace
+from batchlab.workload import Workload
+from batchlab.workload.context import limit_context
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """One replica: a serving system on a model split over tp x pp GPUs of one type."""
+
+    system: System
+    model: ModelSpec
+    gpu: GPUSpec
+    layout: Layout = SINGLE_GPU
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus
+
+    @property
+    def label(self) -> str:
+        split = "" if self.layout.trivial else f" x{self.layout.tp * self.layout.pp} (tp {self.layout.tp}, pp {self.layout.pp})"
+        return f"{self.system.name}, {self.model.name} on {self.gpu.name}{split}"
+
+    def engine(self) -> Engine:
+        return replica_engine(self.system, self.model, self.gpu, self.layout)
+
+
+@dataclass(frozen=True, slots=True)
+class KVLink:
+    """The link a disaggregated fleet moves KV over, prefill replica to decode replica."""
+
+    bandwidth: float     # bytes/s
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.bandwidth) and self.bandwidth > 0):
+            raise InputError(f"field 'kv_link_bandwidth': must be a finite number > 0, got {self.bandwidth!r}")
+        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise InputError(f"field 'kv_link_latency': must be a finite number >= 0, got {self.latency_s!r}")
+
+    @classmethod
+    def of_gpu(cls, gpu: GPUSpec) -> KVLink:
+        """The GPU's own GPU-to-GPU link (NVLink within a node)."""
+        return cls(gpu.p2p_bandwidth, gpu.p2p_latency_s)
+
+    def transfer_s(self, tokens: int, model: ModelSpec) -> float:
+        """Seconds to move `tokens` tokens of KV: latency + bytes / bandwidth."""
+        return self.latency_s + tokens * model.kv_bytes_per_token / self.bandwidth
+
+
+@dataclass(slots=True)
+class ReplicaResult:
+    name: str
+    role: str              # colocated, prefill or decode
+    spec: ReplicaSpec
+    trace: Trace           # the requests routed to this replica, with its step log
+    usage: dict
+    slo: SLO | None = None
+    _metrics: RunMetrics | None = None
+
+    @property
+    def metrics(self) -> RunMetrics:
+        """The replica's own figures, computed when first asked for (a plan never asks)."""
+        if self._metrics is None:
+            self._metrics = _metrics(self.trace, self.slo)
+        return self._metrics
+
+
+@dataclass(slots=True)
+class FleetResult:
+    router: str
+    workload: Workload
+    replicas: list[ReplicaResult]
+    trace: Trace                  # every request, in input order (no step log: see the replicas)
+    metrics: RunMetrics
+    assignment: np.ndarray        # [n] the replica each request was routed to first, input order
+
+    def load_imbalance(self) -> dict[str, float | None]:
+        """Max over mean across replicas of requests routed and of busy time (1 = balanced)."""
+        routed = np.array([len(r.trace) for r in self.replicas], dtype=np.float64)
+        busy = np.array([r.usage["busy_time"] for r in self.replicas], dtype=np.float64)
+        return {"requests": _max_over_mean(routed), "busy_time": _max_over_mean(busy)}
+
+
+def _max_over_mean(values: np.ndarray) -> float | None:
+    mean = float(values.mean()) if values.size else 0.0
+    return float(values.max()) / mean if mean > 0 else None
+
+
+def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | Router = "round-robin", *,
+                   decode: list[ReplicaSpec] | None = None, decode_router: str | Router = "least-outstanding",
+                   link: KVLink | None = None, slo: SLO | None = None, context_mode: str = "reject",
+                   seed: int = 0) -> FleetResult:
+    """Serve `workload` on one replica per spec behind `router` (a name or a Router).
+
+    With `decode` replicas the fleet is disaggregated: `specs` form the prefill pool and
+    `decode` the decode pool, placed by `decode_router`; KV moves over `link` (default: the
+    prefill GPU's own GPU-to-GPU link).
+    """
+    if not specs:
+        raise InputError("field 'replicas': a fleet needs at least one replica")
+    if decode is not None and not decode:
+        raise InputError("field 'decode_replicas': a disaggregated fleet needs at least one decode replica")
+    every = specs + (decode or [])
+    router = make_router(router, seed) if isinstance(router, str) else router
+    if workload.samples is not None and (workload.samples > 1).any():   # one engine forks them
+        raise InputError("field 'n': parallel samples (n > 1) run on one engine, not across a fleet")
+    workload, _ = limit_context(workload, min(s.model.max_context for s in every), context_mode)
+    requests = build_requests(workload, specs[0].system, seed)
+    replicas = [Replica(k, f"r{k}", spec.engine()) for k, spec in enumerate(every)]
+    handoff = None
+    if decode:
+        link = link or KVLink.of_gpu(specs[0].gpu)
+        model = specs[0].model
+        handoff = Handoff(list(range(len(specs), len(every))),
+                          make_router(decode_router, seed + 1, "decode_router")
+                          if isinstance(decode_router, str) else decode_router,
+                          lambda r: link.transfer_s(r.computed, model), {r.id: r for r in requests}, {})
+        too_long = min(s.model.max_context for s in every)   # rejected whole, where they enter
+        entering = [r if r.prompt_tokens + r.output_tokens > too_long else
+                    Request(r.id, r.arrival, r.prompt_tokens, 1, index=r.index,
+                            predicted_output=r.predicted_output, session=r.session) for r in requests]
+        run_fleet(entering, replicas, router, handoff)
+        final = [handoff.decoded.get(r.id, r) for r in entering]
+    else:
+        run_fleet(requests, replicas, router)
+        final = requests
+    results = []
+    for replica, spec in zip(replicas, every):
+        role = "colocated" if handoff is None else ("decode" if replica.index in handoff.decode else "prefill")
+        trace = replica.engine.trace()
+        results.append(ReplicaResult(replica.name, role, spec, trace, usage_figures(trace), slo))
+    work = {key: sum(r.trace.work[key] for r in results) for key in results[0].trace.work}
+    if handoff is None:   # every request on one replica: the replicas' traces, interleaved
+        trace = merge_traces([r.trace for r in results], [sorted(r.routed) for r in replicas], work)
+    else:
+        trace = Trace.from_requests(final, StepLog(), [], None, work, "s")
+    assignment = np.empty(len(requests), dtype=np.int64)
+    for replica in reversed(replicas):   # a handed-off request counts where it entered
+        if handoff is None or replica.index not in handoff.decode:
+            assignment[replica.routed] = replica.index
+    return FleetResult(router.name, workload, results, trace, _metrics(trace, slo), assignment)
+
+
+def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, int]) -> Trace:
+    """One trace of every request, in input order, from traces that split the requests between
+    them (`indices[k]`: the input positions of trace k's requests, ascending, as its rows are).
+    Equal to Trace.from_requests over all the requests (without a step log), built from arrays."""
+    position = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in indices])
+    order = np.argsort(position, kind="stable")          # [n] row of the concatenation for each input position
+    counts = np.concatenate([np.diff(t.token_offsets) for t in traces])[order]
+    bases = np.cumsum([0] + [t.token_times.size for t in traces[:-1]])
+    starts = np.concatenate([t.token_offsets[:-1] + b for t, b in zip(traces, bases)])[order]
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    gather = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+    ids = [i for t in traces for i in t.ids]
+    ids = [ids[k] for k in order.tolist()]
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(t, name) for t in traces])[order]
+
+    rejected = {i: why for t in traces for i, why in t.reject_reasons.items()}
+    evicted = {i: e for t in traces for i, e in t.evictions.items()}
+    return Trace(ids=ids, arrival=cat("arrival"), prompt=cat("prompt"), output=cat("output"),
+                 token_offsets=offsets, token_times=np.concatenate([t.token_times for t in traces])[gather],
+                 served=cat("served"), reject_reasons={i: rejected[i] for i in ids if i in rejected},
+                 preemptions=cat("preemptions"), admitted_at=cat("admitted_at"),
+                 evictions={i: evicted[i] for i in ids if i in evicted}, steps=StepLog().arrays(), rounds=[],
+                 kv_capacity=None, work=work, time_unit="s")
+
+
+def _metrics(trace: Trace, slo: SLO | None) -> RunMetrics:
+    return compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)

@@ -1,0 +1,143 @@
+"""A fleet from its description: the simple flags, repeatable `--replica` specs, or a TOML file.
+
+A replica spec is comma-separated `key=value` pairs (a system spec keeps its own `:` overrides):
+
+    count=2,system=paged:max_bs=64,gpu=A100-80GB,tp=2,pp=1,model=Llama-3-8B,role=prefill
+
+Every key is optional: `system`, `model` and `gpu` default to the command's flags, `tp` and
+`pp` to 1, `count` to 1 and `role` to colocated. A TOML file lists the same keys in `[[replica]]`
+tables. A fleet is colocated (every replica serves whole requests) or disaggregated (roles
+prefill and decode, at least one of each), never a mix.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from batchlab.errors import InputError
+from batchlab.fleet.simulate import ReplicaSpec
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import Layout, check_layout
+from batchlab.serving.systems import parse_system
+
+KEYS = ("count", "system", "model", "gpu", "tp", "pp", "role")
+ROLES = ("colocated", "prefill", "decode")
+MAX_REPLICAS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """What a spec leaves out, and how names become specs (with the command's GPU overrides)."""
+
+    system: str
+    model: Callable[[str], ModelSpec]
+    gpu: Callable[[str], GPUSpec]
+    model_name: str
+    gpu_name: str
+    tp: int = 1
+    pp: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPlan:
+    """The replicas of a fleet, by role; `decode` is None for a colocated fleet."""
+
+    entry: list[ReplicaSpec]
+    decode: list[ReplicaSpec] | None
+
+    @property
+    def gpus(self) -> int:
+        return sum(s.gpus for s in self.entry + (self.decode or []))
+
+
+def _at(record: str, text: str) -> str:
+    """`text` about the record `record` (empty: the fields are the command's own flags)."""
+    return f"{record}: {text}" if record else text
+
+
+def _int(record: str, key: str, value: object) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise InputError(_at(record, f"field '{key}': must be a whole number, got {value!r}")) from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(_at(record, f"field '{key}': must be a whole number >= 1, got {value!r}"))
+    return value
+
+
+def replica_group(fields: dict[str, object], defaults: Defaults, record: str) -> tuple[str, list[ReplicaSpec]]:
+    """(role, the `count` specs) of one replica entry, every key checked before anything is built.
+    `record` prefixes a message (empty: the fields are the command's own flags)."""
+    unknown = [k for k in fields if k not in KEYS]
+    if unknown:
+        raise InputError(_at(record, f"unknown key {unknown[0]!r} (choose from {', '.join(KEYS)})"))
+    count = _int(record, "count", fields.get("count", 1))
+    if count > MAX_REPLICAS:
+        raise InputError(_at(record, f"field 'count': at most {MAX_REPLICAS} replicas, got {count}"))
+    role = str(fields.get("role", "colocated")).strip()
+    if role not in ROLES:
+        raise InputError(_at(record, f"field 'role': must be one of {', '.join(ROLES)}, got {role!r}"))
+    layout = Layout(_int(record, "tp", fields.get("tp", defaults.tp)), _int(record, "pp", fields.get("pp", defaults.pp)))
+    try:
+        system = parse_system(str(fields.get("system", defaults.system)), "system")
+        model = defaults.model(str(fields.get("model", defaults.model_name)))
+        gpu = defaults.gpu(str(fields.get("gpu", defaults.gpu_name)))
+        check_layout(model, layout)
+    except InputError as exc:
+        raise InputError(_at(record, str(exc))) from None
+    return role, [ReplicaSpec(system, model, gpu, layout)] * count
+
+
+def parse_replica(text: str, defaults: Defaults, record: str = "--replica") -> tuple[str, list[ReplicaSpec]]:
+    fields: dict[str, object] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InputError(f"field '{record}': {item.strip()!r} in {text!r} is not key=value "
+                             f"(keys: {', '.join(KEYS)})")
+        if key in fields:
+            raise InputError(f"field '{record}': key {key!r} is given twice in {text!r}")
+        fields[key] = value.strip()
+    return replica_group(fields, defaults, f"field '{record}' {text!r}")
+
+
+def load_fleet_file(path: str, defaults: Defaults, flag: str = "--fleet-config") -> list[tuple[str, list[ReplicaSpec]]]:
+    """The `[[replica]]` tables of a TOML file, in order."""
+    from batchlab.io_checks import reading
+
+    try:
+        with open(path, "rb") as f, reading(path):
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise InputError(f"field '{flag}': cannot read {path!r}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"field '{flag}': {path!r} is not valid TOML: {exc}") from None
+    extra = [k for k in data if k != "replica"]
+    if extra:
+        raise InputError(f"{path}: unknown table or key {extra[0]!r} (a fleet file has [[replica]] tables)")
+    tables = data.get("replica")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise InputError(f"{path}: field 'replica': needs at least one [[replica]] table")
+    return [replica_group(t, defaults, f"{path} replica {k}") for k, t in enumerate(tables)]
+
+
+def assemble(groups: list[tuple[str, list[ReplicaSpec]]], record: str) -> FleetPlan:
+    """Colocated groups, or prefill and decode groups: the fleet they make."""
+    roles = {role for role, _ in groups}
+    total = sum(len(specs) for _, specs in groups)
+    if total > MAX_REPLICAS:
+        raise InputError(f"field '{record}': at most {MAX_REPLICAS} replicas, got {total}")
+    if "colocated" in roles and roles != {"colocated"}:
+        raise InputError(f"field '{record}': a fleet is colocated or disaggregated (prefill and decode "
+                         f"roles), not both")
+    if roles == {"colocated"}:
+        return FleetPlan([s for _, specs in groups for s in specs], None)
+    if roles != {"prefill", "decode"}:
+        missing = ({"prefill", "decode"} - roles).pop()
+        raise InputError(f"field '{record}': a disaggregated fleet needs at least one {missing} replica")
+    return FleetPlan([s for role, specs in groups if role == "prefill" for s in specs],
+                     [s for role, specs in groups if role == "decode" for s in specs])

@@ -1,0 +1,272 @@
+"""Fleets: replicas on one event clock behind a router."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchlab import InputError
+from batchlab.engine import Engine
+from batchlab.executor import UnitExecutor
+from batchlab.fleet import Handoff, KVLink, Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
+from batchlab.fleet.routers import ROUTERS
+from batchlab.hardware import resolve_gpu, resolve_model
+from batchlab.memory.paged import PagedMemory
+from batchlab.request import Request
+from batchlab.scheduler import SchedulerConfig
+from batchlab.serving.run import build_requests, simulate
+from batchlab.serving.systems import parse_system
+from batchlab.workload import make_workload
+
+MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
+
+
+def _unit_replicas(n: int, max_active: int | None = None) -> list[Replica]:
+    return [Replica(k, f"r{k}", Engine(SchedulerConfig(max_active=max_active), UnitExecutor()))
+            for k in range(n)]
+
+
+def _requests(arrivals, prompt=2, output=3, sessions=None) -> list[Request]:
+    return [Request(f"q{i}", float(a), prompt, output, index=i,
+                    session=None if sessions is None else sessions[i])
+            for i, a in enumerate(arrivals)]
+
+
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+@pytest.mark.parametrize("system", ["orca-oracle", "paged", "chunked", "static"])
+def test_one_replica_fleet_equals_a_plain_run(router, system):
+    workload = make_workload("chat", 150, 20.0, 3)
+    spec = parse_system(system)
+    plain = simulate(workload, spec, MODEL, GPU)
+    fleet = simulate_fleet(workload, [ReplicaSpec(spec, MODEL, GPU)], router)
+    assert fleet.trace.token_times.tobytes() == plain.trace.token_times.tobytes()
+    assert fleet.trace.token_offsets.tolist() == plain.trace.token_offsets.tolist()
+    for column, values in plain.trace.steps.items():
+        assert fleet.replicas[0].trace.steps[column].tobytes() == values.tobytes(), column
+
+
+def test_round_robin_cycles_through_replicas():
+    replicas = _unit_replicas(3)
+    run_fleet(_requests([0, 0, 1, 1, 2, 2, 3]), replicas, make_router("round-robin"))
+    assert [r.routed for r in replicas] == [[0, 3, 6], [1, 4], [2, 5]]
+
+
+def test_least_outstanding_sees_finishes_only_when_they_happen():
+    # q0 (P2, O3) on r0 emits at 1, 2, 3 with unit steps; it is outstanding until 3.
+    replicas = _unit_replicas(2)
+    requests = _requests([0, 1, 3, 3])
+    run_fleet(requests, replicas, make_router("least-outstanding"))
+    # q1 at 1: r0 busy with q0 -> r1. q2 at 3: q0 finished at 3 (r0: 0), q1 runs (r1: 1) -> r0.
+    # q3 at 3: r0 has q2, r1 has q1: a tie goes to the lower index -> r0.
+    assert [r.routed for r in replicas] == [[0, 2, 3], [1]]
+
+
+def test_a_step_under_way_is_not_seen_before_it_ends():
+    # q0 finishes at 3; an arrival at 2.5 must still see it outstanding on r0.
+    replicas = _unit_replicas(2)
+    run_fleet(_requests([0, 2.5]), replicas, make_router("least-outstanding"))
+    assert [r.routed for r in replicas] == [[0], [1]]
+
+
+def test_session_affinity_keeps_a_conversation_on_its_replica():
+    replicas = _unit_replicas(3)
+    sessions = ["a", "b", "c", "a", "b", None, "a"]
+    run_fleet(_requests([0, 0, 0, 5, 5, 5, 9], sessions=sessions), replicas, make_router("session"))
+    home = {}
+    for replica in replicas:
+        for i in replica.routed:
+            if sessions[i] is not None:
+                assert home.setdefault(sessions[i], replica.index) == replica.index
+    assert sorted(home.values()) == [0, 1, 2]
+
+
+def test_least_kv_counts_what_waiting_requests_will_need():
+    replicas = [Replica(k, f"r{k}", Engine(SchedulerConfig(max_active=1), UnitExecutor(),
+                                           PagedMemory(64, block_size=4))) for k in range(2)]
+    requests = [Request("big", 0.0, 40, 4, index=0), Request("small", 0.0, 4, 4, index=1),
+                Request("next", 0.0, 4, 4, index=2)]
+    run_fleet(requests, replicas, make_router("least-kv"))
+    assert [r.routed for r in replicas] == [[0], [1, 2]]
+
+
+@pytest.mark.parametrize("router", ["random", "power-of-two"])
+def test_randomised_routers_are_seeded(router):
+    def assignment(seed):
+        replicas = _unit_replicas(4)
+        run_fleet(_requests(np.arange(40) * 0.5), replicas, make_router(router, seed))
+        return [r.routed for r in replicas]
+
+    assert assignment(7) == assignment(7)
+    assert assignment(7) != assignment(8)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(arrivals=st.lists(st.integers(0, 30), min_size=1, max_size=25),
+       n_replicas=st.integers(1, 4), router=st.sampled_from(sorted(ROUTERS)),
+       max_active=st.one_of(st.none(), st.integers(1, 3)))
+def test_every_request_is_served_once_by_the_replica_it_was_routed_to(arrivals, n_replicas, router, max_active):
+    arrivals = sorted(arrivals)
+    requests = _requests(arrivals, sessions=[f"s{i % 3}" for i in range(len(arrivals))])
+    replicas = _unit_replicas(n_replicas, max_active)
+    run_fleet(requests, replicas, make_router(router, 1))
+    routed = sorted(i for r in replicas for i in r.routed)
+    assert routed == list(range(len(requests)))
+    for replica in replicas:
+        trace = replica.engine.trace()
+        assert sorted(trace.ids) == sorted(requests[i].id for i in replica.routed)
+        assert trace.served.all() and (np.diff(trace.token_offsets) == 3).all()
+        # a replica steps one unit at a time: its steps never overlap
+        steps = trace.steps
+        assert (steps["start"][1:] >= steps["start"][:-1] + steps["duration"][:-1]).all()
+
+
+def test_fleet_metrics_and_assignment_cover_every_request():
+    workload = make_workload("chat", 200, 40.0, 1)
+    spec = ReplicaSpec(parse_system("paged"), MODEL, GPU)
+    result = simulate_fleet(workload, [spec] * 3, "least-outstanding")
+    assert result.metrics.served == 200
+    assert sorted(np.bincount(result.assignment).tolist()) == sorted(len(r.trace) for r in result.replicas)
+    imbalance = result.load_imbalance()
+    assert imbalance["requests"] >= 1.0 and imbalance["busy_time"] >= 1.0
+    again = simulate_fleet(workload, [spec] * 3, "least-outstanding")
+    assert again.trace.token_times.tobytes() == result.trace.token_times.tobytes()
+
+
+def test_bad_router_and_empty_fleet_are_refused():
+    with pytest.raises(InputError, match="field 'router': unknown router 'nearest'"):
+        make_router("nearest")
+    with pytest.raises(InputError, match="field 'replicas'"):
+        simulate_fleet(make_workload("chat", 5, 1.0, 0), [], "random")
+
+
+def _handoff(decode: list[int], transfer_s: float, requests: list[Request]) -> Handoff:
+    return Handoff(decode, make_router("least-outstanding"), lambda r: transfer_s,
+                   {r.id: r for r in requests}, {})
+
+
+def test_disaggregated_request_moves_its_kv_then_decodes_elsewhere():
+    whole = _requests([0.0], prompt=4, output=3)
+    entering = [Request("q0", 0.0, 4, 1, index=0)]
+    replicas = _unit_replicas(2)
+    handoff = _handoff([1], 0.5, whole)
+    run_fleet(entering, replicas, make_router("round-robin"), handoff)
+    part = handoff.decoded["q0"]
+    # prefill on r0 in [0, 1) emits the first token; KV arrives at r1 at 1.5; decodes end at 2.5, 3.5
+    assert part.token_times == [1.0, 2.5, 3.5]
+    assert [r.routed for r in replicas] == [[0], [0]]
+    assert replicas[1].engine.work == {"prefill": 0, "decode": 2, "recomputed": 0, "swapped_out": 0,
+                                       "swapped_in": 0}
+
+
+def test_kv_link_prices_a_transfer_by_hand():
+    link = KVLink(bandwidth=100e9, latency_s=20e-6)
+    # Llama-3-8B: 128 KiB of KV per token; 1,000 tokens over 100 GB/s is 1.31072 ms
+    assert link.transfer_s(1000, MODEL) == pytest.approx(20e-6 + 1000 * 131072 / 100e9)
+
+
+def test_disaggregated_fleet_serves_everything_and_conserves_work():
+    workload = make_workload("chat", 300, 30.0, 2)
+    spec = ReplicaSpec(parse_system("paged"), MODEL, GPU)
+    colocated = simulate_fleet(workload, [spec] * 3, "least-outstanding")
+    split = simulate_fleet(workload, [spec], "least-outstanding", decode=[spec] * 2)
+    assert split.metrics.served == colocated.metrics.served
+    assert split.trace.work == colocated.trace.work
+    assert [r.role for r in split.replicas] == ["prefill", "decode", "decode"]
+    prefill, *decode = split.replicas
+    assert prefill.trace.work["decode"] == 0 and all(r.trace.work["prefill"] == 0 for r in decode)
+    # every output count is whole, and the first token comes from the prefill pool
+    assert (np.diff(split.trace.token_offsets) == workload.output[split.trace.served]).all()
+    first = split.trace.token_times[split.trace.token_offsets[:-1]]
+    assert (first == prefill.trace.token_times[prefill.trace.token_offsets[:-1]]).all()
+
+
+@pytest.mark.parametrize("router", ["least-kv", "least-outstanding", "power-of-two", "round-robin"])
+@pytest.mark.parametrize("system", ["paged:watermark=0.01", "orca-oracle:max_bs=8"])
+def test_fast_forwarded_fleet_equals_a_stepped_fleet(router, system):
+    workload = make_workload("chat", 240, 60.0, 5)
+    spec = ReplicaSpec(parse_system(system), MODEL, GPU)
+
+    def run(fast_forward):
+        replicas = []
+        for k in range(3):
+            engine = spec.engine()
+            engine.fast_forward = fast_forward
+            replicas.append(Replica(k, f"r{k}", engine))
+        requests = build_requests(workload, spec.system, 0)
+        run_fleet(requests, replicas, make_router(router, 4))
+        return replicas
+
+    fast, stepped = run(True), run(False)
+    assert [r.routed for r in fast] == [r.routed for r in stepped]
+    for a, b in zip(fast, stepped):
+        ta, tb = a.engine.trace(), b.engine.trace()
+        assert ta.token_times.tobytes() == tb.token_times.tobytes()
+        for column, values in tb.steps.items():
+            assert ta.steps[column].tobytes() == values.tobytes(), column
+
+
+def test_prefix_router_follows_the_cache_that_holds_the_prompt():
+    from batchlab.memory.prefix import PrefixCacheMemory
+    from batchlab.workload.content import Content
+
+    def replica(k):
+        return Replica(k, f"r{k}", Engine(SchedulerConfig(), UnitExecutor(), PrefixCacheMemory(256, block_size=16)))
+
+    def request(i, arrival, first_token):
+        ids = np.arange(first_token, first_token + 64)
+        return Request(f"q{i}", arrival, 64, 2, index=i, content=Content.tokens(ids))
+
+    # q0 -> r0, q1 -> r1 (fewer outstanding). Both finish by t=3 and leave their blocks cached.
+    # q2 (t=10) shares q1's prompt: the prefix router sends it to r1, although r0 is as idle and
+    # has the lower index, where least-outstanding sends it.
+    def route(name):
+        replicas = [replica(0), replica(1)]
+        run_fleet([request(0, 0.0, 0), request(1, 0.0, 1000), request(2, 10.0, 1000)], replicas, make_router(name))
+        return [r.routed for r in replicas]
+
+    assert route("prefix") == [[0], [1, 2]]
+    assert route("least-outstanding") == [[0, 2], [1]]
+
+
+def test_prefix_router_falls_back_to_the_shortest_queue_when_unbalanced():
+    from batchlab.fleet.routers import PrefixAffinity
+    from batchlab.memory.prefix import PrefixCacheMemory
+    from batchlab.workload.content import Content
+
+    replicas = [Replica(k, f"r{k}", Engine(SchedulerConfig(max_active=1), UnitExecutor(),
+                                           PrefixCacheMemory(100_000, block_size=16))) for k in range(2)]
+    ids = Content.tokens(np.arange(64))
+    # every request shares one prompt: the cache keeps them on r0 until r0 holds BALANCE more
+    n = PrefixAffinity.BALANCE + 5
+    requests = [Request(f"q{i}", 0.0 if i == 0 else 5.0, 64, 3, index=i, content=ids) for i in range(n)]
+    run_fleet(requests, replicas, make_router("prefix"))
+    # q0 runs alone and leaves its blocks cached on r0. At t=5 q1..q33 follow the cache to r0
+    # until it holds 33 more than r1; then the queue decides (q34 -> r1), and the cache again
+    # as soon as the gap is back to 32 (q35 -> r0, q36 -> r1).
+    b = PrefixAffinity.BALANCE
+    assert replicas[0].routed == [*range(b + 2), b + 3]
+    assert replicas[1].routed == [b + 2, b + 4]
+
+
+@pytest.mark.parametrize("system", ["paged:watermark=0.01", "orca-max:max_bs=4"])
+def test_the_fleet_trace_is_the_trace_of_every_request(system):
+    from batchlab.fleet.simulate import merge_traces
+    from batchlab.trace import StepLog, Trace
+
+    workload = make_workload("chat", 200, 80.0, 6)   # busy enough to preempt and reject
+    spec = ReplicaSpec(parse_system(system), MODEL, GPU)
+    replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
+    requests = build_requests(workload, spec.system, 0)
+    run_fleet(requests, replicas, make_router("power-of-two", 2))
+    traces = [r.engine.trace() for r in replicas]
+    work = {key: sum(t.work[key] for t in traces) for key in traces[0].work}
+    merged = merge_traces(traces, [sorted(r.routed) for r in replicas], work)
+    whole = Trace.from_requests(requests, StepLog(), [], None, work, "s")
+    for name in ("arrival", "prompt", "output", "token_offsets", "token_times", "served", "preemptions", "admitted_at"):
+        assert getattr(merged, name).tobytes() == getattr(whole, name).tobytes(), name
+        assert getattr(merged, name).dtype == getattr(whole, name).dtype, name
+    assert merged.ids == whole.ids
+    assert list(merged.reject_reasons.items()) == list(whole.reject_reasons.items())
+    assert merged.evictions == whole.evictions

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+# Set by .ci/run, which installs Chromium and Ray first: there a missing tool fails the run
+# instead of skipping the tests that need it.
+REQUIRE_ALL = os.environ.get("BATCHLAB_REQUIRE_ALL") == "1"
+
+
+def need(available: bool, reason: str) -> None:
+    """Skip the calling test (or fixture) with `reason` when a tool is missing, outside CI."""
+    if not available:
+        if REQUIRE_ALL:
+            pytest.fail(f"{reason} (BATCHLAB_REQUIRE_ALL=1: .ci/run should have installed it)")
+        pytest.skip(reason)
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -312,22 +312,174 @@ def test_every_caller_gets_its_own_result_and_no_batch_is_too_big(n, max_batch):
     assert sum(len(c) for c in fn.calls) == n
 
 
-def test_a_batch_function_that_raises_cancelled_error_leaves_no_caller_hanging():
-    state = {"calls": 0}
+# -- nobody hangs, whatever fails -----------------------------------------------------------
+
+
+class Abort(BaseException):
+    """A BaseException that is no Exception, as some frameworks raise to unwind a task."""
+
+
+def caught(error, cause_type):
+    """`error` is the BatchFunctionError a caller gets for a BaseException of `cause_type`."""
+    return isinstance(error, BatchFunctionError) and type(error.__cause__) is cause_type
+
+
+@pytest.mark.parametrize("raised", [asyncio.CancelledError, Abort])
+def test_a_batch_function_raising_a_base_exception_fails_its_batch_and_the_worker_goes_on(raised):
+    fn = Recorder()
 
     async def flaky(items):
-        state["calls"] += 1
-        if state["calls"] == 1:
-            raise asyncio.CancelledError  # e.g. an inner client call was cancelled
-        return items
+        await fn(items)
+        if 1 in items:
+            raise raised("inner call gave up")   # e.g. an inner client call was cancelled
+        return [2 * x for x in items]
 
     batcher = AdaptiveBatcher(flaky, max_batch=2, max_wait_s=LONG_WAIT)
 
     async def main():
-        first = await asyncio.gather(batcher(1), batcher(2), return_exceptions=True)
-        second = await asyncio.gather(batcher(3), batcher(4))  # a fresh worker takes over
-        return first, second
+        callers = [asyncio.create_task(batcher(i)) for i in range(1, 7)]
+        results = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), GENEROUS)
+        return results, [c.cancelled() for c in callers]
 
-    first, second = asyncio.run(main())
-    assert all(isinstance(r, asyncio.CancelledError) for r in first)
-    assert second == [3, 4]
+    results, cancelled = asyncio.run(main())
+    # the first batch's callers get the error, the others are served with no new input
+    assert caught(results[0], raised) and caught(results[1], raised) and not any(cancelled)
+    assert "the batch function raised" in str(results[0]) and "inner call gave up" in str(results[0])
+    assert results[2:] == [6, 8, 10, 12]
+    # not retried: a BaseException is no bad input, so isolation does not split the batch
+    assert fn.calls == [[1, 2], [3, 4], [5, 6]] and batcher.metrics.split_calls == 0
+    assert batcher.metrics.failed_items == 2 and batcher.metrics.items == 6
+
+
+def test_keyboard_interrupt_propagates_and_every_queued_caller_gets_the_error():
+    async def interrupted(items):
+        if 1 in items:
+            raise KeyboardInterrupt
+        return [2 * x for x in items]
+
+    batcher = AdaptiveBatcher(interrupted, max_batch=2, max_wait_s=0.0)
+    loop = asyncio.new_event_loop()
+    try:
+        callers = [loop.create_task(batcher(i)) for i in range(1, 6)]
+        with pytest.raises(KeyboardInterrupt):   # asyncio stops the loop for it, as it should
+            loop.run_until_complete(asyncio.gather(*callers))
+        # the loop runs again: every caller, queued ones included, is settled with the error
+        _, pending = loop.run_until_complete(asyncio.wait(callers, timeout=GENEROUS))
+        assert not pending
+        assert all(caught(c.exception(), KeyboardInterrupt) for c in callers)
+        assert "worker stopped" in str(callers[4].exception())
+        assert loop.run_until_complete(asyncio.wait_for(batcher(7), GENEROUS)) == 14   # a fresh worker
+    finally:
+        loop.close()
+
+
+def test_cancelling_the_worker_cancels_every_queued_caller_and_the_next_input_restarts_it():
+    gate = None
+
+    async def blocked(items):
+        await gate.wait()
+        return items
+
+    batcher = AdaptiveBatcher(blocked, max_batch=2, max_wait_s=0.0)
+
+    async def main():
+        nonlocal gate
+        gate = asyncio.Event()
+        callers = [asyncio.create_task(batcher(i)) for i in range(5)]
+        for _ in range(5):
+            await asyncio.sleep(0)   # the batch [0, 1] is running, 2..4 are queued
+        batcher._worker.cancel()    # what its loop's shutdown does
+        await asyncio.wait(callers, timeout=GENEROUS)
+        cancelled = [c.cancelled() for c in callers]
+        gate.set()
+        return cancelled, await asyncio.wait_for(batcher(9), GENEROUS)
+
+    assert asyncio.run(main()) == ([True] * 5, 9)
+
+
+def test_exception_results_that_asyncio_treats_specially_reach_their_callers_wrapped():
+    special = [asyncio.CancelledError(), KeyboardInterrupt(), StopIteration(), Abort()]
+
+    async def returns_them(items):
+        return [special[x] if x < len(special) else ValueError(x) if x == 4 else x for x in items]
+
+    batcher = AdaptiveBatcher(returns_them, max_batch=6, max_wait_s=0.0)
+
+    async def main():
+        callers = [asyncio.create_task(batcher(i)) for i in range(6)]
+        results = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), GENEROUS)
+        return results, [c.cancelled() for c in callers], await asyncio.wait_for(batcher(6), GENEROUS)
+
+    results, cancelled, later = asyncio.run(main())
+    assert [caught(r, type(e)) for r, e in zip(results, special)] == [True] * 4 and not any(cancelled)
+    assert "the batch function returned StopIteration" in str(results[2])
+    assert isinstance(results[4], ValueError) and results[5] == 5 and later == 6
+
+
+class BrokenController:
+    """A controller whose observe() or batch_size() raises; it records what it saw."""
+
+    def __init__(self, size_fails=False):
+        self.size_fails = size_fails
+        self.seen = []
+
+    def batch_size(self):
+        if self.size_fails:
+            raise RuntimeError("no size yet")
+        return 3
+
+    def observe(self, batch, latency):
+        self.seen.append(batch)
+        if not self.size_fails:
+            raise ZeroDivisionError("latency 0 on a fake clock")
+
+
+@pytest.mark.parametrize("size_fails, sizes", [(False, [3, 3, 3]), (True, [4, 4, 1])])
+def test_a_broken_controller_fails_nobody_and_is_reported(size_fails, sizes):
+    controller = BrokenController(size_fails)
+    batcher = AdaptiveBatcher(Recorder(), max_batch=4, max_wait_s=0.0, controller=controller)
+    reported = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: reported.append(context))
+        return await asyncio.wait_for(asyncio.gather(*(batcher(i) for i in range(9))), GENEROUS)
+
+    assert asyncio.run(main()) == [2 * i for i in range(9)]
+    assert batcher.metrics.to_dict()["size_trace"] == sizes == controller.seen
+    assert batcher.metrics.controller_errors == len(reported) == 3
+    method = "batch_size" if size_fails else "observe"
+    assert all(method in c["message"] for c in reported)
+    assert all(type(c["exception"]) is (RuntimeError if size_fails else ZeroDivisionError) for c in reported)
+
+
+def test_a_burst_of_ten_thousand_callers_with_failures_loses_no_result():
+    n = 10_000
+    raises = {x for x in range(n) if x % 97 == 13}        # make the whole call raise
+    returns_error = {x for x in range(n) if x % 89 == 5}  # an exception as the input's result
+
+    async def model(items):
+        await asyncio.sleep(0)
+        bad = raises.intersection(items)
+        if bad:
+            raise ValueError(f"bad inputs {sorted(bad)}")
+        return [KeyError(x) if x in returns_error else ("ok", x) for x in items]
+
+    batcher = AdaptiveBatcher(model, max_batch=64, max_wait_s=0.0, max_queue=n)
+
+    async def main():
+        callers = [asyncio.create_task(batcher(x)) for x in range(n)]
+        # a bound only against a hang: the burst takes well under a second
+        return await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), 120)
+
+    results = asyncio.run(main())
+    assert len(results) == n
+    for x, result in enumerate(results):   # exactly its own result or its own error
+        if x in raises:
+            assert isinstance(result, ValueError) and str(result) == f"bad inputs [{x}]", x
+        elif x in returns_error:
+            assert isinstance(result, KeyError) and result.args == (x,), x
+        else:
+            assert result == ("ok", x), x
+    metrics = batcher.metrics
+    assert metrics.items == n and metrics.failed_items == len(raises | returns_error)
+    assert metrics.cancelled_items == metrics.rejected == 0 and metrics.split_calls > 0

@@ -23,6 +23,7 @@ from batchlab.metrics import (
     requests_csv,
     requests_json,
     time_weighted_mean,
+    vllm_result,
     write_requests,
 )
 
@@ -76,21 +77,20 @@ def test_hand_trace_slo_attainment():
     assert hand_metrics().slo_attainment is None
 
 
-def test_to_dict_is_plain_json_without_nan():
+def test_undefined_figures_are_nan_and_null_in_json():
     one = compute_metrics([0.0], [0, 1], [0.5], slo=SLO(ttft=1.0))  # one token: TPOT and ITL undefined
-    d = one.to_dict()
-    text = json.dumps(d, allow_nan=False)
-    assert json.loads(text)["tpot"] == {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    assert d["itl"]["count"] == 0 and d["steady_throughput"] == 2.0 and d["slo_attainment"] == 1.0
-    full = hand_metrics(SLO(ttft=1.0, tpot=0.5)).to_dict()
-    assert full["ttft"]["p50"] == 1.0 and full["slo"] == {"ttft": 1.0, "tpot": 0.5, "e2e": None}
-    assert all(type(v) in (int, float, type(None)) for v in full["ttft"].values())
+    assert one.tpot.count == 0 and math.isnan(one.tpot.mean) and one.itl.count == 0 and one.itls.size == 0
+    assert one.steady_throughput == 2.0 and one.slo_attainment == 1.0
+    d = vllm_result(one, [3])
+    assert json.loads(json.dumps(d, allow_nan=False))["mean_tpot_ms"] is None and d["p99_itl_ms"] is None
 
 
 def test_nothing_served():
     m = compute_metrics([0.0, 1.0], [0, 0, 0], [], np.array([False, False]), SLO(ttft=1.0))
     assert m.served == 0 and m.slo_attainment == 0.0
-    assert m.to_dict()["throughput"] is None and m.to_dict()["ttft"]["mean"] is None
+    assert math.isnan(m.throughput) and math.isnan(m.ttft.mean)
+    d = vllm_result(m, [1, 2])
+    assert d["output_throughput"] is None and d["mean_ttft_ms"] is None and d["request_goodput"] is None
 
 
 @pytest.mark.parametrize("args, fragment", [
@@ -195,10 +195,11 @@ def hand_rows():
 def test_request_rows():
     rows = hand_rows()
     assert [list(r) for r in rows] == [list(COLUMNS)] * 4
-    assert rows[0] == {"id": "a", "arrival": 0.0, "prompt": 10, "output": 3, "ttft": 1.0, "tpot": 0.75, "e2e": 2.5,
-                       "first_token": 1.0, "finish": 2.5, "rejected": ""}
-    assert rows[1]["tpot"] is None
-    assert rows[3]["rejected"] == "exceeds the max context" and rows[3]["ttft"] is None
+    # latencies in ms under vLLM's names, moments in seconds
+    assert rows[0] == {"id": "a", "arrival": 0.0, "prompt": 10, "output": 3, "ttft_ms": 1000.0, "tpot_ms": 750.0,
+                       "e2el_ms": 2500.0, "first_token": 1.0, "finish": 2.5, "rejected": ""}
+    assert rows[1]["tpot_ms"] is None
+    assert rows[3]["rejected"] == "exceeds the max context" and rows[3]["ttft_ms"] is None
     with pytest.raises(InputError, match="must each have 4 values"):
         request_rows(hand_metrics().requests, ["a"], [1], [1])
 
@@ -206,13 +207,13 @@ def test_request_rows():
 def test_request_csv_and_json(tmp_path):
     rows = hand_rows()
     parsed = list(csv.DictReader(io.StringIO(requests_csv(rows))))
-    assert parsed[2]["tpot"] == repr(1 / 3) and parsed[1]["tpot"] == "" and parsed[3]["rejected"] == "exceeds the max context"
+    assert parsed[2]["tpot_ms"] == repr(1 / 3 * 1000) and parsed[1]["tpot_ms"] == "" and parsed[3]["rejected"] == "exceeds the max context"
     assert json.loads(requests_json(rows)) == rows
     write_requests(tmp_path / "r.json", rows)
     write_requests(tmp_path / "r.csv", rows)
     assert json.loads((tmp_path / "r.json").read_text()) == rows
     assert (tmp_path / "r.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
-    with pytest.raises(InputError, match="cannot write"):
+    with pytest.raises(InputError, match="field '--csv': the directory of .* does not exist"):
         write_requests(tmp_path / "missing-dir" / "r.csv", rows)
 
 

@@ -144,9 +144,9 @@ def test_compare_plot_flag(tmp_path, cli):
     assert healthy, "the case should have a system that meets the SLO"
     assert (rate, -k) == max(healthy)
     name = report["systems"][k]["name"]
-    assert f"{name} at {rate:g} req/s" in (tmp_path / "run_timeline.svg").read_text()
+    assert f"{name}, 50 chat requests at {rate:g} req/s" in (tmp_path / "run_timeline.svg").read_text()
     svg = (tmp_path / "rate_curves.svg").read_text()
-    assert ">static<" in svg and ">orca-oracle<" in svg and "SLO 1 s" in svg
+    assert ">static<" in svg and ">orca-oracle<" in svg and "SLO 1000 ms" in svg
 
 
 def test_clipper_plot_flag(tmp_path, cli):
@@ -167,3 +167,100 @@ def test_cli_start_does_not_import_matplotlib():
             "print('matplotlib' in sys.modules, 'pyarrow' in sys.modules, 'ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "False"]
+
+
+# -- figures that show what they claim ------------------------------------------------------
+
+def test_latency_cdfs_zoom_to_the_data(sim_trace):
+    """A bound far beyond the samples stays off the axis (named in the legend); one inside the
+    samples is a line that does not widen the axis."""
+    from batchlab.plots.latency import latency_cdf_figure, latency_samples
+    import matplotlib.pyplot as plt
+
+    samples = latency_samples(sim_trace)
+    ttft_max_ms = samples["ttft"].max() * 1e3
+    far = latency_cdf_figure(sim_trace, SLO(ttft=100.0, tpot=10.0))       # 100 s, 10 s
+    ax_ttft, ax_tpot = far.axes[0], far.axes[1]
+    assert ax_ttft.get_xlim()[1] < 2 * ttft_max_ms < 100_000
+    labels = [t.get_text() for t in ax_ttft.get_legend().get_texts()]
+    assert labels == ["SLO 100000 ms: 100.0% within (off the axis)"]
+    plt.close(far)
+    inside_ms = float(np.median(samples["ttft"])) * 1e3
+    near = latency_cdf_figure(sim_trace, SLO(ttft=inside_ms / 1e3))
+    lo, hi = near.axes[0].get_xlim()
+    assert lo <= inside_ms <= hi and hi < 2 * ttft_max_ms
+    (label,) = [t.get_text() for t in near.axes[0].get_legend().get_texts()]
+    assert label.startswith(f"SLO {inside_ms:g} ms: 50") and "off the axis" not in label
+    plt.close(near)
+
+
+@pytest.fixture(scope="module")
+def knobs_report():
+    """The reservation, max_bs and order experiments, shrunk to a few runs of 60 requests."""
+    from batchlab.serving.experiments import Setting
+    from batchlab.serving.knobs import Overrides, run_knobs, select
+
+    plan = []
+    for e in select(["reservation", "max_bs", "order"], Overrides(rates=(8.0, 24.0))):
+        kind = e.workload
+        setting = Setting(make_workload(kind, 60, 1.0, 0), resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM"),
+                          SLO(ttft=e.slo[0], tpot=e.slo[1]))
+        plan.append((e, setting))
+    return plan, run_knobs(plan, 1)
+
+
+def test_knobs_figures_draw_their_claims(knobs_report, tmp_path):
+    plan, report = knobs_report
+    by_name = {exp["name"]: (exp, e, setting) for exp, (e, setting) in zip(report["experiments"], plan)}
+    exp, e, setting = by_name["reservation"]
+    paths = plots.knobs_figure(exp, tmp_path, setting, e.parsed_systems())
+    svg = paths[1].read_text()
+    assert "KV reservation: memory held vs stored" in svg and "§" not in svg
+    assert "held (reserved)" in svg and "stored (tokens in cache)" in svg and "8 req/s" in svg
+    assert svg.count(">orca-max<") == 2                       # one tick label per rate panel
+
+    exp, e, setting = by_name["max_bs"]
+    svg = plots.knobs_figure(exp, tmp_path, setting, e.parsed_systems())[1].read_text()
+    assert "mean TPOT (ms)" in svg and "output throughput (tok/s)" in svg
+    assert "max_bs 8" in svg and "24 req/s" in svg
+
+    exp, e, setting = by_name["order"]
+    svg = plots.knobs_figure(exp, tmp_path, setting, e.parsed_systems())[1].read_text()
+    assert "TTFT per order" in svg and "at 24 req/s" in svg
+    runs = [simulate(setting.workload.with_rate(24.0), s, setting.model, setting.gpu, slo=setting.slo)
+            for s in e.parsed_systems()[:2]]
+    for system, run in zip(e.parsed_systems(), runs):     # the legend's medians are the runs'
+        median = float(np.nanmedian(run.metrics.requests.ttft)) * 1e3
+        assert f"{system.name}: median {median:,.0f} ms" in svg
+    assert sorted(p.name for p in tmp_path.iterdir()) == _pairs("knobs_max_bs", "knobs_order", "knobs_reservation")
+
+
+def test_goodput_probes_and_bars(tmp_path):
+    systems = [{"name": "a", "max_goodput_rate": 4.0, "max_goodput_rate_above": False, "gpus_needed": 25,
+                "probes": [{"rate": 1.0, "attainment": 1.0}, {"rate": 8.0, "attainment": 0.5},
+                           {"rate": 4.0, "attainment": 0.95}]},
+               {"name": "b", "max_goodput_rate": 1e4, "max_goodput_rate_above": True, "gpus_needed": 1,
+                "probes": [{"rate": 1e4, "attainment": 1.0}]}]
+    svg = plots.goodput_probes(systems, tmp_path, target=0.9)[1].read_text()
+    assert "a: 4 req/s" in svg and "b: &gt; 1e+04 req/s" in svg and "target 90%" in svg
+    svg = plots.goodput_bars(systems, tmp_path, target=0.9, fleet_rate=100)[1].read_text()
+    assert "&gt; 1e+04" in svg and "25 GPUs for 100/s" in svg
+
+
+def test_workload_and_cost_figures(tmp_path):
+    w = make_workload("orca", 200, 4.0, 0)
+    paths = plots.workload_figure(w, tmp_path, title="200 orca requests")
+    check_pair(paths, plots.workload.SIZE_IN)
+    model, gpu = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
+    from batchlab.hardware import max_batch_under
+    limit = max_batch_under(model, gpu, 0.020, 2048)
+    paths = plots.step_cost_curve(model, gpu, 2048, 1, tmp_path, batch=64, limit_ms=20.0, max_batch=limit)
+    check_pair(paths, plots.cost.SIZE_IN)
+    svg = paths[1].read_text()
+    assert f"B ≤ {limit:,}" in svg and "B = 64:" in svg
+
+
+def test_legend_columns_shrink_for_long_names():
+    from batchlab.plots.curves import _legend_columns
+    assert _legend_columns(["a", "b", "c"]) == 3
+    assert _legend_columns(["A100-80GB, orca-oracle, max_bs=256"] * 8) < 8

@@ -1,17 +1,17 @@
 """`batchlab report`: one self-contained HTML page, loaded in headless Chromium.
 
-Chromium is Debian's package; the session fixture installs it (as root) when it is missing.
-The page must load without a console message, and its screenshot must not be blank."""
+Chromium is Debian's package, installed by `.ci/run` when missing; without it the browser tests
+skip, saying so (in CI they fail instead). The page must load without a console message, its
+screenshot must not be blank, and at a 700 px wide window it must not scroll sideways."""
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import need, run_cli
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Flags for this machine: no sandbox as root, no GPU, and nothing that reaches for the network.
@@ -20,19 +20,12 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--enable-logging=stderr", "--v=0", "--window-size=1200,1600")
 CONSOLE = re.compile(r":CONSOLE[^\]]*\] (.*)")
 CHROMIUM_TIMEOUT_S = 120
-APT_TIMEOUT_S = 900
 
 
 @pytest.fixture(scope="session")
 def chromium():
-    if not CHROMIUM.exists():
-        assert os.geteuid() == 0, "Chromium is missing and only root can install it (apt-get install chromium)"
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=APT_TIMEOUT_S,
-                       capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env,
-                       timeout=APT_TIMEOUT_S, capture_output=True)
-    assert CHROMIUM.exists()
+    need(CHROMIUM.exists(), f"headless Chromium is not installed at {CHROMIUM} "
+                            "(apt-get install chromium; .ci/run does)")
     return CHROMIUM
 
 
@@ -86,6 +79,43 @@ def test_page_in_chromium(chromium, page, tmp_path):
     height, width = mpimg.imread(shot).shape[:2]
     assert (width, height) == (1200, 1600)
     assert distinct_colours(shot) > 16
+
+
+NARROW_PX = 700
+# Appended to a copy of the page: the widths the browser laid it out at, as the page's title.
+MEASURE = ("<script>document.title = 'widths ' + document.documentElement.scrollWidth + ' ' "
+           "+ window.innerWidth;</script>")
+
+
+def widths_at(chromium, page: Path, tmp_path: Path, width: int) -> tuple[int, int]:
+    """(document scrollWidth, window innerWidth) of `page` laid out in a `width`-px window."""
+    probe = tmp_path / f"{page.stem}-measured.html"
+    probe.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    flags = [f for f in CHROMIUM_FLAGS if not f.startswith("--window-size")]
+    res = subprocess.run([str(chromium), *flags, f"--window-size={width},1000",
+                          f"--user-data-dir={tmp_path / 'profile-narrow'}", "--dump-dom", probe.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S)
+    found = re.search(r"<title>widths (\d+) (\d+)</title>", res.stdout)
+    assert found, res.stderr[-2000:]
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_no_sideways_scroll_at_700px(chromium, page, tmp_path):
+    out, _ = page
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in out.read_text()
+    scroll, inner = widths_at(chromium, out, tmp_path, NARROW_PX)
+    assert inner == NARROW_PX
+    assert scroll <= NARROW_PX
+
+
+def test_width_check_sees_a_wide_page(chromium, tmp_path):
+    """The same measurement on a page with a 1500 px table reports it wider than the window."""
+    wide = tmp_path / "wide.html"
+    wide.write_text('<!DOCTYPE html><html><head><meta name="viewport" content="width=device-width">'
+                    '<link rel="icon" href="data:,"></head><body>'
+                    '<table style="width:1500px"><tr><td>x</td></tr></table></body></html>')
+    scroll, _ = widths_at(chromium, wide, tmp_path, NARROW_PX)
+    assert scroll > NARROW_PX
 
 
 def test_chromium_check_catches_errors(chromium, tmp_path):

@@ -13,10 +13,16 @@ from batchlab.serving.systems import PRESETS
 from batchlab.workload import make_workload
 from conftest import run_cli
 
-AZURE_CONV = Path("/work/shared/data/AzureLLMInferenceTrace_conv.csv")
+# CI lays shared/ beside the repository, as on a developer machine
+AZURE_CONV = Path(__file__).resolve().parents[2] / "shared" / "data" / "AzureLLMInferenceTrace_conv.csv"
 COMPARE = ("compare", "--requests", "120", "--rates", "4,32", "--json")
 SYSTEMS = ["static", "orca-max", "orca-oracle", "sequential"]
-RATE_KEYS = {"rate", "ttft_p50", "ttft_p99", "tpot_mean", "itl_p99", "throughput", "slo_attainment", "mean_batch"}
+# vLLM's keys (latencies in ms), then batchlab's own
+RATE_KEYS = {"rate", "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+             "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+             *(f"{s}_{m}_ms" for s in ("mean", "median", "std", "p50", "p90", "p99", "max")
+               for m in ("ttft", "tpot", "itl", "e2el")),
+             "steady_output_throughput", "slo_attainment", "mean_batch"}
 
 
 @pytest.fixture(scope="module")
@@ -29,28 +35,40 @@ def compare_out():
 def test_compare_json_keys(compare_out):
     data = json.loads(compare_out)
     assert [s["name"] for s in data["systems"]] == SYSTEMS
+    assert data["config"]["slo_ms"] == {"ttft": 1000.0, "tpot": 50.0}
     for s in data["systems"]:
-        assert isinstance(s["goodput"], float) and s["goodput"] > 0
+        assert isinstance(s["max_goodput_rate"], float) and s["max_goodput_rate"] > 0
+        assert s["max_goodput_rate_above"] is False
         assert [r["rate"] for r in s["rates"]] == [4.0, 32.0]
         for r in s["rates"]:
             assert set(r) >= RATE_KEYS
             assert 0 <= r["slo_attainment"] <= 1 and r["mean_batch"] >= 1
-        # goodput is a rate in req/s that the search saw pass
+            assert r["completed"] + r["failed"] == 120
+        # max_goodput_rate is a rate in req/s that the search saw pass
         probes = {p["rate"]: p["attainment"] for p in s["goodput_search"]["probes"]}
-        assert probes[s["goodput"]] >= 0.9
-    g = {s["name"]: s["goodput"] for s in data["systems"]}
+        assert probes[s["max_goodput_rate"]] >= 0.9
+    g = {s["name"]: s["max_goodput_rate"] for s in data["systems"]}
     assert g["orca-oracle"] >= g["orca-max"] > 10 * g["static"] and g["orca-max"] > 10 * g["sequential"]
+    # seed L02 §5.4 accounting: one bound, shares of it per system under overload
+    acc = data["accounting"]
+    assert acc["ideal_decode_throughput"] == pytest.approx(acc["ideal_decode_batch"] / acc["ideal_decode_step_ms"] * 1e3)
+    for s in data["systems"]:
+        o = s["overload"]
+        assert o["steady_share_of_ideal"] == pytest.approx(o["steady_output_throughput"] / acc["ideal_decode_throughput"])
+        assert o["prefill_alone_share_of_busy"] == pytest.approx(o["prefill_alone_time"] / o["busy_time"])
+        assert 0 < o["prefill_alone_share_of_busy"] < 1 and 0 < o["steady_share_of_ideal"] < 1
 
 
-def test_compare_figures_are_those_of_one_run_in_seconds(compare_out):
+def test_compare_figures_are_those_of_one_run_in_ms(compare_out):
     data = json.loads(compare_out)
     row = data["systems"][1]["rates"][1]            # orca-max at 32 req/s
     res = simulate(make_workload("chat", 120, 32.0, seed=0), PRESETS["orca-max"],
                    MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"], slo=SLO(ttft=1.0, tpot=0.05))
     m = res.metrics
-    assert row["ttft_p50"] == m.ttft.p50 and row["ttft_p99"] == m.ttft.p99
-    assert row["tpot_mean"] == m.tpot.mean and row["itl_p99"] == m.itl.p99
-    assert row["throughput"] == m.throughput and row["slo_attainment"] == m.slo_attainment
+    assert row["p50_ttft_ms"] == m.ttft.p50 * 1e3 and row["p99_ttft_ms"] == m.ttft.p99 * 1e3
+    assert row["mean_tpot_ms"] == m.tpot.mean * 1e3 and row["p99_itl_ms"] == m.itl.p99 * 1e3
+    assert row["max_ttft_ms"] == m.ttft.max * 1e3
+    assert row["output_throughput"] == m.throughput and row["slo_attainment"] == m.slo_attainment
     assert row["mean_batch"] == res.usage["mean_batch"]
 
 
@@ -66,7 +84,7 @@ def test_simulate_twice_gives_byte_identical_json():
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     data = json.loads(first.stdout)
-    assert data["system"] == "orca-max" and data["metrics"]["served"] == 200
+    assert data["system"] == "orca-max" and data["completed"] == 200 and data["request_rate"] == 20.0
 
 
 # -- trace files ---------------------------------------------------------------------------
@@ -77,7 +95,7 @@ def test_azure_csv_as_it_is(tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["workload"]["requests"] == 300
-    assert data["metrics"]["served"] + data["metrics"]["rejected"] == 300
+    assert data["completed"] + data["failed"] == 300
     lines = (tmp_path / "r.csv").read_text().splitlines()
     assert len(lines) == 301
     # the first record of the file: 374 prompt and 44 output tokens, arriving at 0
@@ -98,7 +116,7 @@ def test_jsonl_trace_with_a_column_mapping(tmp_path):
                   "--json", "--requests-json", str(per_request))
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["metrics"]["served"] == 3 and data["metrics"]["output_tokens"] == 16
+    assert data["completed"] == 3 and data["total_output_tokens"] == 16 and data["total_input_tokens"] == 460
     reqs = json.loads(per_request.read_text())
     assert [(r["id"], r["arrival"], r["prompt"], r["output"]) for r in reqs] == \
         [("q1", 0.0, 120, 8), ("q2", 0.5, 40, 3), ("q3", 0.75, 300, 5)]

@@ -44,7 +44,7 @@ def config(text: str):
 @pytest.fixture(scope="module")
 def serial_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("serial")
-    return out, run_sweep(config(small(goodput=True)), out, backend="serial")
+    return out, run_sweep(config(small(goodput=True)), out, backend="serial", parquet=True)
 
 
 def test_grid_order_and_tables(serial_run):
@@ -54,11 +54,11 @@ def test_grid_order_and_tables(serial_run):
     assert cols[:5] == ["model", "gpu", "system", "max_bs", "rate"]
     assert [(r["system"], r["max_bs"], r["rate"]) for r in rows] == [
         (s, b, r) for s in ("static", "orca-oracle") for b in (16, 128) for r in (4.0, 16.0)]
-    assert all(r["served"] == 50 for r in rows)
+    assert all(r["completed"] == 50 and r["failed"] == 0 for r in rows)
     g_cols, g_rows = result.tables["goodput"]
     assert "rate" not in g_cols and [(r["system"], r["max_bs"]) for r in g_rows] == [
         (s, b) for s in ("static", "orca-oracle") for b in (16, 128)]
-    assert all(r["goodput"] > 0 for r in g_rows)
+    assert all(r["max_goodput_rate"] > 0 and r["max_goodput_rate_above"] is False for r in g_rows)
     # the batch cap is what the run used: a static batch never holds more than max_bs
     assert all(r["max_batch"] <= r["max_bs"] for r in rows)
 
@@ -82,7 +82,7 @@ def test_csv_and_parquet_hold_the_table(serial_run):
 
 def test_pool_gives_the_serial_tables(serial_run, tmp_path):
     out, result = serial_run
-    pooled = run_sweep(config(small(goodput=True)), tmp_path, backend="pool", jobs=2)
+    pooled = run_sweep(config(small(goodput=True)), tmp_path, backend="pool", jobs=2, parquet=True)
     assert pooled.tables == result.tables
     for name in ("points.csv", "goodput.csv", "points.parquet", "goodput.parquet"):
         assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
@@ -94,7 +94,7 @@ def test_resume_skips_stored_points(serial_run, tmp_path):
     lines = (out / PROGRESS_FILE).read_text().splitlines()
     kept = [json.loads(line) for line in lines[:5]]
     for entry in kept:           # mark the stored rows: a re-run would overwrite the mark
-        entry["row"]["e2e_p50" if entry["kind"] == "point" else "probes"] = -1
+        entry["row"]["median_e2el_ms" if entry["kind"] == "point" else "probes"] = -1
     text = "".join(json.dumps(e) + "\n" for e in kept) + lines[5][: len(lines[5]) // 2]
     (tmp_path / PROGRESS_FILE).write_text(text)
     counts = []
@@ -107,7 +107,7 @@ def test_resume_skips_stored_points(serial_run, tmp_path):
               if line.startswith("{") and line.endswith("}")]
     assert sum(e["key"] in marked for e in stored) == 5       # none of them ran again
     all_rows = resumed.tables["points"][1] + resumed.tables["goodput"][1]
-    assert sum(-1 in (r.get("e2e_p50"), r.get("probes")) for r in all_rows) == 5
+    assert sum(-1 in (r.get("median_e2el_ms"), r.get("probes")) for r in all_rows) == 5
     # unmarked rows are the uninterrupted sweep's
     want = result.tables["points"][1] + result.tables["goodput"][1]
     same = [r for r, w in zip(all_rows, want) if r == w]

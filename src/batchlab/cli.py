@@ -8,9 +8,11 @@ dependencies inside `run`, so `batchlab --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
+from batchlab import __version__
 from batchlab.errors import InputError
 
 DESCRIPTION = ("Understand, simulate and measure how LLM serving batches and schedules requests. "
@@ -24,11 +26,17 @@ COMMANDS = (
     "tick",
     "workload",
     "cost",
+    "calibrate",
+    "validate",
     "clipper",
     "mini",
     "knobs",
     "sweep",
     "report",
+    "bench",
+    "serve",
+    "fleet",
+    "plan",
 )
 
 
@@ -36,11 +44,21 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit code 2."""
 
     def error(self, message: str):  # noqa: D102 - argparse's own hook
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}{_command_hint(message)}\n")
+
+
+def _command_hint(message: str) -> str:
+    """' (did you mean 'compare'?)' for a mistyped subcommand; argparse names no candidate."""
+    if "invalid choice: '" not in message or "argument COMMAND" not in message:
+        return ""
+    typed = message.split("invalid choice: '", 1)[1].split("'", 1)[0]
+    close = difflib.get_close_matches(typed, COMMANDS, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="batchlab", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"batchlab {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subparsers.required = True
     for name in COMMANDS:
@@ -48,10 +66,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def suggestion(typed: str, options: list[str]) -> str:
+    """' (did you mean --x?)' for an unknown option, judged on its name without '=value'."""
+    name = typed.split("=", 1)[0]
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6) if name.startswith("-") else []
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
+    """Report arguments no parser took, under the subcommand's name, with the closest option."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = sub.choices[args.command]
+    options = sorted(s for s in command._option_string_actions if s.startswith("--"))
+    flags = [e for e in extras if e.startswith("-") and e != "-"]
+    first = flags[0] if flags else extras[0]
+    noun = "argument" if len(extras) == 1 else "arguments"
+    command.error(f"unrecognized {noun}: {' '.join(extras)}{suggestion(first, options)}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if not argv:   # as pip does: a bare command is a request for help, not a mistake
+        parser.print_help()
+        return 0
+    try:   # usage errors, --help and --version end in SystemExit; main() returns its code instead
+        if argv[0].startswith("-") and argv[0].split("=", 1)[0] not in parser._option_string_actions:
+            parser.error(f"unrecognized argument: {argv[0]}{suggestion(argv[0], ['--help', '--version'])}")
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            _unknown(parser, args, extras)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
+        from batchlab.commands.outputs import check_destinations
+        check_destinations(args)   # every output flag, before anything runs or is written
         return args.run(args) or 0
     except InputError as exc:
         print(f"batchlab {args.command}: error: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batchlab.errors import InputError
+from batchlab.io_checks import write_atomic
 from batchlab.plots.timeline import phase_spans
 from batchlab.trace import Trace
 
@@ -78,10 +78,5 @@ def trace_events(trace: Trace, name: str = "batchlab run") -> dict:
 
 
 def write_trace_events(trace: Trace, path: str | Path, name: str = "batchlab run") -> Path:
-    path = Path(path)
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(trace_events(trace, name), f, separators=(",", ":"))
-    except OSError as exc:
-        raise InputError(f"field '--perfetto': cannot write {str(path)!r}: {exc.strerror}") from None
-    return path
+    text = json.dumps(trace_events(trace, name), separators=(",", ":"))
+    return write_atomic(path, text, "--perfetto")

@@ -14,9 +14,13 @@ from pathlib import Path
 
 from batchlab.display import formats
 from batchlab.errors import InputError
+from batchlab.io_checks import reading, write_atomic
 
+# Narrow windows: the page never scrolls sideways; a table wider than the window scrolls inside
+# its own box (div.wide), figures shrink to the width, and long configuration lines scroll in <pre>.
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; background: #fff; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1200px; color: #222; background: #fff; }
+div.wide { overflow-x: auto; max-width: 100%; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
@@ -27,9 +31,8 @@ pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 """
 
 
-FORMATS = {"ms": formats.ms, "s": formats.seconds, "pct": formats.pct, "int": formats.num,
-           "one": lambda x: formats.num(x, 1),
-           "g": lambda x: formats.MISSING if x is None else f"{x:,.3g}"}
+FORMATS = {"ms": formats.millis, "pct": formats.pct, "int": formats.num, "rate": formats.rate,
+           "one": lambda x: formats.num(x, 1)}
 
 
 def _fmt(value, kind: str) -> str:
@@ -40,12 +43,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f'<th class="{"name" if k == 0 else ""}">{html.escape(h)}</th>' for k, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f'<td class="{"name" if k == 0 else ""}">{html.escape(c)}</td>'
                                     for k, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-RATE_COLUMNS = (("rate (req/s)", "rate", "g"), ("TTFT p50 (s)", "ttft_p50", "s"), ("TTFT p99 (s)", "ttft_p99", "s"),
-                ("TPOT mean (ms)", "tpot_mean", "ms"), ("ITL p99 (ms)", "itl_p99", "ms"),
-                ("throughput (tok/s)", "throughput", "int"), ("steady (tok/s)", "steady_throughput", "int"),
+RATE_COLUMNS = (("rate (req/s)", "rate", "rate"), ("TTFT median (ms)", "median_ttft_ms", "ms"),
+                ("TTFT p99 (ms)", "p99_ttft_ms", "ms"), ("TPOT mean (ms)", "mean_tpot_ms", "ms"),
+                ("ITL p99 (ms)", "p99_itl_ms", "ms"), ("output (tok/s)", "output_throughput", "int"),
+                ("steady (tok/s)", "steady_output_throughput", "int"),
                 ("SLO attainment", "slo_attainment", "pct"), ("mean batch", "mean_batch", "one"),
                 ("KV held", "kv_held_share", "pct"), ("KV stored", "kv_stored_share", "pct"))
 
@@ -60,10 +64,11 @@ def rate_table(report: dict) -> str:
 
 def goodput_table(report: dict) -> str:
     fleet = report["config"]["fleet_rate"]
-    rows = [[s["name"], _fmt(s["goodput"], "g"), "∞" if s["gpus_needed"] is None else f"{s['gpus_needed']:,}",
+    rows = [[s["name"], formats.goodput_rate(s["max_goodput_rate"], s.get("max_goodput_rate_above", False)),
+             "∞" if s["gpus_needed"] is None else f"{s['gpus_needed']:,}",
              str(len(s["goodput_search"]["probes"])), s["goodput_search"]["status"]]
-            for s in report["systems"] if "goodput" in s]
-    return _table(["system", "goodput (req/s)", f"GPUs for {fleet:g} req/s", "probes", "search"], rows)
+            for s in report["systems"] if "max_goodput_rate" in s]
+    return _table(["system", "max goodput rate (req/s)", f"GPUs for {fleet:g} req/s", "probes", "search"], rows)
 
 
 def overload_table(report: dict) -> str:
@@ -71,8 +76,9 @@ def overload_table(report: dict) -> str:
     for s in report["systems"]:
         o = s.get("overload")
         if o:
-            ratio = o["steady_throughput"] / o["throughput"] if o["throughput"] else None
-            rows.append([s["name"], _fmt(o["throughput"], "int"), _fmt(o["steady_throughput"], "int"),
+            overall, steady = o.get("output_throughput"), o.get("steady_output_throughput")
+            ratio = steady / overall if overall and steady is not None else None
+            rows.append([s["name"], _fmt(overall, "int"), _fmt(steady, "int"),
                          "—" if ratio is None else f"{ratio:.2f}"])
     return _table(["system", "overall (tok/s)", "steady (tok/s)", "steady / overall"], rows)
 
@@ -84,8 +90,8 @@ def svg_image(path: Path, caption: str) -> str:
 
 
 CAPTIONS = {
-    "rate_curves": "TTFT (p50 dashed, p99 solid) and mean TPOT against arrival rate, with the SLO bounds",
-    "goodput": "goodput: the largest arrival rate whose SLO attainment meets the target",
+    "rate_curves": "TTFT (median dashed, p99 solid) and mean TPOT against arrival rate, with the SLO bounds",
+    "goodput": "max goodput rate: the largest arrival rate whose SLO attainment meets the target",
     "run_timeline": "request timeline of the representative run: waiting, prefill, decode",
     "run_kv_memory": "KV memory held (reserved) vs stored over time, representative run",
     "run_batch_size": "batch size over time, representative run",
@@ -96,17 +102,17 @@ CAPTIONS = {
 def render(report: dict, figures: list[Path], title: str | None = None) -> str:
     """The page of a `compare` report dict and the SVG figures drawn from it."""
     cfg = report["config"]
-    slo = cfg["slo"]
+    slo_ms = cfg["slo_ms"]
     title = title or (f"{cfg['model']} on {cfg['gpu']}: {cfg['requests']} {cfg['workload']} requests, "
                       f"{len(report['systems'])} systems")
-    bounds = [f"TTFT ≤ {slo['ttft']:g} s" if slo.get("ttft") else "",
-              f"TPOT ≤ {slo['tpot'] * formats.MS:g} ms" if slo.get("tpot") else ""]
+    bounds = [f"{name} ≤ {slo_ms[key]:g} ms" for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2EL"))
+              if slo_ms.get(key)]
     parts = [f"<h1>{html.escape(title)}</h1>",
              f"<p>SLO: {html.escape(' and '.join(b for b in bounds if b) or 'none')}; goodput target "
              f"{cfg['slo_target'] * 100:g}% of requests; seed {cfg['seed']}.</p>",
              "<h2>Latency and throughput per arrival rate</h2>", rate_table(report)]
-    if any("goodput" in s for s in report["systems"]):
-        parts += ["<h2>Goodput</h2>", goodput_table(report)]
+    if any("max_goodput_rate" in s for s in report["systems"]):
+        parts += ["<h2>Largest rate within the SLO</h2>", goodput_table(report)]
     if any(s.get("overload") for s in report["systems"]):
         parts += [f"<h2>Throughput under overload ({cfg['overload_rate']:g} req/s)</h2>", overload_table(report)]
     svgs = {p.stem: p for p in figures if p.suffix == ".svg"}
@@ -116,6 +122,7 @@ def render(report: dict, figures: list[Path], title: str | None = None) -> str:
     parts += ["<h2>Configuration</h2>", f"<pre>{html.escape(json.dumps(cfg, indent=2))}</pre>"]
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<link rel="icon" href="data:,">'
             f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n")
 
@@ -129,20 +136,21 @@ def write_report(report: dict, out: str | Path, cfg=None) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         figures = plot_report(report, tmp) if cfg is None else plot_compare(report, cfg, tmp)
         page = render(report, figures)
-    try:
-        out.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"field '--out': cannot write {str(out)!r}: {exc.strerror}") from None
-    return out
+    return write_atomic(out, page, "--out")
 
 
 def read_report(path: str | Path) -> dict:
     """A `batchlab compare --json` file, checked for the fields the page needs."""
     try:
-        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"field '--from': cannot read {str(path)!r}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise InputError(f"field '--from': {str(path)!r} is not JSON: {exc}") from None
+    try:
+        with reading(f"field '--from': {str(path)!r}"):
+            report = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise InputError(f"field '--from': {str(path)!r} is not JSON: {exc}") from None
     if not isinstance(report, dict) or not isinstance(report.get("systems"), list) or "config" not in report:
         raise InputError(f"field '--from': {str(path)!r} is not a `batchlab compare --json` report "
@@ -150,7 +158,7 @@ def read_report(path: str | Path) -> dict:
     for k, sys in enumerate(report["systems"]):
         if not isinstance(sys, dict) or "name" not in sys or not isinstance(sys.get("rates"), list):
             raise InputError(f"field '--from': {str(path)!r}: systems[{k}]: needs 'name' and a 'rates' list")
-    for key in ("model", "gpu", "workload", "requests", "seed", "slo", "slo_target", "fleet_rate"):
+    for key in ("model", "gpu", "workload", "requests", "seed", "slo_ms", "slo_target", "fleet_rate"):
         if key not in report["config"]:
             raise InputError(f"field '--from': {str(path)!r}: config: field {key!r} missing")
     return report

@@ -9,7 +9,6 @@ record and the field.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import numpy as np
 from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.unit import UnitExecutor
+from batchlab.io_checks import MAX_REQUESTS, MAX_TOKENS, brief, load_json, reading, token_count, whole
 from batchlab.request import Request
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.trace import Trace
@@ -26,9 +26,15 @@ POLICIES = ("static", "continuous")
 REQUEST_FIELDS = ("id", "arrival", "prompt_tokens", "output_tokens")
 SETTINGS = ("max_active", "token_budget", "chunk_size")
 CASE_FIELDS = ("requests", *SETTINGS, "policy")
-# minimum value of each integer field
+# minimum and maximum value of each integer field
 MINIMUM = {"arrival": 0, "prompt_tokens": 1, "output_tokens": 1,
            "max_active": 1, "token_budget": 1, "chunk_size": 1}
+# Idle stretches are skipped, so a late arrival costs nothing; 2**53 keeps every tick exact as a float.
+MAXIMUM = {"arrival": 2**53, "prompt_tokens": MAX_TOKENS, "output_tokens": MAX_TOKENS,
+           "max_active": MAX_REQUESTS, "token_budget": MAX_TOKENS, "chunk_size": MAX_TOKENS}
+# Every round is recorded and serves at least one token of work, so the work bounds the rounds:
+# past this a case is no longer one to follow by hand, and it would run and print for minutes.
+MAX_WORK_TOKENS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,11 @@ class TickCase:
             _check_int(getattr(self, name), name, None)
         if self.policy not in (*POLICIES, "both"):
             raise InputError(f"field 'policy': unknown policy {self.policy!r} (choose from static, continuous, both)")
+        work = sum(r.prompt_tokens + r.output_tokens for r in self.requests)
+        if work > MAX_WORK_TOKENS:
+            raise InputError(f"fields 'prompt_tokens' and 'output_tokens': {work:,} tokens in all, more than the "
+                             f"tick model's {MAX_WORK_TOKENS:,} (it records every round; `batchlab simulate` "
+                             "serves workloads this large)")
 
     def scheduler_config(self, policy: str) -> SchedulerConfig:
         return SchedulerConfig(batching=policy, max_active=self.max_active, prefill="chunked",
@@ -77,12 +88,16 @@ def _record(k: int, rid: object) -> str:
     return f"request {k}" + (f" (id {rid!r})" if isinstance(rid, str) else "")
 
 
-def _check_int(value: object, name: str, record: str | None) -> None:
+def _check_int(value: object, name: str, record: str | None) -> int:
+    """The value as an int, or InputError naming the record and field; token counts are checked
+    as everywhere else (`io_checks.token_count`)."""
     where = f"{record}: field '{name}'" if record else f"field '{name}'"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{where}: must be an integer, got {value!r}")
-    if value < MINIMUM[name]:
-        raise InputError(f"{where}: must be >= {MINIMUM[name]}, got {value}")
+    try:
+        if name in ("prompt_tokens", "output_tokens"):
+            return token_count(value, None, minimum=MINIMUM[name], maximum=MAXIMUM[name])
+        return whole(value, None, ge=MINIMUM[name], le=MAXIMUM[name], what="an integer")
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
 
 
 # -- reading a case ----------------------------------------------------------------------
@@ -90,7 +105,8 @@ def _check_int(value: object, name: str, record: str | None) -> None:
 def read_case_text(path: str) -> tuple[str, str]:
     """The text of a case file (`-` is standard input) and the name to cite in errors."""
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        with reading("<stdin>"):      # bytes that are not UTF-8 text
+            return sys.stdin.read(), "<stdin>"
     try:
         with open(path, encoding="utf-8") as f:
             return f.read(), path
@@ -101,10 +117,7 @@ def read_case_text(path: str) -> tuple[str, str]:
 
 def parse_case(text: str, source: str, overrides: dict[str, object] | None = None) -> TickCase:
     """A validated case from JSON text; `overrides` (flags) replace the file's settings."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    data = load_json(text, source)
     if not isinstance(data, dict):
         raise InputError(f"{source}: the top level must be a JSON object with a 'requests' list")
     unknown = sorted(set(data) - set(CASE_FIELDS))
@@ -115,6 +128,7 @@ def parse_case(text: str, source: str, overrides: dict[str, object] | None = Non
     for name in SETTINGS:
         if name not in values:
             raise InputError(f"{source}: field '{name}': missing (set it in the file or with --{name.replace('_', '-')})")
+        values[name] = _check_int(values[name], name, source)
     if "requests" not in data:
         raise InputError(f"{source}: field 'requests': missing")
     return TickCase(requests=_parse_requests(data["requests"], source),
@@ -132,7 +146,7 @@ def _parse_requests(items: object, source: str) -> tuple[TickRequest, ...]:
         last = " (the last record)" if k == len(items) - 1 and k > 0 else ""
         record = f"{source}: request {k}{last}"
         if not isinstance(item, dict):
-            raise InputError(f"{record}: must be an object with fields {', '.join(REQUEST_FIELDS)}, got {item!r}")
+            raise InputError(f"{record}: must be an object with fields {', '.join(REQUEST_FIELDS)}, got {brief(item)}")
         unknown = sorted(set(item) - set(REQUEST_FIELDS))
         if unknown:
             raise InputError(f"{record}: field {unknown[0]!r}: unknown field (expected {', '.join(REQUEST_FIELDS)})")
@@ -141,9 +155,9 @@ def _parse_requests(items: object, source: str) -> tuple[TickRequest, ...]:
             raise InputError(f"{record}: field {missing[0]!r}: missing")
         if not isinstance(item["id"], str) or not item["id"]:
             raise InputError(f"{record}: field 'id': must be a non-empty string, got {item['id']!r}")
-        for name in REQUEST_FIELDS[1:]:
-            _check_int(item[name], name, f"{record} (id {item['id']!r})")
-        parsed.append(TickRequest(item["id"], item["arrival"], item["prompt_tokens"], item["output_tokens"]))
+        arrival, prompt, output = (_check_int(item[name], name, f"{record} (id {item['id']!r})")
+                                   for name in REQUEST_FIELDS[1:])
+        parsed.append(TickRequest(item["id"], arrival, prompt, output))
     return tuple(parsed)
 
 

@@ -7,6 +7,20 @@ the oldest queued input has waited `max_wait_s` (the delayed-batching deadline, 
 on each real call. Failures stay with their callers: a result that is an exception instance goes
 to its own caller; a call that raises is split in halves and retried until the bad inputs are
 alone (so `fn` must be safe to call again on the same inputs), unless `isolate_failures=False`.
+
+No caller waits forever, whatever fails:
+- `fn` raising a BaseException that is not an Exception (a CancelledError from an inner call, a
+  custom BaseException) is not a bad input, so it is not retried: the callers of that call get a
+  `BatchFunctionError` whose `__cause__` is the original (a caller that was not cancelled must not
+  see CancelledError), and the worker goes on with the queue. KeyboardInterrupt and SystemExit
+  fail every queued caller the same way, then propagate: asyncio stops the loop for them, and
+  the next input starts a fresh worker.
+- A controller whose `batch_size()` or `observe()` raises does not fail anyone: its results
+  stand, the size falls back to `max_batch`, and the error goes to the event loop's exception
+  handler (logged by default) and `metrics.controller_errors`.
+- The worker itself being cancelled (its loop is shutting down) cancels every queued caller.
+- Anything else escaping the worker (a bug) fails every queued caller with `BatchFunctionError`
+  before the worker ends; the next input starts a fresh one.
 """
 
 from __future__ import annotations
@@ -48,12 +62,13 @@ class BatchRecord:
 @dataclass(slots=True)
 class BatcherMetrics:
     batches: int = 0  # calls of the batch function that returned, retries included
-    items: int = 0  # inputs that got a result or an exception from a call
+    items: int = 0  # inputs that got a result or an exception
     failed_items: int = 0  # callers that received an exception
     cancelled_items: int = 0  # callers that gave up before their result was delivered
     rejected: int = 0  # submissions refused because the queue was full
     split_calls: int = 0  # calls that raised and were split to isolate the bad inputs
     target_misses: int = 0  # calls slower than the latency target
+    controller_errors: int = 0  # controller calls that raised (reported, then ignored)
     total_wait_s: float = 0.0
     max_wait_s: float = 0.0
     sizes: Counter = field(default_factory=Counter)  # batch size -> count
@@ -76,6 +91,7 @@ class BatcherMetrics:
             "rejected": self.rejected,
             "split_calls": self.split_calls,
             "target_misses": self.target_misses,
+            "controller_errors": self.controller_errors,
             "mean_batch": self.mean_batch,
             "mean_wait_s": self.mean_wait_s,
             "max_wait_s": self.max_wait_s,
@@ -89,6 +105,7 @@ class _Pending:
     item: Any
     future: asyncio.Future
     enqueued: float  # loop time
+    settled: bool = False  # a call's result or error was delivered (or found its caller gone)
 
 
 def _check(name: str, ok: bool, value: object, rule: str) -> None:
@@ -237,38 +254,83 @@ class AdaptiveBatcher(Generic[T, R]):
             self.metrics.cancelled_items += 1
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            self._prune_head()
-            while not self._queue:
-                if self._closing:
+        batch: list[_Pending] = []
+        try:
+            while True:
+                batch = []
+                await self._serve_next(batch)
+                if self._closing and not self._queue:
                     return
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                self._prune_head()
-            limit = max(1, min(self.controller.batch_size(), self.max_batch))
-            deadline = self._queue[0].enqueued + self.max_wait_s
-            while not self._closing and not self._live_at_least(limit) and loop.time() < deadline:
-                self._wakeup.clear()
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await self._wakeup.wait()
-                except TimeoutError:
-                    break
-            batch = self._take(limit)
-            if batch:
-                now = loop.time()
-                waits = [now - p.enqueued for p in batch]
-                self.metrics.total_wait_s += sum(waits)
-                self.metrics.max_wait_s = max(self.metrics.max_wait_s, *waits)
-                try:
-                    await self._call(batch, max(waits))
-                except BaseException:
-                    # The worker is being cancelled (or fn raised CancelledError): nobody may hang.
-                    for pending in batch:
-                        if not pending.future.done():
-                            pending.future.cancel()
-                    raise
+        except BaseException as exc:
+            # Cancelled, interrupted, or a bug: nobody may be left waiting on a dead worker.
+            self._abandon(batch, exc)
+            raise
+
+    async def _serve_next(self, batch: list[_Pending]) -> None:
+        """Wait for inputs, form one batch (filled into `batch`, the caller's list) and run it."""
+        loop = asyncio.get_running_loop()
+        self._prune_head()
+        while not self._queue:
+            if self._closing:
+                return
+            self._wakeup.clear()
+            await self._wakeup.wait()
+            self._prune_head()
+        limit = self._batch_limit()
+        deadline = self._queue[0].enqueued + self.max_wait_s
+        while not self._closing and not self._live_at_least(limit) and loop.time() < deadline:
+            self._wakeup.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                break
+        batch += self._take(limit)
+        if not batch:
+            return
+        now = loop.time()
+        waits = [now - p.enqueued for p in batch]
+        self.metrics.total_wait_s += sum(waits)
+        self.metrics.max_wait_s = max(self.metrics.max_wait_s, *waits)
+        try:
+            await self._call(batch, max(waits))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            if _worker_cancelled():
+                raise
+            # not a bad input (those are Exceptions, handled in _call): fail this batch, go on
+            if isinstance(exc, Exception):
+                self._deliver_rest(batch, _wrapped(exc, "the batcher failed on this batch:"))
+            else:
+                self._deliver_rest(batch, _wrapped(exc, "the batch function raised"))
+
+    def _abandon(self, batch: list[_Pending], exc: BaseException) -> None:
+        """Settle every caller still waiting when the worker ends abnormally."""
+        left = [p for p in batch if not p.settled] + list(self._queue)
+        self._queue = deque()
+        if isinstance(exc, asyncio.CancelledError) and _worker_cancelled():
+            for pending in left:   # the batcher is being torn down with its loop
+                pending.future.cancel()
+            return
+        self._deliver_rest(left, _wrapped(exc, "the batcher's worker stopped:"))
+
+    def _batch_limit(self) -> int:
+        try:
+            size = self.controller.batch_size()
+            return max(1, min(int(size), self.max_batch))
+        except Exception as exc:   # int(size) too: a size that is no number is the controller's bug
+            self._controller_failed("batch_size", exc)
+            return self.max_batch
+
+    def _controller_failed(self, method: str, exc: Exception) -> None:
+        self.metrics.controller_errors += 1
+        asyncio.get_running_loop().call_exception_handler({
+            "message": f"AdaptiveBatcher: the controller's {method}() raised; "
+                       + ("this batch is formed at max_batch" if method == "batch_size"
+                          else "the results stand, the controller did not learn from this call"),
+            "exception": exc,
+        })
 
     def _take(self, limit: int) -> list[_Pending]:
         batch: list[_Pending] = []
@@ -295,7 +357,10 @@ class AdaptiveBatcher(Generic[T, R]):
                 self._deliver(batch, [exc] * len(batch))
             return
         latency = self._clock() - started
-        self.controller.observe(len(batch), latency)
+        try:
+            self.controller.observe(len(batch), latency)
+        except Exception as exc:   # the results stand: a broken controller fails nobody
+            self._controller_failed("observe", exc)
         self.metrics.batches += 1
         self.metrics.sizes[len(batch)] += 1
         self.metrics.history.append(BatchRecord(len(batch), latency, max_wait))
@@ -313,13 +378,41 @@ class AdaptiveBatcher(Generic[T, R]):
     def _deliver(self, batch: list[_Pending], results) -> None:
         for pending, result in zip(batch, results):
             self.metrics.items += 1
+            pending.settled = True
             if pending.future.done():  # the caller was cancelled while its batch ran
                 self.metrics.cancelled_items += 1
             elif isinstance(result, BaseException):
                 self.metrics.failed_items += 1
-                pending.future.set_exception(result)
+                pending.future.set_exception(_raisable(result))
             else:
                 pending.future.set_result(result)
+
+    def _deliver_rest(self, batch: list[_Pending], error: BaseException) -> None:
+        """`error` to every caller of `batch` that has not had its result yet."""
+        rest = [p for p in batch if not p.settled]
+        self._deliver(rest, [error] * len(rest))
+
+
+def _worker_cancelled() -> bool:
+    """Whether the running task (the worker) has been asked to cancel, as opposed to
+    something it awaited raising CancelledError on its own."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _wrapped(exc: BaseException, what: str) -> BatchFunctionError:
+    error = BatchFunctionError(f"{what} {type(exc).__name__}{': ' if str(exc) else ''}{exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _raisable(exc: BaseException) -> BaseException:
+    """An exception result as its caller may receive it: Exceptions as they are; CancelledError,
+    KeyboardInterrupt and other BaseExceptions (which mean something else to asyncio when they
+    surface in a task), and StopIteration (which a future refuses), wrapped."""
+    if isinstance(exc, Exception) and type(exc) is not StopIteration:
+        return exc
+    return _wrapped(exc, "the batch function returned")
 
 
 def _fresh_controller(controller: BatchController) -> BatchController:

@@ -5,24 +5,33 @@ from __future__ import annotations
 import argparse
 import json
 
-from batchlab.commands import options
+from batchlab.commands import flagtypes, options
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("goodput", help="search the largest rate that meets the SLO",
-                              description="Bracket, then bisect the arrival rate until the share of "
-                                          "requests within the SLO crosses the target; the same "
-                                          "request sample is served at every probe.")
+    p = subparsers.add_parser("goodput", help="search the largest rate that meets the SLO (max_goodput_rate)",
+                              description="max_goodput_rate: the largest arrival rate at which at "
+                                          "least --slo-target of the requests meet the SLO (seed L02 "
+                                          "§5.3, DistServe's goodput; vLLM's request_goodput is "
+                                          "another figure, the requests within the SLO per second of "
+                                          "one run). Bracket, then bisect the arrival rate until the "
+                                          "share of requests within the SLO crosses the target; the "
+                                          "same request sample is served at every probe. A search "
+                                          "whose ceiling still passes reports \"> R\".")
     options.add_common_system(p, "orca-oracle")
     options.add_hardware(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
-    p.add_argument("--tolerance", type=float, default=0.02,
+    options.add_save_result(p)
+    p.add_argument("--tolerance", type=flagtypes.positive, default=0.02,
                    help="relative width of the final bracket (default: %(default)s)")
-    p.add_argument("--start", type=float, default=1.0, help="first rate probed, req/s (default: %(default)s)")
-    p.add_argument("--fleet-rate", type=float, default=100.0,
+    p.add_argument("--start", type=flagtypes.finite_rate,
+                   default=1.0, help="first rate probed, req/s (default: %(default)s)")
+    p.add_argument("--fleet-rate", type=flagtypes.finite_rate, default=100.0,
                    help="report the GPUs needed to serve this many req/s (default: %(default)s)")
     options.add_jobs(p)
+    p.add_argument("--plot", metavar="DIR",
+                   help="write the goodput bars and each search's probes (PNG and SVG) into DIR")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=run)
 
@@ -32,33 +41,41 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.serving.experiments import Setting, goodput, run_tasks
     from batchlab.serving.systems import parse_systems
 
-    systems = parse_systems(args.systems)
+    from batchlab.io_checks import named
+
+    with named("systems", "--systems"):
+        systems = parse_systems(args.systems)
     model, gpu = options.hardware(args)
     slo = options.slo(args)
     if not args.tolerance > 0:
         raise InputError(f"field '--tolerance': must be > 0, got {args.tolerance}")
     setting = Setting(options.workload(args), model, gpu, slo, args.context_mode, args.seed)
     jobs = options.jobs(args)
-    searches = run_tasks([(goodput, (setting, sys, args.slo_target, args.tolerance, args.start))
-                          for sys in systems], min(jobs, len(systems)))
-    out = {"systems": [{"name": sys.name, "goodput": s.goodput,
-                        "gpus_needed": s.gpus_needed(args.fleet_rate),
-                        **s.to_dict()} for sys, s in zip(systems, searches)],
+    save = options.result_path(args, f"goodput-{args.systems}-{model.name}-{gpu.name}")
+    with named("start", "--start"):
+        searches = run_tasks([(goodput, (setting, sys, args.slo_target, args.tolerance, args.start))
+                              for sys in systems], min(jobs, len(systems)))
+    out = {"systems": [{"name": sys.name, **s.to_dict(), "gpus_needed": s.gpus_needed(args.fleet_rate)}
+                       for sys, s in zip(systems, searches)],
            "config": {"model": model.name, "gpu": gpu.name, "workload": setting.workload.name,
-                      "requests": len(setting.workload), "slo": slo.to_dict(), "slo_target": args.slo_target,
+                      "requests": len(setting.workload), "slo_ms": slo.to_ms(), "slo_target": args.slo_target,
                       "fleet_rate": args.fleet_rate}}
+    if args.plot:
+        from batchlab.commands.written import say_wrote
+        from batchlab.plots import goodput_bars, goodput_probes
+        about = (f"{len(setting.workload)} {setting.workload.name} requests, {model.name} on {gpu.name}")
+        say_wrote(goodput_bars(out["systems"], args.plot, target=args.slo_target, fleet_rate=args.fleet_rate,
+                               title=f"largest rate meeting the SLO: {about}"))
+        say_wrote(goodput_probes(out["systems"], args.plot, target=args.slo_target,
+                                 title=f"goodput search: SLO attainment per probed rate, {about}"))
+    if save is not None:
+        from batchlab.commands.written import say_wrote
+        options.save_result(save, out)
+        say_wrote([save])
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     from batchlab.display import console as make_console
-    from rich.table import Table
-    t = Table(title=f"goodput of {out['config']['requests']} {out['config']['workload']} requests, "
-                    f"{model.name} on {gpu.name}, target {args.slo_target:g}")
-    for col in ("system", "goodput (req/s)", f"GPUs for {args.fleet_rate:g} req/s", "bracket", "probes"):
-        t.add_column(col)
-    for s in out["systems"]:
-        bracket = f"[{s['lo'] if s['lo'] is not None else 0:.4g}, {s['hi'] if s['hi'] is not None else float('inf'):.4g})"
-        t.add_row(s["name"], f"{s['goodput']:.4g}", "∞" if s["gpus_needed"] is None else str(s["gpus_needed"]),
-                  bracket, str(len(s["probes"])))
-    make_console().print(t)
+    from batchlab.display.serving_tables import search_table
+    make_console().print(search_table(out))
     return 0

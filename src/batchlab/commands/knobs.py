@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from batchlab.commands import options
+from batchlab.commands import flagtypes, options
 
 EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt")
 
@@ -22,16 +22,26 @@ def register(subparsers) -> None:
                     "choice; left unset (None), each experiment keeps its own.")
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
                    help=f"experiments to run, from {', '.join(EXPERIMENT_NAMES)} (default: all)")
-    p.add_argument("--rates", metavar="LIST", help="comma-separated arrival rates in req/s")
+    p.add_argument("--rates", metavar="LIST", type=flagtypes.rate_list,
+                   help="comma-separated arrival rates in req/s")
     options.add_common_system(p, None)
     options.add_hardware(p)
     options.add_workload(p, rate=False)
     p.set_defaults(workload=None)   # each experiment's own workload unless given
     g = p.add_argument_group("SLO (default: each experiment's own)")
-    g.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT bound in seconds")
-    g.add_argument("--slo-tpot", type=float, metavar="MS", help="TPOT bound in milliseconds")
+    g.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="SLO bounds as vLLM writes them, KEY:MS pairs with keys ttft, tpot, e2el in "
+                        "milliseconds; replaces every experiment's SLO")
+    g.add_argument("--slo-ttft", type=flagtypes.positive,
+                   metavar="S", help="older spelling: TTFT bound in seconds")
+    g.add_argument("--slo-tpot", type=flagtypes.positive,
+                   metavar="MS", help="older spelling: TPOT bound in milliseconds")
+    options.add_percentiles(p)
+    options.add_save_result(p)
     options.add_jobs(p)
-    p.add_argument("--plot", metavar="DIR", help="write each experiment's rate curves (PNG and SVG) into DIR")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write each experiment's figure (PNG and SVG) into DIR: KV held vs stored, "
+                        "throughput against TPOT, TTFT per order, latency against load")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
 
@@ -44,10 +54,9 @@ def build_plan(args: argparse.Namespace) -> list:
     from batchlab.serving.experiments import Setting
     from batchlab.serving.knobs import Overrides, select
 
-    for name in ("slo_ttft", "slo_tpot"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise InputError(f"field '--{name.replace('_', '-')}': must be > 0, got {value}")
+    options.check_slo_flags(args)
+    whole = options.slo(args, default=(None, None)) if args.goodput is not None else None
+    _, percentiles = options.latency_selection(args)
     systems = None
     if args.systems is not None:
         systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
@@ -65,8 +74,8 @@ def build_plan(args: argparse.Namespace) -> list:
         kind = "trace" if args.trace else args.workload or e.workload
         if kind not in workloads:  # one sample per kind, shared by the experiments using it
             workloads[kind] = options.workload(argparse.Namespace(**{**vars(args), "workload": kind}))
-        plan.append((e, Setting(workloads[kind], model, gpu, SLO(ttft=e.slo[0], tpot=e.slo[1]),
-                                args.context_mode, args.seed)))
+        slo = whole if whole is not None else SLO(ttft=e.slo[0], tpot=e.slo[1])
+        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles)))
     return plan
 
 
@@ -74,20 +83,27 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.display import console as make_console
     from batchlab.serving.knobs import run_knobs, tasks
 
-    plan = build_plan(args)
+    from batchlab.io_checks import named
+
+    with named("system", "--systems"):      # the systems an experiment names itself are known
+        plan = build_plan(args)
     jobs = options.jobs(args)
+    names = "-".join(e.name for e, _ in plan)
+    save = options.result_path(args, f"knobs-{names}-{plan[0][1].model.name}-{plan[0][1].gpu.name}")
     with options.progress(len(tasks(plan))) as advance:
         report = run_knobs(plan, jobs, on_done=advance)
     err = make_console(stderr=True)
     if args.plot:
-        from batchlab.plots import rate_curves
-        for exp in report["experiments"]:
-            paths = rate_curves(exp["systems"], args.plot, stem=f"knobs_{exp['name']}",
-                                slo=exp["config"]["slo"], title=f"{exp['section']} {exp['title']}")
-            for path in paths:
-                err.print(f"wrote {path}")
+        from batchlab.commands.written import say_wrote
+        from batchlab.plots import knobs_figure
+        for exp, (e, setting) in zip(report["experiments"], plan):
+            say_wrote(knobs_figure(exp, args.plot, setting, e.parsed_systems()))
+    shown = options.reported(args, report)
+    if save is not None:
+        options.save_result(save, shown)
+        err.print(f"wrote {save}")
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(shown, indent=2))
         return 0
     from batchlab.display.knobs_tables import experiment_table, findings_table
     console = make_console()

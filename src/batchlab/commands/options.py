@@ -5,8 +5,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+from batchlab.commands import flagtypes
+
 MS_PER_S = 1e3
 DEFAULT_SYSTEMS = "static,orca-max,orca-oracle,sequential"
+
+
+class Spelled(argparse.Action):
+    """Store the value, and which of the option's spellings the user typed (in `<dest>_flag`), so
+    a message names the flag as typed: --requests or --num-prompts, --rate or --request-rate."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_flag", option_string)
+
+
+def flag(args: argparse.Namespace, dest: str, default: str) -> str:
+    """The spelling of an aliased option the user typed (`default` when not given)."""
+    return getattr(args, f"{dest}_flag", None) or default
 
 
 def add_hardware(p: argparse.ArgumentParser) -> None:
@@ -15,11 +31,14 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
                    help="model preset or .toml/.json spec file (default: %(default)s)")
     g.add_argument("--gpu", default="H100-SXM", metavar="G",
                    help="GPU preset or .toml/.json spec file (default: %(default)s)")
-    g.add_argument("--mfu", type=float, help="override the GPU's compute efficiency")
-    g.add_argument("--mbu", type=float, help="override the GPU's bandwidth efficiency")
-    g.add_argument("--overhead-ms", type=float, help="override the fixed per-step overhead")
-    g.add_argument("--memory-utilization", type=float,
+    g.add_argument("--mfu", type=flagtypes.efficiency, help="override the GPU's compute efficiency")
+    g.add_argument("--mbu", type=flagtypes.efficiency, help="override the GPU's bandwidth efficiency")
+    g.add_argument("--overhead-ms", type=flagtypes.real(ge=0), help="override the fixed per-step overhead")
+    g.add_argument("--memory-utilization", type=flagtypes.share,
                    help="override the share of GPU memory for weights and KV")
+    g.add_argument("--cost", choices=("roofline", "operators"),
+                   help="cost model: one roofline per step, or one per operator "
+                        "(default: the GPU spec's cost_model, roofline for the presets)")
 
 
 def hardware(args: argparse.Namespace):
@@ -28,55 +47,141 @@ def hardware(args: argparse.Namespace):
 
     from batchlab.hardware import resolve_gpu, resolve_model
 
-    gpu = resolve_gpu(args.gpu)
+    from batchlab.io_checks import named
+
+    with named("gpu", "--gpu"):
+        gpu = resolve_gpu(args.gpu)
     overrides = {"mfu": args.mfu, "mbu": args.mbu, "memory_utilization": args.memory_utilization,
-                 "step_overhead_s": None if args.overhead_ms is None else args.overhead_ms / MS_PER_S}
+                 "step_overhead_s": None if args.overhead_ms is None else args.overhead_ms / MS_PER_S,
+                 "cost_model": getattr(args, "cost", None)}
     overrides = {key: value for key, value in overrides.items() if value is not None}
     if overrides:
         gpu = dataclasses.replace(gpu, **overrides)
-    return resolve_model(args.model), gpu
+    with named("model", "--model"):
+        return resolve_model(args.model), gpu
+
+
+# Built-in traces: replayed with their own timing unless a rate is given.
+TRACE_WORKLOADS = ("azure-conv", "mooncake-conv", "mooncake-synthetic")
 
 
 def add_workload(p: argparse.ArgumentParser, rate: bool = True) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--workload", default="chat", metavar="KIND",
-                   help="chat, long, orca, fixed or azure-conv (default: %(default)s)")
+                   help="chat, long, orca, fixed, sessions, few-shot (shared prefixes), or a built-in "
+                        "trace: azure-conv, mooncake-conv, mooncake-synthetic (default: %(default)s)")
     g.add_argument("--trace", metavar="FILE", help="replay a CSV or JSONL trace instead of --workload")
     g.add_argument("--columns", metavar="MAP",
                    help="trace column mapping, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,"
                         "output=GeneratedTokens[,id=ID] (default: the Azure trace's columns)")
-    g.add_argument("--requests", type=int, default=600, metavar="N", help="number of requests (default: %(default)s)")
+    g.add_argument("--num-prompts", "--requests", dest="requests", type=flagtypes.requests,
+                   default=600, metavar="N",
+                   action=Spelled, help="number of requests (default: %(default)s)")
     if rate:
-        g.add_argument("--rate", type=float, metavar="R",
-                       help="mean arrival rate in req/s (traces: rescale to it; default 1 for generated)")
-    g.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson", help="arrival process")
-    g.add_argument("--burstiness", type=float, default=1.0,
-                   help="gamma shape: 1 is Poisson, below 1 burstier (default: %(default)s)")
-    g.add_argument("--prompt", type=int, help="prompt tokens of the fixed workload")
-    g.add_argument("--output", type=int, help="output tokens of the fixed workload")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+        g.add_argument("--request-rate", "--rate", dest="rate", type=flagtypes.rate,
+                       metavar="R", action=Spelled,
+                       help="mean arrival rate in req/s; inf sends every request at time 0 "
+                            "(traces: rescale to it; default 1 for generated)")
+    g.add_argument("--arrival", choices=("poisson", "gamma"),
+                   help="arrival process (default: poisson, or gamma when --burstiness is given)")
+    g.add_argument("--burstiness", type=flagtypes.positive,
+                   help="gamma shape, as vLLM's --burstiness: 1 is Poisson, below 1 burstier, above 1 "
+                        "more regular; giving it selects gamma arrivals (default: 1)")
+    g.add_argument("--prompt", type=flagtypes.positive_tokens, help="prompt tokens of the fixed workload")
+    g.add_argument("--output", type=flagtypes.positive_tokens, help="output tokens of the fixed workload")
+    g.add_argument("--seed", type=flagtypes.seed, default=0, help="random seed (default: %(default)s)")
     g.add_argument("--context-mode", choices=("reject", "clip"), default="reject",
                    help="requests longer than the model's max context: reject or clip them")
 
 
-def workload(args: argparse.Namespace, rate: float | None = None):
-    """The workload the flags describe, at `rate` (or --rate) req/s."""
+def add_samples(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", type=int, default=1, metavar="N",
+                   help="parallel samples per prompt (vLLM's n): each is a sequence of its own, "
+                        "sharing the prompt's KV blocks where the memory can (default: %(default)s)")
+
+
+def samples(args: argparse.Namespace, workload):
+    """`workload` with --n parallel samples per request."""
     from batchlab.errors import InputError
+    from batchlab.workload.base import MAX_SAMPLES
+
+    if not 1 <= args.n <= MAX_SAMPLES:
+        raise InputError(f"field '--n': must be a whole number of samples in [1, {MAX_SAMPLES}], got {args.n}")
+    return workload if args.n == 1 else workload.with_samples(args.n)
+
+
+def arrival_process(args: argparse.Namespace) -> tuple[str, float]:
+    """(process, burstiness): --burstiness alone selects gamma, as in `vllm bench serve`."""
+    burstiness = getattr(args, "burstiness", None)
+    process = getattr(args, "arrival", None) or ("gamma" if burstiness is not None else "poisson")
+    return process, 1.0 if burstiness is None else burstiness
+
+
+def workload(args: argparse.Namespace, rate: float | None = None):
+    """The workload the flags describe, at `rate` (or --request-rate) req/s; rate inf puts
+    every arrival at time 0 (vLLM's --request-rate inf: all requests at once)."""
+    import math
+
+    from batchlab.errors import InputError
+    from batchlab.io_checks import named
     from batchlab.workload import TraceColumns, load_trace, make_workload
 
     rate = rate if rate is not None else getattr(args, "rate", None)
     if args.requests is not None and args.requests < 1:
-        raise InputError(f"field '--requests': must be >= 1, got {args.requests}")
+        raise InputError(f"field '{flag(args, 'requests', '--num-prompts')}': must be >= 1, got {args.requests}")
+    if rate is not None and (math.isnan(rate) or rate <= 0):
+        raise InputError(f"field '{flag(args, 'rate', '--request-rate')}': must be a positive number of "
+                         f"req/s or inf, got {rate}")
+    if not args.trace:
+        _check_kind(args)
+    if args.trace or args.workload in TRACE_WORKLOADS:
+        for name in ("burstiness", "arrival"):
+            if getattr(args, name, None) is not None:
+                raise InputError(f"field '--{name}': applies to generated workloads, not to a trace "
+                                 f"(a trace keeps its own arrivals, only rescaled to a rate)")
+    at_once = rate is not None and math.isinf(rate)
+    if at_once:
+        rate = None if args.trace or args.workload in TRACE_WORKLOADS else 1.0
     if args.trace:
         columns = _columns(args.columns) if args.columns else TraceColumns()
-        return load_trace(args.trace, columns, limit=args.requests, rate=rate)
-    if args.columns:
+        with named("rate", flag(args, "rate", "--request-rate")):
+            built = load_trace(args.trace, columns, limit=args.requests, rate=rate)
+    elif args.columns:
         raise InputError("field '--columns': applies to --trace only")
-    if args.workload == "azure-conv":
-        return make_workload("azure-conv", args.requests, rate)
-    return make_workload(args.workload, args.requests, 1.0 if rate is None else rate, args.seed,
-                         arrival=args.arrival, burstiness=args.burstiness,
-                         prompt=args.prompt, output=args.output)
+    elif args.workload in TRACE_WORKLOADS:
+        with named("rate", flag(args, "rate", "--request-rate")):
+            built = make_workload(args.workload, args.requests, rate)
+    else:
+        process, burstiness = arrival_process(args)
+        built = make_workload(args.workload, args.requests, 1.0 if rate is None else rate, args.seed,
+                              arrival=process, burstiness=burstiness, prompt=args.prompt, output=args.output)
+    return all_at_once(built) if at_once else built
+
+
+def _check_kind(args: argparse.Namespace) -> None:
+    """--workload is known, and --prompt/--output are given with `fixed` and only with it."""
+    from batchlab.errors import InputError
+    from batchlab.workload import workload_kinds
+
+    kinds = workload_kinds()
+    if args.workload not in kinds:
+        raise InputError(f"field '--workload': must be one of {', '.join(kinds)}, got {args.workload!r}")
+    for name in ("prompt", "output"):
+        given = getattr(args, name) is not None
+        if args.workload == "fixed" and not given:
+            raise InputError(f"field '--{name}': --workload fixed needs both --prompt and --output")
+        if args.workload != "fixed" and given:
+            raise InputError(f"field '--{name}': applies to --workload fixed only, not {args.workload!r}")
+
+
+def all_at_once(w):
+    """The same requests, every one arriving at time 0 (no rate: none can be measured)."""
+    import dataclasses
+
+    import numpy as np
+
+    return dataclasses.replace(w, arrival=np.zeros(len(w)), rate=None,
+                               notes=[*w.notes, "every request arrives at time 0 (--request-rate inf)"])
 
 
 def _columns(text: str):
@@ -88,39 +193,138 @@ def _columns(text: str):
         key, sep, value = item.partition("=")
         if not sep or key.strip() not in ("timestamp", "prompt", "output", "id"):
             raise InputError(f"field '--columns': {item!r} is not one of timestamp=, prompt=, output=, id=")
+        if not value.strip():
+            raise InputError(f"field '--columns': {item!r} names no column")
         mapping[key.strip()] = value.strip()
     return TraceColumns(**mapping)
 
 
 def add_slo(p: argparse.ArgumentParser, ttft: float = 1.0, tpot_ms: float = 50.0) -> None:
     g = p.add_argument_group("SLO")
-    g.add_argument("--slo-ttft", type=float, default=ttft, metavar="S",
-                   help="TTFT bound in seconds (default: %(default)s)")
-    g.add_argument("--slo-tpot", type=float, default=tpot_ms, metavar="MS",
-                   help="TPOT bound in milliseconds (default: %(default)s)")
-    g.add_argument("--slo-target", type=float, default=0.9, metavar="SHARE",
-                   help="share of requests that must meet the SLO for goodput (default: %(default)s)")
+    g.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help=f"SLO bounds as vLLM writes them, KEY:MS pairs with keys ttft, tpot, e2el, in "
+                        f"milliseconds (default: ttft:{ttft * MS_PER_S:g} tpot:{tpot_ms:g}); a request "
+                        f"meets the SLO when it is within every bound given")
+    g.add_argument("--slo-ttft", type=flagtypes.positive, metavar="S",
+                   help=f"older spelling: TTFT bound in seconds (default: {ttft:g})")
+    g.add_argument("--slo-tpot", type=flagtypes.positive, metavar="MS",
+                   help=f"older spelling: TPOT bound in milliseconds (default: {tpot_ms:g})")
+    g.add_argument("--slo-target", type=flagtypes.share, default=0.9, metavar="SHARE",
+                   help="share of requests that must meet the SLO for max_goodput_rate (default: %(default)s)")
+    p.set_defaults(slo_default=(ttft, tpot_ms / MS_PER_S))
 
 
-def slo(args: argparse.Namespace):
+def slo(args: argparse.Namespace, default: tuple[float | None, float | None] | None = None):
+    """The SLO of --goodput, or of --slo-ttft / --slo-tpot (each defaulting to the command's)."""
     from batchlab.errors import InputError
-    from batchlab.metrics import SLO
+    from batchlab.metrics import SLO, parse_goodput
 
-    if not 0 < args.slo_target <= 1:
-        raise InputError(f"field '--slo-target': must be in (0, 1], got {args.slo_target}")
-    return SLO(ttft=args.slo_ttft, tpot=args.slo_tpot / MS_PER_S)
+    check_slo_flags(args)
+    if args.goodput is not None:
+        return parse_goodput(args.goodput)
+    ttft, tpot = default if default is not None else getattr(args, "slo_default", (None, None))
+    return SLO(ttft=args.slo_ttft if args.slo_ttft is not None else ttft,
+               tpot=args.slo_tpot / MS_PER_S if args.slo_tpot is not None else tpot)
 
 
-def add_common_system(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--systems", default=default, metavar="LIST",
-                   help="comma-separated systems, each a preset (static, orca-max, orca-pow2, "
-                        "orca-oracle, sequential, unlimited, paged, chunked) with optional "
-                        ":field=value overrides, e.g. orca-oracle:max_bs=64:order=sjf "
+def check_slo_flags(args: argparse.Namespace) -> None:
+    """--slo-target in (0, 1]; --slo-ttft / --slo-tpot finite and > 0, and not with --goodput."""
+    from batchlab.errors import InputError
+
+    target = getattr(args, "slo_target", None)
+    if target is not None and not 0 < target <= 1:
+        raise InputError(f"field '--slo-target': must be in (0, 1], got {target}")
+    for flag, value in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot)):
+        if value is not None and not (value > 0 and value != float("inf")):
+            raise InputError(f"field '{flag}': must be a finite number > 0, got {value}")
+    if args.goodput is not None and (args.slo_ttft is not None or args.slo_tpot is not None):
+        raise InputError("field '--goodput': give the SLO once, as --goodput or as --slo-ttft/--slo-tpot")
+
+
+def add_percentiles(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("reported latencies (JSON and result files)")
+    g.add_argument("--percentile-metrics", default="ttft,tpot,itl,e2el", metavar="LIST",
+                   help="latencies reported with mean, median, std and percentiles, from ttft, tpot, "
+                        "itl, e2el (default: %(default)s)")
+    g.add_argument("--metric-percentiles", default="50,90,99", metavar="LIST",
+                   help="percentiles reported for each, e.g. 50,90,99,99.9; keys pNN_<metric>_ms "
                         "(default: %(default)s)")
 
 
+def latency_selection(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """(metrics, percentiles) of --percentile-metrics and --metric-percentiles, checked."""
+    from batchlab.metrics import parse_metric_percentiles, parse_percentile_metrics
+
+    return (parse_percentile_metrics(args.percentile_metrics),
+            parse_metric_percentiles(args.metric_percentiles))
+
+
+def reported(args: argparse.Namespace, data):
+    """`data` keeping only the latency keys --percentile-metrics and --metric-percentiles ask for."""
+    from batchlab.metrics.vllm import select_latencies
+
+    selected, percentiles = latency_selection(args)
+    return select_latencies(data, selected, percentiles)
+
+
+def add_save_result(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("result file (as vllm bench serve)")
+    g.add_argument("--save-result", action="store_true", help="write the JSON result to a file")
+    g.add_argument("--result-dir", metavar="DIR",
+                   help="directory of the result file, created if missing (default: the current one)")
+    g.add_argument("--result-filename", metavar="NAME",
+                   help="name of the result file (default: from the command, model, GPU and rate)")
+
+
+def result_path(args: argparse.Namespace, default_name: str):
+    """Where --save-result writes (None when no file is asked for), checked before any run:
+    --result-dir or --result-filename imply --save-result. The directory may not exist yet."""
+    import re
+    from pathlib import Path
+
+    from batchlab.errors import InputError
+    from batchlab.io_checks import check_output_dir, check_output_file
+
+    if not (args.save_result or args.result_dir or args.result_filename):
+        return None
+    name = args.result_filename or re.sub(r"[^A-Za-z0-9._-]+", "_", default_name) + ".json"
+    if args.result_filename is not None and (not name.strip() or name.endswith(("/", "\\"))):
+        raise InputError(f"field '--result-filename': {name!r} is not a file name")
+    directory = Path(args.result_dir) if args.result_dir else Path(".")
+    path = directory / name
+    check_output_dir(directory, "--result-dir")
+    if path.parent.exists():
+        check_output_file(path, "--result-filename" if args.result_filename else "--result-dir")
+    else:
+        check_output_dir(path.parent, "--result-filename")
+    return path
+
+
+def save_result(path, data) -> None:
+    """Write `data` as JSON to `path` whole or not at all (a temporary file beside it, renamed)."""
+    import json
+
+    from batchlab.errors import InputError
+    from batchlab.io_checks import write_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"field '--result-dir': cannot create {str(path.parent)!r}: {exc.strerror or exc}") from None
+    write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n", "--result-dir")
+
+
+def add_common_system(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--systems", default=default, metavar="LIST", type=flagtypes.name_list,
+                   help="comma-separated systems, each a preset (static, orca-max, orca-pow2, "
+                        "orca-oracle, sequential, unlimited, paged, chunked, paged-prefix, chunked-prefix) with optional "
+                        ":field=value overrides, e.g. orca-oracle:max_bs=64:order=sjf or "
+                        "chunked:max_num_batched_tokens=1024 (vLLM's max_num_seqs is max_bs, "
+                        "max_num_batched_tokens is token_budget) (default: %(default)s)")
+
+
 def add_jobs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
+    p.add_argument("--jobs", type=flagtypes.jobs, help="worker processes (default: one per core)")
 
 
 def jobs(args: argparse.Namespace) -> int:

@@ -48,5 +48,6 @@ def run(args: argparse.Namespace) -> int:
 
         console = make_console()
         console.print(compare_table(report))
-        console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    from batchlab.commands.written import say_wrote
+    say_wrote([path])
     return 0

@@ -16,7 +16,10 @@ def register(subparsers) -> None:
                    help="a system preset with optional :field=value overrides (default: %(default)s)")
     options.add_hardware(p)
     options.add_workload(p)
+    options.add_samples(p)
     options.add_slo(p)
+    options.add_percentiles(p)
+    options.add_save_result(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--csv", metavar="FILE", help="write per-request results as CSV to FILE")
     p.add_argument("--requests-json", metavar="FILE", help="write per-request results as JSON to FILE")
@@ -31,35 +34,61 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.serving.run import simulate
     from batchlab.serving.systems import parse_system
 
-    system = parse_system(args.system)
+    from batchlab.io_checks import named
+
+    with named("system", "--system"):
+        system = parse_system(args.system)
     model, gpu = options.hardware(args)
     slo = options.slo(args)
-    workload = options.workload(args)
+    selected, percentiles = options.latency_selection(args)
+    workload = options.samples(args, options.workload(args))
+    rate = "inf" if workload.rate is None and not workload.arrival.any() else workload.mean_rate
+    save = options.result_path(args, f"simulate-{system.name}-{rate}qps-{model.name}-{gpu.name}")
     result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed)
-    data = result.to_dict(per_request=bool(args.csv or args.requests_json))
+    data = {"num_prompts": len(workload), "request_rate": rate, "burstiness": options.arrival_process(args)[1],
+            **result.to_dict(per_request=bool(args.csv or args.requests_json), percentiles=percentiles)}
     rows = data.pop("per_request", None)
+    from batchlab.commands.written import say_wrote
     for path, fmt in ((args.csv, "csv"), (args.requests_json, "json")):
         if path:
             write_requests(path, rows, fmt)
+            say_wrote([path])
     if args.plot:
         from batchlab.plots import plot_run
-        plot_run(result.trace, args.plot, slo=slo, title=system.name)
+        say_wrote(plot_run(result.trace, args.plot, slo=slo,
+                           title=f"{system.name}, {workload.name} {_rate_text(rate, '.3g')}"))
+        if result.cache_history is not None:
+            from batchlab.plots.prefix import prefix_cache
+            blocks = result.trace.kv_capacity // result.usage["prefix_cache_block_size"]
+            say_wrote(prefix_cache(result.cache_history, blocks, args.plot,
+                                   title=f"{system.name}, {workload.name}: prefix cache over time"))
     if args.perfetto:
         from batchlab.perfetto import write_trace_events
-        write_trace_events(result.trace, args.perfetto, name=f"{system.name}, {workload.name}")
+        say_wrote([write_trace_events(result.trace, args.perfetto, name=f"{system.name}, {workload.name}")])
     data["config"] = {"system": system.name, "model": model.name, "gpu": gpu.name, "seed": args.seed,
-                      "slo": slo.to_dict(), "context_mode": args.context_mode}
+                      "slo_ms": slo.to_ms(), "context_mode": args.context_mode}
+    data = options.reported(args, data)
+    if save is not None:
+        options.save_result(save, data)
+        say_wrote([save])
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     from batchlab.display import console as make_console
     from batchlab.display.serving_tables import run_summary_table, run_table
     console = make_console()
-    title = (f"{system.name}: {len(workload)} {workload.name} requests at {workload.mean_rate:g} req/s, "
+    title = (f"{system.name}: {len(workload)} {workload.name} requests {_rate_text(rate, 'g')}, "
              f"{model.name} on {gpu.name}")
-    console.print(run_table(data, title))
+    console.print(run_table(data, title, selected, percentiles))
     console.print(run_summary_table(data))
+    if "prefix_cache_hit_rate" in data:
+        from batchlab.display.prefix_tables import prefix_cache_table
+        console.print(prefix_cache_table(data))
     for note in workload.notes:
         console.print(f"[dim]workload: {note}[/dim]")
     return 0
 
+
+
+def _rate_text(rate: float | str, spec: str) -> str:
+    return "all at time 0" if rate == "inf" else f"at {rate:{spec}} req/s"

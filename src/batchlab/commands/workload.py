@@ -15,6 +15,8 @@ def register(subparsers) -> None:
                     "do, and print its measured rate and the statistics of its prompt, output and "
                     "total lengths (docs/workloads.md).")
     options.add_workload(p)
+    p.add_argument("--plot", metavar="DIR",
+                   help="write the length histograms and the arrivals (PNG and SVG) into DIR")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=run)
 
@@ -22,7 +24,14 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from batchlab.workload import summarize
 
-    summary = summarize(options.workload(args))
+    workload = options.workload(args)
+    summary = summarize(workload)
+    if args.plot:
+        from batchlab.commands.written import say_wrote
+        from batchlab.plots import workload_figure
+        rate = summary["measured_rate"]
+        say_wrote(workload_figure(workload, args.plot, title=f"{len(workload):,} {workload.name} requests"
+                                  + ("" if rate is None else f", measured rate {rate:.3g} req/s")))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0

@@ -1,4 +1,8 @@
-"""Tables of `batchlab knobs`: one per experiment, its columns named by the experiment."""
+"""Tables of `batchlab knobs`: one per experiment, its columns named by the experiment.
+
+Latencies in milliseconds; headers short, units in the caption; a `FitTable`, so at 80
+columns the figures stack or the system labels move to a legend rather than being cut.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,20 @@ from collections.abc import Callable
 
 from rich.table import Table
 
-from batchlab.display.formats import ms, num, pct, seconds
+from batchlab.display.fit import FitTable
+from batchlab.display.formats import decimals, millis, num, pct
+from batchlab.display.serving_tables import slo_text
 
 # row key -> (header, formatter)
 COLUMNS: dict[str, tuple[str, Callable]] = {
-    "ttft_p50": ("TTFT p50 (s)", seconds),
-    "ttft_p99": ("TTFT p99 (s)", seconds),
-    "ttft_max": ("TTFT max (s)", seconds),
-    "tpot_mean": ("TPOT (ms)", ms),
-    "itl_p99": ("ITL p99 (ms)", ms),
-    "itl_max": ("ITL max (ms)", ms),
-    "throughput": ("throughput (tok/s)", num),
-    "slo_attainment": ("SLO", pct),
+    "p50_ttft_ms": ("TTFT p50", millis),
+    "p99_ttft_ms": ("TTFT p99", millis),
+    "max_ttft_ms": ("TTFT max", millis),
+    "mean_tpot_ms": ("TPOT mean", millis),
+    "p99_itl_ms": ("ITL p99", millis),
+    "max_itl_ms": ("ITL max", millis),
+    "output_throughput": ("output tok/s", num),
+    "slo_attainment": ("SLO met", pct),
     "mean_batch": ("mean batch", lambda x: num(x, 1)),
     "max_batch": ("max batch", num),
     "kv_held_share": ("KV held", pct),
@@ -25,35 +31,30 @@ COLUMNS: dict[str, tuple[str, Callable]] = {
     "stored_per_held": ("stored / held", lambda x: num(x, 2)),
     "preemptions": ("preemptions", num),
     "recomputed_tokens": ("recomputed tokens", num),
-    "swapped_gb": ("swapped (GB)", lambda x: num(x, 1)),
-    "swap_time": ("swap time (s)", lambda x: num(x, 2)),
+    "swapped_gb": ("swapped GB", lambda x: num(x, 1)),
+    "swap_time": ("swap time s", lambda x: num(x, 2)),
 }
 
 
-def experiment_table(exp: dict) -> Table:
+def experiment_table(exp: dict) -> FitTable:
     cfg = exp["config"]
-    slo = cfg["slo"]
-    t = Table(title=f"{exp['section']} {exp['title']}: {cfg['requests']} {cfg['workload']} requests, "
-                    f"{cfg['model']} on {cfg['gpu']}, SLO TTFT ≤ {slo['ttft']:g} s and "
-                    f"TPOT ≤ {slo['tpot'] * 1e3:g} ms")
-    t.add_column("system")
-    t.add_column("rate", justify="right")
-    for key in exp["columns"]:
-        t.add_column(COLUMNS[key][0], justify="right")
-    systems = exp["systems"]
-    for n, sys in enumerate(systems):
-        rows = sys["rates"]
-        for k, row in enumerate(rows):
-            last = k == len(rows) - 1 and (len(rows) > 1 or n == len(systems) - 1)
-            t.add_row(sys["name"] if k == 0 else "", f"{row['rate']:g}",
-                      *(COLUMNS[key][1](row.get(key)) for key in exp["columns"]), end_section=last)
-    return t
+    rows = []
+    digits = decimals([row["rate"] for sys in exp["systems"] for row in sys["rates"]])
+    for sys in exp["systems"]:
+        for k, row in enumerate(sys["rates"]):
+            rows.append((sys["name"] if k == 0 else "",
+                         [f"{row['rate']:,.{digits}f}", *(COLUMNS[key][1](row.get(key)) for key in exp["columns"])]))
+    return FitTable(f"{exp['title']}: {cfg['requests']} {cfg['workload']} requests, "
+                    f"{cfg['model']} on {cfg['gpu']}", "system", [("rate", "right")],
+                    [(COLUMNS[key][0], "right") for key in exp["columns"]], rows,
+                    caption=f"rate in req/s; latencies in ms; SLO met: share of requests with "
+                            f"{slo_text(cfg['slo_ms'])}")
 
 
 def findings_table(exp: dict) -> Table | None:
     if not exp["findings"]:
         return None
-    t = Table(title=f"{exp['section']} checks")
+    t = Table(title=f"{exp['title'].split(':')[0]}: checks")
     t.add_column("claim")
     t.add_column("rate", justify="right")
     t.add_column("value", justify="right")

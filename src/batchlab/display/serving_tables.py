@@ -1,38 +1,54 @@
-"""Tables of the serving commands: one run, a goodput search, the system comparison."""
+"""Tables of the serving commands: one run, a goodput search, the system comparison.
+
+Every latency is in milliseconds (the `*_ms` keys of `batchlab.metrics.vllm`); headers are
+short and the units are in each table's caption. Tables are `FitTable`s: at 80 columns the
+figures stack or the names move to a legend rather than a name being cut.
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from batchlab.display.formats import MS, ms, num, pct, seconds
+from batchlab.display.fit import FitTable
+from batchlab.display.formats import MISSING, decimals, goodput_rate, millis, num, pct, rate
+from batchlab.metrics.vllm import DEFAULT_METRICS, DEFAULT_PERCENTILES, percentile_key
+
+LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+R = "right"
 
 
-def run_table(result: dict, title: str) -> Table:
-    """One simulated run (`RunResult.to_dict()`)."""
-    m = result["metrics"]
-    t = Table(title=title)
-    t.add_column("latency")
-    for col in ("mean", "p50", "p90", "p99", "max"):
-        t.add_column(col, justify="right")
-    for name, unit in (("ttft", "s"), ("tpot", "ms"), ("itl", "ms"), ("e2e", "s")):
-        fmt = ms if unit == "ms" else seconds
-        t.add_row(f"{name.upper()} ({unit})", *(fmt(m[name][k]) for k in ("mean", "p50", "p90", "p99", "max")))
-    return t
+def slo_text(slo_ms: dict) -> str:
+    """"TTFT ≤ 1000 ms and TPOT ≤ 50 ms" from an SLO's `to_ms()` dict."""
+    bounds = [f"{LABELS[k]} ≤ {v:g} ms" for k, v in slo_ms.items() if v is not None]
+    return " and ".join(bounds) if bounds else "no bound"
+
+
+def run_table(result: dict, title: str, selected=DEFAULT_METRICS, percentiles=DEFAULT_PERCENTILES) -> FitTable:
+    """One simulated run (`RunResult.to_dict()`): mean, std, percentiles and max per latency."""
+    stats = ["mean", "std", *(percentile_key(p) for p in percentiles), "max"]
+    rows = [(LABELS[m], [millis(result.get(f"{s}_{m}_ms")) for s in stats]) for m in selected]
+    return FitTable(title, "latency", (), [(s, R) for s in stats], rows,
+                    caption="milliseconds; std is the population standard deviation", keyed=False)
 
 
 def run_summary_table(result: dict) -> Table:
-    m = result["metrics"]
     t = Table(title="run summary", show_header=False)
     t.add_column("figure")
     t.add_column("value", justify="right")
+    duration = result["duration"]
     rows = [
-        ("requests served / rejected", f"{m['served']} / {m['rejected']}"),
-        ("output tokens", f"{m['output_tokens']:,}"),
-        ("throughput, overall (tok/s)", num(m["throughput"])),
-        ("throughput, steady (tok/s)", num(m["steady_throughput"])),
-        ("SLO attainment", pct(m["slo_attainment"])),
+        ("requests completed / failed", f"{result['completed']} / {result['failed']}"),
+        ("input / output tokens", f"{result['total_input_tokens']:,} / {result['total_output_tokens']:,}"),
+        ("duration (s)", MISSING if duration is None else f"{duration:,.3f}"),
+        ("request throughput (req/s)", num(result["request_throughput"], 2)),
+        ("request goodput (req/s)", num(result["request_goodput"], 2)),
+        ("output throughput (tok/s)", num(result["output_throughput"])),
+        ("output throughput, steady (tok/s)", num(result["steady_output_throughput"])),
+        ("total token throughput (tok/s)", num(result["total_token_throughput"])),
+        ("SLO attainment", pct(result["slo_attainment"])),
         ("mean batch (busy time)", num(result["mean_batch"], 1)),
-        ("KV held / stored (time-weighted share)", f"{pct(result['kv_held_share'])} / {pct(result['kv_stored_share'])}"),
+        ("KV held / stored (time-weighted share)",
+         f"{pct(result['kv_held_share'])} / {pct(result['kv_stored_share'])}"),
         ("preemptions", str(result["preemptions"])),
         ("steps", f"{result['steps']:,}"),
     ]
@@ -41,48 +57,90 @@ def run_summary_table(result: dict) -> Table:
     return t
 
 
-def compare_table(report: dict) -> Table:
+def compare_table(report: dict) -> FitTable:
     cfg = report["config"]
-    t = Table(title=f"{cfg['model']} on {cfg['gpu']}, {cfg['requests']} {cfg['workload']} requests, "
-                    f"SLO TTFT ≤ {cfg['slo']['ttft']} s and TPOT ≤ {cfg['slo']['tpot'] * MS:g} ms")
-    for col, just in (("system", "left"), ("rate", "right"), ("TTFT p50 (s)", "right"),
-                      ("TTFT p99 (s)", "right"), ("TPOT (ms)", "right"), ("ITL p99 (ms)", "right"),
-                      ("throughput (tok/s)", "right"), ("SLO", "right"), ("mean batch", "right")):
-        t.add_column(col, justify=just)
+    columns = [("TTFT p50", R), ("TTFT p99", R), ("TPOT mean", R), ("ITL p99", R), ("output tok/s", R),
+               ("SLO met", R), ("mean batch", R)]
+    rows = []
+    digits = decimals([row["rate"] for sys in report["systems"] for row in sys["rates"]])
     for sys in report["systems"]:
         for k, row in enumerate(sys["rates"]):
-            t.add_row(sys["name"] if k == 0 else "", f"{row['rate']:g}",
-                      seconds(row["ttft_p50"]), seconds(row["ttft_p99"]),
-                      ms(row["tpot_mean"]), ms(row["itl_p99"]), num(row["throughput"]),
-                      pct(row["slo_attainment"]), num(row["mean_batch"], 1),
-                      end_section=k == len(sys["rates"]) - 1)
-    return t
+            rows.append((sys["name"] if k == 0 else "", [
+                f"{row['rate']:,.{digits}f}", millis(row["p50_ttft_ms"]), millis(row["p99_ttft_ms"]),
+                millis(row["mean_tpot_ms"]), millis(row["p99_itl_ms"]), num(row["output_throughput"]),
+                pct(row["slo_attainment"]), num(row["mean_batch"], 1)]))
+    return FitTable(f"{cfg['model']} on {cfg['gpu']}, {cfg['requests']} {cfg['workload']} requests",
+                    "system", [("rate", R)], columns, rows,
+                    caption=f"rate in req/s; latencies in ms; SLO met: share of requests with "
+                            f"{slo_text(cfg['slo_ms'])}")
 
 
-def goodput_table(report: dict) -> Table:
+def goodput_table(report: dict) -> FitTable:
     cfg = report["config"]
-    t = Table(title=f"goodput: largest rate with ≥ {cfg['slo_target'] * 100:g}% of requests within the SLO")
-    t.add_column("system")
-    t.add_column("goodput (req/s)", justify="right")
-    t.add_column(f"GPUs for {cfg['fleet_rate']:g} req/s", justify="right")
-    t.add_column("probes", justify="right")
+    rows = []
+    digits = decimals([s.get("max_goodput_rate") for s in report["systems"]])
     for sys in report["systems"]:
-        if "goodput" in sys:
+        if "max_goodput_rate" in sys:
             gpus = sys["gpus_needed"]
-            t.add_row(sys["name"], f"{sys['goodput']:.3g}", "∞" if gpus is None else f"{gpus:,}",
-                      str(len(sys["goodput_search"]["probes"])))
-    return t
+            rows.append((sys["name"], [goodput_rate(sys["max_goodput_rate"], sys["max_goodput_rate_above"], digits),
+                                       "∞" if gpus is None else f"{gpus:,}",
+                                       str(len(sys["goodput_search"]["probes"]))]))
+    return FitTable(f"max goodput rate (≥ {cfg['slo_target'] * 100:g}% within the SLO)", "system", (),
+                    [("max rate", R), (f"GPUs for {cfg['fleet_rate']:g}", R), ("probes", R)], rows,
+                    caption=f"max rate: largest arrival rate (req/s) meeting the SLO, {slo_text(cfg['slo_ms'])}; "
+                            f"\"> R\": even the search's ceiling R met it")
 
 
-def overload_table(report: dict) -> Table:
-    rate = report["config"]["overload_rate"]
-    t = Table(title=f"throughput under overload ({rate:g} req/s): overall vs steady")
-    for col in ("system", "overall (tok/s)", "steady (tok/s)", "steady / overall"):
-        t.add_column(col, justify="left" if col == "system" else "right")
+def search_table(out: dict) -> FitTable:
+    """`batchlab goodput`: each system's max_goodput_rate, GPUs for the fleet rate, the final
+    bracket [passed, failed) and the number of probes."""
+    cfg = out["config"]
+    rows = []
+    digits = decimals([s["max_goodput_rate"] for s in out["systems"]])
+    for s in out["systems"]:
+        lo = 0 if s["lo"] is None else s["lo"]
+        hi = float("inf") if s["hi"] is None else s["hi"]
+        rows.append((s["name"], [goodput_rate(s["max_goodput_rate"], s["max_goodput_rate_above"], digits),
+                                 "∞" if s["gpus_needed"] is None else f"{s['gpus_needed']:,}",
+                                 f"[{rate(lo)},{'∞' if hi == float('inf') else rate(hi)})", str(len(s["probes"]))]))
+    return FitTable(f"max goodput rate of {cfg['requests']} {cfg['workload']} requests, {cfg['model']} on "
+                    f"{cfg['gpu']}, target {cfg['slo_target']:g}", "system", (),
+                    [("max rate", R), (f"GPUs for {cfg['fleet_rate']:g}", R), ("bracket", R), ("probes", R)],
+                    rows, caption=f"req/s; SLO {slo_text(cfg['slo_ms'])}; \"> R\": even the search's "
+                                  f"ceiling R met it")
+
+
+def overload_table(report: dict) -> FitTable:
+    rate_ = report["config"]["overload_rate"]
+    rows = []
     for sys in report["systems"]:
         o = sys.get("overload")
         if o:
-            ratio = o["steady_throughput"] / o["throughput"] if o["throughput"] else None
-            t.add_row(sys["name"], num(o["throughput"]), num(o["steady_throughput"]),
-                      "—" if ratio is None else f"{ratio:.2f}")
-    return t
+            overall, steady = o["output_throughput"], o["steady_output_throughput"]
+            ratio = steady / overall if overall and steady is not None else None
+            rows.append((sys["name"], [num(overall), num(steady), num(ratio, 2)]))
+    return FitTable(f"overload ({rate_:g} req/s): overall vs steady throughput", "system", (),
+                    [("overall", R), ("steady", R), ("steady/overall", R)], rows,
+                    caption="output tokens/s; steady stops when the last request emits its first token")
+
+
+def accounting_table(report: dict) -> FitTable | None:
+    """Seed L02 §5.4: each system against the ideal decode-only throughput, and the prefill share."""
+    acc = report.get("accounting")
+    if acc is None:
+        return None
+    rows = []
+    for sys in report["systems"]:
+        o = sys.get("overload")
+        if o:
+            rows.append((sys["name"], [num(o["steady_output_throughput"]), pct(o["steady_share_of_ideal"]),
+                                       pct(o["overall_share_of_ideal"]), num(o["busy_time"], 2),
+                                       num(o["prefill_alone_time"], 2), pct(o["prefill_alone_share_of_busy"])]))
+    return FitTable(f"throughput accounting (ideal decode-only {acc['ideal_decode_throughput']:,.0f} tok/s)",
+                    "system", (),
+                    [("steady tok/s", R), ("steady/ideal", R), ("overall/ideal", R), ("busy s", R),
+                     ("prefill alone s", R), ("prefill/busy", R)], rows,
+                    caption=f"ideal: decode steps of {acc['ideal_decode_batch']} sequences at "
+                            f"{acc['ideal_decode_context']} tokens of context, "
+                            f"{acc['ideal_decode_step_ms']:.2f} ms each; prefill alone: every served "
+                            f"prompt prefilled in a step of its own; busy: the sum of step times")

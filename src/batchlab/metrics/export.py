@@ -1,4 +1,8 @@
-"""Per-request results as rows, CSV and JSON: one row per request, in workload order."""
+"""Per-request results as rows, CSV and JSON: one row per request, in workload order.
+
+Latencies in milliseconds under vLLM's names (`ttft_ms`, `tpot_ms`, `e2el_ms`); the moments
+`arrival`, `first_token` and `finish` in seconds on the run's clock.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,18 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.io_checks import write_atomic
 from batchlab.metrics.latency import RequestLatencies, none_if_nan
 
-COLUMNS = ("id", "arrival", "prompt", "output", "ttft", "tpot", "e2e", "first_token", "finish", "rejected")
+COLUMNS = ("id", "arrival", "prompt", "output", "ttft_ms", "tpot_ms", "e2el_ms", "first_token", "finish",
+           "rejected")
+MS_PER_S = 1e3
 
 
 def request_rows(lat: RequestLatencies, ids: Sequence[str], prompt, output,
                  reasons: Mapping[str, str] | None = None) -> list[dict]:
-    """One dict per request with COLUMNS as keys; times in seconds, None where undefined.
+    """One dict per request with COLUMNS as keys (latencies in ms, moments in s), None where
+    undefined.
 
     `rejected` is the reason a request was not served ("" when served); an unserved request
     without a reason in `reasons` gets "not served".
@@ -36,14 +44,19 @@ def request_rows(lat: RequestLatencies, ids: Sequence[str], prompt, output,
             "arrival": float(lat.arrival[i]),
             "prompt": int(prompt[i]),
             "output": int(output[i]),
-            "ttft": none_if_nan(lat.ttft[i]),
-            "tpot": none_if_nan(lat.tpot[i]),
-            "e2e": none_if_nan(lat.e2e[i]),
+            "ttft_ms": _ms(lat.ttft[i]),
+            "tpot_ms": _ms(lat.tpot[i]),
+            "e2el_ms": _ms(lat.e2e[i]),
             "first_token": none_if_nan(lat.first_token[i]),
             "finish": none_if_nan(lat.finish[i]),
             "rejected": "" if served else reasons.get(str(request_id), "not served"),
         })
     return rows
+
+
+def _ms(seconds: float) -> float | None:
+    value = none_if_nan(seconds)
+    return None if value is None else value * MS_PER_S
 
 
 def requests_csv(rows: list[dict]) -> str:
@@ -61,13 +74,11 @@ def requests_json(rows: list[dict]) -> str:
     return json.dumps(rows, indent=1, allow_nan=False)
 
 
-def write_requests(path: str | Path, rows: list[dict], fmt: str | None = None) -> None:
-    """Write rows as `fmt` ("csv" or "json"); by default JSON when the path ends in .json."""
+def write_requests(path: str | Path, rows: list[dict], fmt: str | None = None, field: str | None = None) -> None:
+    """Write rows as `fmt` ("csv" or "json"; by default JSON when the path ends in .json), whole or
+    not at all; an error names `field` (by default the flag that asks for that format)."""
     path = Path(path)
     if fmt is None:
         fmt = "json" if path.suffix.lower() == ".json" else "csv"
     text = requests_json(rows) if fmt == "json" else requests_csv(rows)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write the per-request results: {exc}") from exc
+    write_atomic(path, text, field or ("--requests-json" if fmt == "json" else "--csv"))

@@ -37,6 +37,11 @@ class GoodputResult:
         return math.ceil(rate / self.goodput) if self.goodput > 0 else None
 
     @property
+    def above(self) -> bool:
+        """True when even the search's ceiling (max_rate) passed: the answer is "above R"."""
+        return self.lo is not None and self.hi is None
+
+    @property
     def status(self) -> str:
         if self.lo is None:
             return "fails at min_rate"
@@ -45,8 +50,11 @@ class GoodputResult:
         return "bracketed"
 
     def to_dict(self) -> dict:
+        """max_goodput_rate (req/s) and, when the ceiling passed, max_goodput_rate_above: true
+        (the rate is a lower bound: "> R"); then the bracket and every probe."""
         return {
-            "goodput": self.goodput, "lo": self.lo, "hi": self.hi, "target": self.target,
+            "max_goodput_rate": self.goodput, "max_goodput_rate_above": self.above,
+            "lo": self.lo, "hi": self.hi, "target": self.target,
             "rel_tol": self.rel_tol, "status": self.status,
             "probes": [{"rate": r, "attainment": a} for r, a in self.probes],
         }
@@ -60,7 +68,8 @@ def _check_args(target: float, start: float, rel_tol: float, min_rate: float, ma
     if target > 1:
         raise InputError(f"field 'target' is a share of requests in (0, 1], got {target!r}")
     if not min_rate <= start <= max_rate:
-        raise InputError(f"field 'start' ({start!r}) must lie between min_rate ({min_rate!r}) and max_rate ({max_rate!r})")
+        raise InputError(f"field 'start' ({start!r}) must lie between the search's floor ({min_rate:g} req/s) "
+                         f"and ceiling ({max_rate:g} req/s)")
 
 
 def find_goodput(attainment_at: Callable[[float], float], target: float = 0.9, start: float = 1.0,

@@ -144,9 +144,6 @@ class LatencyStats:
         p50, p90, p99 = np.percentile(values, PERCENTILES)
         return cls(int(values.size), float(values.mean()), float(p50), float(p90), float(p99), float(values.max()))
 
-    def to_dict(self) -> dict:
-        return {"count": self.count, **{k: none_if_nan(getattr(self, k)) for k in ("mean", "p50", "p90", "p99", "max")}}
-
 
 def none_if_nan(value: float) -> float | None:
     """JSON has no NaN: an undefined figure is None (null)."""

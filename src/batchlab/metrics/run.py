@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from batchlab.metrics.latency import (
     LatencyStats,
     RequestLatencies,
     inter_token_latencies,
-    none_if_nan,
     request_latencies,
     check_token_times,
 )
@@ -18,7 +19,10 @@ from batchlab.metrics.throughput import overall_throughput, steady_throughput
 
 @dataclass(slots=True, frozen=True)
 class RunMetrics:
-    """Aggregate metrics of one run; `requests` keeps the per-request figures."""
+    """Aggregate metrics of one run, in seconds; `requests` keeps the per-request figures.
+
+    For JSON, `batchlab.metrics.vllm_result` gives the flat dict of `vllm bench serve`
+    (milliseconds, vLLM's keys)."""
 
     requests_total: int
     served: int
@@ -33,23 +37,7 @@ class RunMetrics:
     slo: SLO | None
     slo_attainment: float | None
     requests: RequestLatencies
-
-    def to_dict(self) -> dict:
-        """JSON-ready: plain floats, None where a figure is undefined, no NaN."""
-        return {
-            "requests": self.requests_total,
-            "served": self.served,
-            "rejected": self.rejected,
-            "output_tokens": self.output_tokens,
-            "ttft": self.ttft.to_dict(),
-            "tpot": self.tpot.to_dict(),
-            "itl": self.itl.to_dict(),
-            "e2e": self.e2e.to_dict(),
-            "throughput": none_if_nan(self.throughput),
-            "steady_throughput": none_if_nan(self.steady_throughput),
-            "slo": self.slo.to_dict() if self.slo else None,
-            "slo_attainment": self.slo_attainment,
-        }
+    itls: np.ndarray  # [T - n_served] s: every gap between consecutive tokens of a served request
 
 
 def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO | None = None) -> RunMetrics:
@@ -61,6 +49,7 @@ def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO |
     tt = check_token_times(arrival, token_offsets, token_times, served)
     lat = request_latencies(tt)
     served_count = int(tt.served.sum())
+    itls = inter_token_latencies(tt)
     return RunMetrics(
         requests_total=int(tt.arrival.shape[0]),
         served=served_count,
@@ -68,11 +57,12 @@ def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO |
         output_tokens=int(tt.counts[tt.served].sum()),
         ttft=LatencyStats.of(lat.ttft),
         tpot=LatencyStats.of(lat.tpot),
-        itl=LatencyStats.of(inter_token_latencies(tt)),
+        itl=LatencyStats.of(itls),
         e2e=LatencyStats.of(lat.e2e),
         throughput=overall_throughput(tt),
         steady_throughput=steady_throughput(tt),
         slo=slo,
         slo_attainment=slo_attainment(lat, slo) if slo is not None and tt.arrival.size else None,
         requests=lat,
+        itls=itls,
     )

@@ -28,4 +28,5 @@ def time_weighted_mean(durations, values) -> float:
     if bad.size:
         raise InputError(f"{where(int(bad[0]), 'values')} must be a finite number, got {values[bad[0]]!r}")
     total = float(durations.sum())
-    return float(durations @ values) / total if total > 0 else math.nan
+    # the same pairwise sum as the total (not a BLAS dot): a constant value comes back exactly
+    return float((durations * values).sum()) / total if total > 0 else math.nan

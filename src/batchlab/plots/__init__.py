@@ -12,6 +12,13 @@ from batchlab.plots.latency import latency_cdfs
 from batchlab.plots.timeline import request_timeline
 from batchlab.plots.usage import batch_size, kv_memory
 from batchlab.plots.run import plot_run
+from batchlab.plots.goodput import goodput_probes
+from batchlab.plots.workload import workload_figure
+from batchlab.plots.cost import step_cost_curve
+from batchlab.plots.sweep import sweep_figures
+from batchlab.plots.knobs import knobs_figure
+from batchlab.plots.mini import decode_speedup
 
-__all__ = ["aimd_trace", "batch_size", "goodput_bars", "kv_memory", "latency_cdfs", "plot_compare", "plot_report", "plot_run",
-           "rate_curves", "request_timeline"]
+__all__ = ["aimd_trace", "batch_size", "decode_speedup", "goodput_bars", "goodput_probes", "knobs_figure", "kv_memory", "latency_cdfs",
+           "plot_compare", "plot_report", "plot_run", "rate_curves", "request_timeline", "step_cost_curve",
+           "sweep_figures", "workload_figure"]

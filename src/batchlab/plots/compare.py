@@ -12,8 +12,8 @@ def plot_report(report: dict, directory: str | Path) -> list[Path]:
     """Rate curves and, when the report has goodput searches, the goodput bars."""
     cfg = report["config"]
     title = f"{cfg['model']} on {cfg['gpu']}, {cfg['requests']} {cfg['workload']} requests"
-    paths = rate_curves(report["systems"], directory, slo=cfg["slo"], title=f"latency against load: {title}")
-    if any(s.get("goodput") is not None for s in report["systems"]):
+    paths = rate_curves(report["systems"], directory, slo_ms=cfg["slo_ms"], title=f"latency against load: {title}")
+    if any(s.get("max_goodput_rate") is not None for s in report["systems"]):
         paths += goodput_bars(report["systems"], directory, target=cfg["slo_target"],
                               fleet_rate=cfg["fleet_rate"])
     return paths
@@ -44,5 +44,6 @@ def plot_compare(report: dict, cfg, directory: str | Path) -> list[Path]:
     run = simulate(st.workload.with_rate(rate), system, st.model, st.gpu, slo=st.slo,
                    context_mode=st.context_mode, seed=st.seed)
     paths += plot_run(run.trace, directory, prefix="run_", slo=st.slo,
-                      static=system.batching == "static", title=f"{system.name} at {rate:g} req/s")
+                      static=system.batching == "static",
+                      title=f"{system.name}, {len(st.workload)} {st.workload.name} requests at {rate:g} req/s")
     return paths

@@ -6,9 +6,11 @@ and stamps the current date unless told otherwise; PNG stamps the matplotlib ver
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from batchlab.errors import InputError
+from batchlab.io_checks import write_atomic
 
 DPI = 100                       # PNG pixels per inch: a 10 x 4 in figure is 1000 x 400 px
 HASH_SALT = "batchlab"          # fixed, so SVG ids are the same from run to run
@@ -54,9 +56,9 @@ def save(fig, directory: str | Path, stem: str) -> list[Path]:
         engine.execute(fig)
         fig.set_layout_engine("none")
     for fmt in FORMATS:
-        path = directory / f"{stem}.{fmt}"
-        fig.savefig(path, format=fmt, metadata=metadata[fmt])
-        paths.append(path)
+        drawn = io.BytesIO()      # drawn in memory, then written whole or not at all
+        fig.savefig(drawn, format=fmt, metadata=metadata[fmt])
+        paths.append(write_atomic(directory / f"{stem}.{fmt}", drawn.getvalue(), "--plot"))
     plt.close(fig)
     return paths
 

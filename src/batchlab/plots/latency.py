@@ -1,4 +1,8 @@
-"""Empirical CDFs of TTFT, TPOT and ITL (definitions as in `batchlab.metrics.latency`)."""
+"""Empirical CDFs of TTFT, TPOT and ITL (definitions as in `batchlab.metrics.latency`).
+
+Each axis spans the samples only: an SLO bound inside that span is a dashed line; one beyond it
+is named in the legend with the share of samples within it, instead of stretching the axis
+until the data is a sliver at one edge."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from batchlab.trace import Trace
 
 SIZE_IN = (12.0, 3.8)
 MS = 1e3
+LOG_SPAN = 100.0      # log x when the samples span more than this factor
+MARGIN = 0.03         # share of the data span left empty on each side
 
 
 def latency_samples(trace: Trace) -> dict[str, np.ndarray]:
@@ -22,8 +28,23 @@ def latency_samples(trace: Trace) -> dict[str, np.ndarray]:
             (("ttft", lat.ttft), ("tpot", lat.tpot), ("itl", inter_token_latencies(tt)))}
 
 
+def data_limits(x: np.ndarray, log: bool) -> tuple[float, float]:
+    """The x range of the sorted samples `x`, with a small margin (multiplicative on log axes)."""
+    lo, hi = float(x[0]), float(x[-1])
+    if log:
+        factor = (hi / lo) ** MARGIN
+        return lo / factor, hi * factor
+    pad = (hi - lo) * MARGIN or max(abs(hi), 1.0) * MARGIN
+    return lo - pad, hi + pad
+
+
 def latency_cdfs(trace: Trace, directory: str | Path, stem: str = "latency_cdf",
                  slo: SLO | None = None, title: str = "") -> list[Path]:
+    return save(latency_cdf_figure(trace, slo, title), directory, stem)
+
+
+def latency_cdf_figure(trace: Trace, slo: SLO | None = None, title: str = ""):
+    """The figure of `latency_cdfs`, unsaved: three axes, TTFT, TPOT and ITL."""
     plt = pyplot()
     samples = latency_samples(trace)
     unit = "ticks" if trace.time_unit == "tick" else "ms"
@@ -35,15 +56,24 @@ def latency_cdfs(trace: Trace, directory: str | Path, stem: str = "latency_cdf",
         if x.size:
             y = np.arange(1, x.size + 1) / x.size   # share of samples <= x
             ax.step(x, y, where="post", color=COLORS[0], linewidth=1.2)
-            if x[0] > 0 and x[-1] / x[0] > 100:     # spans orders of magnitude: log x
+            log = x[0] > 0 and x[-1] / x[0] > LOG_SPAN
+            if log:
                 ax.set_xscale("log")
+            ax.set_xlim(*data_limits(x, log))
         if bounds[name] is not None:
-            ax.axvline(bounds[name] * scale, color=COLORS[3], linestyle="--", linewidth=1,
-                       label=f"SLO {bounds[name] * scale:g} {unit}")
+            bound = bounds[name] * scale
+            within = float(np.mean(x <= bound)) if x.size else float("nan")
+            label = f"SLO {bound:g} {unit}: {within:.1%} within"
+            lo, hi = ax.get_xlim()
+            if x.size and not lo <= bound <= hi:
+                ax.plot([], [], " ", label=f"{label} (off the axis)")   # legend entry, no line
+            else:
+                ax.axvline(bound, color=COLORS[3], linestyle="--", linewidth=1, label=label)
+                ax.set_xlim(lo, hi)   # the line must not widen the axis
             ax.legend(loc="lower right", fontsize="small")
         ax.set_xlabel(f"{name.upper()} ({unit})")
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{name.upper()}, {x.size:,} samples", fontsize="medium")
     axes[0].set_ylabel("share of samples ≤ x")
     fig.suptitle(title or "latency CDFs")
-    return save(fig, directory, stem)
+    return fig

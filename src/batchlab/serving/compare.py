@@ -1,8 +1,10 @@
 """`compare`: systems side by side across arrival rates, their goodput, and overload throughput.
 
 The experiment of seed L02 §5: the §5.2 table (latency, throughput, SLO attainment and mean
-batch per rate), §5.3 goodput and the GPUs it takes to serve a target rate, and §5.4 overall
-vs steady throughput under overload.
+batch per rate), §5.3 the largest rate meeting the SLO (`max_goodput_rate`) and the GPUs it
+takes to serve a target rate, and §5.4 overall vs steady throughput under overload with its
+accounting (`batchlab.serving.accounting`): the share of the ideal decode-only throughput each
+system reaches, and the share of its busy time that prefill alone would take.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
-from batchlab.serving.experiments import Setting, goodput, point, run_tasks
+from batchlab.serving.accounting import decode_bound, shares
+from batchlab.serving.experiments import Setting, goodput, overload_point, point, run_tasks
 from batchlab.serving.systems import System
 
 DEFAULT_RATES = (1.0, 4.0, 16.0, 32.0, 64.0)
@@ -46,7 +49,7 @@ class CompareConfig:
             tasks += [(goodput, (s, sys, self.target)) for sys in self.systems]
         tasks += [(point, (s, sys, rate)) for sys in self.systems for rate in self.rates]
         if self.overload_rate:
-            tasks += [(point, (s, sys, self.overload_rate)) for sys in self.systems]
+            tasks += [(overload_point, (s, sys, self.overload_rate)) for sys in self.systems]
         return tasks
 
 
@@ -55,29 +58,39 @@ def compare(cfg: CompareConfig, jobs: int, on_done: Callable[[], None] | None = 
     searches = [next(results) for _ in cfg.systems] if cfg.goodput else [None] * len(cfg.systems)
     rows = {sys.name: [next(results) for _ in cfg.rates] for sys in cfg.systems}
     overload = {sys.name: next(results) for sys in cfg.systems} if cfg.overload_rate else {}
+    st = cfg.setting
+    bound = decode_bound(st.workload, cfg.systems, st.model, st.gpu) if cfg.overload_rate else None
     systems = []
     for sys, search in zip(cfg.systems, searches):
         entry = {"name": sys.name, "rates": rows[sys.name]}
         if search is not None:
-            entry["goodput"] = search.goodput
+            entry["max_goodput_rate"] = search.goodput
+            entry["max_goodput_rate_above"] = search.above
             entry["gpus_needed"] = search.gpus_needed(cfg.fleet_rate)
             entry["goodput_search"] = search.to_dict()
         if sys.name in overload:
             o = overload[sys.name]
-            entry["overload"] = {"rate": o["rate"], "throughput": o["throughput"],
-                                 "steady_throughput": o["steady_throughput"]}
+            entry["overload"] = {key: o[key] for key in OVERLOAD_KEYS}
+            entry["overload"].update(shares(o, bound))
         systems.append(entry)
-    st = cfg.setting
-    return {
+    report = {
         "config": {
             "model": st.model.name, "gpu": st.gpu.name, "workload": st.workload.name,
             "requests": len(st.workload), "seed": st.seed, "context_mode": st.context_mode,
-            "slo": st.slo.to_dict(), "slo_target": cfg.target, "rates": list(cfg.rates),
+            "slo_ms": st.slo.to_ms(), "slo_target": cfg.target, "rates": list(cfg.rates),
             "overload_rate": cfg.overload_rate, "fleet_rate": cfg.fleet_rate,
             "systems": [_system_dict(sys) for sys in cfg.systems],
         },
         "systems": systems,
     }
+    if bound is not None:
+        report["accounting"] = bound.to_dict()
+    return report
+
+
+# What the overload run reports: throughput overall and steady, and its busy-time accounting.
+OVERLOAD_KEYS = ("rate", "duration", "completed", "failed", "total_output_tokens", "output_throughput",
+                 "steady_output_throughput", "busy_time", "prefill_alone_time")
 
 
 def _system_dict(sys: System) -> dict:

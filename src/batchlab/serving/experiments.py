@@ -12,7 +12,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 from batchlab.hardware import GPUSpec, ModelSpec
-from batchlab.metrics import SLO, GoodputResult, find_goodput, none_if_nan
+from batchlab.metrics import SLO, GoodputResult, find_goodput
+from batchlab.metrics.vllm import DEFAULT_PERCENTILES
 from batchlab.serving.run import simulate
 from batchlab.serving.systems import System
 from batchlab.workload import Workload
@@ -30,6 +31,7 @@ class Setting:
     slo: SLO
     context_mode: str = "reject"
     seed: int = 0
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES   # pNN keys besides the tables' own
 
 
 def _run(setting: Setting, system: System, rate: float):
@@ -37,23 +39,19 @@ def _run(setting: Setting, system: System, rate: float):
                     slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
 
 
-FIGURES = {"ttft": ("p50", "p99", "max"), "tpot": ("mean", "p99"), "itl": ("p99", "max"), "e2e": ("p50",)}
-
-
 def point(setting: Setting, system: System, rate: float) -> dict:
-    """One run at `rate` req/s, reduced to the figures a table shows."""
+    """One run at `rate` req/s as one flat row: `rate`, then `RunResult.figures` (vLLM's keys,
+    latencies in ms, and batchlab's own figures)."""
+    return {"rate": rate, **_run(setting, system, rate).figures(setting.percentiles)}
+
+
+def overload_point(setting: Setting, system: System, rate: float) -> dict:
+    """`point`, plus the GPU time the served prompts take to prefill alone (seed L02 §5.4)."""
+    from batchlab.serving.accounting import prefill_alone_time
+
     res = _run(setting, system, rate)
-    m = res.metrics
-    row: dict = {"rate": rate}
-    for latency, stats in FIGURES.items():
-        for stat in stats:
-            row[f"{latency}_{stat}"] = none_if_nan(getattr(getattr(m, latency), stat))
-    return {
-        **row,
-        "throughput": none_if_nan(m.throughput), "steady_throughput": none_if_nan(m.steady_throughput),
-        "slo_attainment": m.slo_attainment, "served": m.served, "rejected": m.rejected,
-        **res.usage,
-    }
+    return {"rate": rate, **res.figures(setting.percentiles),
+            "prefill_alone_time": prefill_alone_time(res.trace.prompt, res.trace.served, setting.model, setting.gpu)}
 
 
 def goodput(setting: Setting, system: System, target: float = 0.9,

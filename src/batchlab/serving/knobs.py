@@ -69,23 +69,23 @@ def _same(specs: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple((s, s) for s in specs)
 
 
-LATENCY = ("ttft_p50", "ttft_p99", "tpot_mean", "itl_p99", "itl_max", "throughput", "slo_attainment")
+LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "slo_attainment")
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment(
-        "reservation", "§6.1", "KV reservation: held is not stored", "long", LONG_SLO,
+        "reservation", "§6.1", "KV reservation: memory held vs stored", "long", LONG_SLO,
         (2.0, 4.0, 8.0, 12.0, 16.0),
         _same(("orca-max", "orca-pow2", "orca-oracle", "paged", "unlimited")),
-        ("kv_held_share", "kv_stored_share", "stored_per_held", "mean_batch", "ttft_p50",
-         "ttft_p99", "tpot_mean", "throughput", "slo_attainment", "preemptions")),
+        ("kv_held_share", "kv_stored_share", "stored_per_held", "mean_batch", "p50_ttft_ms",
+         "p99_ttft_ms", "mean_tpot_ms", "output_throughput", "slo_attainment", "preemptions")),
     Experiment(
-        "max_bs", "§6.2", "max_bs: throughput against per-token latency", "chat", CHAT_SLO,
+        "max_bs", "§6.2", "batch cap (max_bs): throughput against per-token latency", "chat", CHAT_SLO,
         (48.0,),
         tuple((f"max_bs {b}", f"orca-oracle:max_bs={b}") for b in (8, 16, 32, 64, 128, 256, 512)),
-        ("ttft_p50", "ttft_p99", "tpot_mean", "itl_p99", "itl_max", "throughput", "mean_batch",
+        ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "mean_batch",
          "slo_attainment")),
     Experiment(
-        "order", "§6.3, exercise 5", "queue order: fcfs or shortest job first", "chat", CHAT_SLO,
+        "order", "§6.3, exercise 5", "queue order: FCFS vs shortest job first vs aging", "chat", CHAT_SLO,
         (40.0,),
         (("fcfs, max_bs 64", "orca-oracle:max_bs=64"),
          ("sjf, max_bs 64", "orca-oracle:max_bs=64:order=sjf"),
@@ -94,23 +94,23 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          (f"aging {AGING_RATE:g}/s, max_bs 64", f"orca-oracle:max_bs=64:order=aging:aging_rate={AGING_RATE:g}"),
          ("fcfs, max_bs 256", "orca-oracle:max_bs=256"),
          ("sjf, max_bs 256", "orca-oracle:max_bs=256:order=sjf")),
-        ("ttft_p50", "ttft_p99", "ttft_max", "tpot_mean", "slo_attainment", "mean_batch", "max_batch")),
+        ("p50_ttft_ms", "p99_ttft_ms", "max_ttft_ms", "mean_tpot_ms", "slo_attainment", "mean_batch", "max_batch")),
     Experiment(
-        "prefill", "§6.4", "how prefill joins the batch", "chat", CHAT_SLO,
+        "prefill", "§6.4", "prefill insertion: mixed vs prefill-first vs chunked", "chat", CHAT_SLO,
         (8.0, 16.0, 32.0, 48.0),
         (("mixed", "orca-oracle"),
          ("prefill_first", "orca-oracle:prefill=prefill_first"),
          ("chunked 512", "orca-oracle:prefill=chunked:token_budget=512"),
          ("chunked 2048", "orca-oracle:prefill=chunked:token_budget=2048")),
-        ("ttft_p50", "ttft_p99", "tpot_mean", "itl_p99", "itl_max", "throughput", "mean_batch")),
+        ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "mean_batch")),
     Experiment(
-        "preempt", "§6.1 → lecture 3", "preemption under memory pressure: recompute or swap", "long",
+        "preempt", "§6.1 → lecture 3", "preemption under memory pressure: recompute vs swap", "long",
         LONG_SLO, (10.0, 12.0, 16.0),
         (("recompute", "paged"), ("swap", "paged:preempt=swap"),
          (f"watermark {PAGED_WATERMARK:.0%}", f"paged:watermark={PAGED_WATERMARK:g}"),
          ("unlimited", "unlimited")),
-        ("preemptions", "recomputed_tokens", "swapped_gb", "swap_time", "ttft_p50", "ttft_p99",
-         "tpot_mean", "itl_max", "throughput", "slo_attainment")),
+        ("preemptions", "recomputed_tokens", "swapped_gb", "swap_time", "p50_ttft_ms", "p99_ttft_ms",
+         "mean_tpot_ms", "max_itl_ms", "output_throughput", "slo_attainment")),
 )}
 
 
@@ -182,12 +182,12 @@ def _config(e: Experiment, setting: Setting) -> dict:
     w = setting.workload
     return {"model": setting.model.name, "gpu": setting.gpu.name, "workload": w.name,
             "requests": len(w), "seed": setting.seed, "context_mode": setting.context_mode,
-            "slo": setting.slo.to_dict(), "rates": list(e.rates)}
+            "slo_ms": setting.slo.to_ms(), "rates": list(e.rates)}
 
 
 # -- what each experiment shows, computed from its rows ------------------------------------
 
-COMPARED = ("ttft_p50", "ttft_p99", "ttft_max", "tpot_mean", "itl_p99", "itl_max", "throughput",
+COMPARED = ("p50_ttft_ms", "p99_ttft_ms", "max_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput",
             "slo_attainment", "mean_batch", "max_batch", "kv_held_share", "kv_stored_share", "preemptions")
 
 
@@ -231,14 +231,14 @@ def findings(name: str, systems: list[dict]) -> list[dict]:
         pair("max_bs 256 identical to 512", "max_bs 256", "max_bs 512")
     elif name == "order":
         pair("sjf identical to fcfs at max_bs 256 (exercise 5)", "sjf, max_bs 256", "fcfs, max_bs 256")
-        ratio("sjf / fcfs, TTFT p50 (max_bs 64)", "sjf, max_bs 64", "fcfs, max_bs 64", "ttft_p50")
-        ratio("sjf / fcfs, TTFT max (max_bs 64)", "sjf, max_bs 64", "fcfs, max_bs 64", "ttft_max")
+        ratio("sjf / fcfs, TTFT p50 (max_bs 64)", "sjf, max_bs 64", "fcfs, max_bs 64", "p50_ttft_ms")
+        ratio("sjf / fcfs, TTFT max (max_bs 64)", "sjf, max_bs 64", "fcfs, max_bs 64", "max_ttft_ms")
         aging = f"aging {AGING_RATE:g}/s, max_bs 64"
-        ratio("aging / sjf, TTFT max (max_bs 64)", aging, "sjf, max_bs 64", "ttft_max")
+        ratio("aging / sjf, TTFT max (max_bs 64)", aging, "sjf, max_bs 64", "max_ttft_ms")
     elif name == "prefill":
-        ratio("chunked 512 / mixed, ITL max", "chunked 512", "mixed", "itl_max")
-        ratio("prefill_first / mixed, ITL p99", "prefill_first", "mixed", "itl_p99")
+        ratio("chunked 512 / mixed, ITL max", "chunked 512", "mixed", "max_itl_ms")
+        ratio("prefill_first / mixed, ITL p99", "prefill_first", "mixed", "p99_itl_ms")
     elif name == "preempt":
-        ratio("swap / recompute, TTFT p50", "swap", "recompute", "ttft_p50")
-        ratio("swap / recompute, throughput", "swap", "recompute", "throughput")
+        ratio("swap / recompute, TTFT p50", "swap", "recompute", "p50_ttft_ms")
+        ratio("swap / recompute, throughput", "swap", "recompute", "output_throughput")
     return out

@@ -1,7 +1,9 @@
 """A serving system: a scheduler configuration plus a memory manager, by name or spec string.
 
 A spec string is a preset name optionally followed by `:field=value` overrides, e.g.
-`orca-oracle:max_bs=64:order=sjf`. The presets are the systems of seed L02:
+`orca-oracle:max_bs=64:order=sjf`. Two fields may be spelled as vLLM's engine arguments:
+`max_num_seqs` is `max_bs` (`chunked:max_num_seqs=128`) and `max_num_batched_tokens` is
+`token_budget` (`chunked:max_num_batched_tokens=1024`); dashes work too (`max-num-seqs`). The presets are the systems of seed L02:
 static batching with B = 128, Orca with reservations by max / pow2 / oracle, sequential
 (batch size one), and the later systems its §6 and §7 point to: paged memory with preemption
 (vLLM), and chunked prefill on paged memory (Sarathi-Serve, vLLM v1).
@@ -38,6 +40,9 @@ class System:
     preempt: str = "recompute"
     victim: str = "latest-arrival"
     host_capacity_tokens: int | None = None   # swap space; None: as large as the KV capacity
+    prefix_caching: int = 0         # 1: paged memory keeps full blocks for reuse (vLLM's APC)
+    cache_tokens: int | None = None  # prefix cache: most unreferenced cached tokens kept; None: free memory
+    host_cache_tokens: float = 0.0   # prefix cache: tokens kept in host memory after GPU eviction; inf: unlimited
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_KINDS:
@@ -53,6 +58,14 @@ class System:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"system {self.name!r}: field '{field}': must be an integer >= 1, got {value!r}")
+        if self.prefix_caching not in (0, 1) or isinstance(self.prefix_caching, bool):
+            raise InputError(f"system {self.name!r}: field 'prefix_caching': must be 0 or 1, got {self.prefix_caching!r}")
+        if self.prefix_caching and self.memory != "paged":
+            raise InputError(f"system {self.name!r}: field 'prefix_caching': needs memory 'paged', not {self.memory!r}")
+        if not self.host_cache_tokens >= 0:
+            raise InputError(f"system {self.name!r}: field 'host_cache_tokens': must be >= 0 or inf, got {self.host_cache_tokens!r}")
+        if self.cache_tokens is not None and (isinstance(self.cache_tokens, bool) or self.cache_tokens < 0):
+            raise InputError(f"system {self.name!r}: field 'cache_tokens': must be >= 0 or none, got {self.cache_tokens!r}")
         try:
             self.scheduler_config()
         except InputError as exc:
@@ -67,11 +80,21 @@ class System:
     def memory_manager(self, model: ModelSpec, gpu: GPUSpec) -> MemoryManager:
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        capacity = kv_capacity_tokens(model, gpu)
+        return self.memory_for_capacity(kv_capacity_tokens(model, gpu), model.max_context)
+
+    def memory_for_capacity(self, capacity: int, max_context: int) -> MemoryManager:
+        """This system's memory manager over `capacity` tokens of KV (a real model's own cache)."""
+        if self.memory == "unlimited":
+            return UnlimitedMemory()
         if self.memory.startswith("reservation-"):
-            return ReservationMemory(capacity, self.memory.removeprefix("reservation-"), model.max_context)
+            return ReservationMemory(capacity, self.memory.removeprefix("reservation-"), max_context)
         from batchlab.memory.paged import PagedMemory
         host = capacity if self.host_capacity_tokens is None else self.host_capacity_tokens
+        if self.prefix_caching:
+            from batchlab.memory.prefix import PrefixCacheMemory
+            return PrefixCacheMemory(capacity, block_size=self.block_size, watermark=self.watermark,
+                                     host_capacity_tokens=host, cache_tokens=self.cache_tokens,
+                                     host_cache_tokens=self.host_cache_tokens)
         return PagedMemory(capacity, block_size=self.block_size, watermark=self.watermark,
                            host_capacity_tokens=host)
 
@@ -85,9 +108,13 @@ PRESETS: dict[str, System] = {s.name: s for s in (
     System("unlimited", memory="unlimited"),
     System("paged", memory="paged"),
     System("chunked", memory="paged", prefill="chunked", token_budget=512),
+    System("paged-prefix", memory="paged", prefix_caching=1),
+    System("chunked-prefix", memory="paged", prefill="chunked", token_budget=512, prefix_caching=1),
 )}
 
 _FIELD_TYPES = {f.name: f.type for f in fields(System)}
+# vLLM's engine-argument names of two fields (`vllm serve --max-num-seqs --max-num-batched-tokens`)
+FIELD_ALIASES = {"max_num_seqs": "max_bs", "max_num_batched_tokens": "token_budget"}
 
 
 def parse_system(spec: str, field: str = "system") -> System:
@@ -100,9 +127,13 @@ def parse_system(spec: str, field: str = "system") -> System:
     for item in overrides:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
+        key = FIELD_ALIASES.get(key, key)
         if not sep or key not in _FIELD_TYPES or key == "name":
             raise InputError(f"system {spec!r}: override {item!r} is not field=value with a field of "
-                             f"{', '.join(k for k in _FIELD_TYPES if k != 'name')}")
+                             f"{', '.join(k for k in _FIELD_TYPES if k != 'name')} "
+                             f"(or {', '.join(FIELD_ALIASES)})")
+        if key in changes:
+            raise InputError(f"system {spec!r}: field {key!r} is set twice")
         changes[key] = _convert(spec, key, value.strip())
     return replace(PRESETS[name], name=spec.strip(), **changes)
 

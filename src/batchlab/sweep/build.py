@@ -16,6 +16,9 @@ from batchlab.errors import InputError
 from batchlab.sweep.config import MS_PER_S, SweepConfig
 
 KEY_CHARS = 16   # hex digits of the SHA-256 of a task's coordinates and settings
+# The shape of a result row: part of every key, so a progress file written with another shape
+# (seconds and "goodput" before vLLM's names and milliseconds) is run again, never mixed in.
+ROW_FORMAT = "vllm-ms-1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +34,8 @@ class Task:
 def task_key(kind: str, coords: dict, fingerprint: dict, specs: dict) -> str:
     """Hash of everything the result depends on: the coordinates, the sweep's settings and the
     full model, GPU and System specs (a spec file edited between runs is a new point)."""
-    blob = json.dumps({"kind": kind, "coords": coords, "settings": fingerprint, "specs": specs},
-                      sort_keys=True, default=str)
+    blob = json.dumps({"kind": kind, "coords": coords, "settings": fingerprint, "specs": specs,
+                       "row_format": ROW_FORMAT}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:KEY_CHARS]
 
 
@@ -43,7 +46,7 @@ def describe(coords: dict) -> str:
 def build_tasks(cfg: SweepConfig) -> list[Task]:
     """Every point and goodput search of the grid, in grid order; InputError on the first bad one."""
     from batchlab.hardware import resolve_gpu, resolve_model
-    from batchlab.metrics import SLO
+    from batchlab.metrics import parse_metric_percentiles, parse_percentile_metrics
     from batchlab.serving.experiments import Setting
     from batchlab.workload import make_workload
 
@@ -51,8 +54,9 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
         w = cfg.workload
         workload = make_workload(w["kind"], w["requests"], 1.0, w["seed"], arrival=w["arrival"],
                                  burstiness=w["burstiness"], prompt=w["prompt"], output=w["output"])
-        slo = SLO(ttft=cfg.slo["ttft"], tpot=None if cfg.slo["tpot_ms"] is None else cfg.slo["tpot_ms"] / MS_PER_S,
-                  e2e=cfg.slo["e2e"])
+        slo = slo_of(cfg)
+        parse_percentile_metrics(cfg.report["percentile_metrics"], "[report] percentile_metrics")
+        percentiles = parse_metric_percentiles(cfg.report["metric_percentiles"], "[report] metric_percentiles")
         target = cfg.slo["target"]
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
             raise InputError(f"[slo] field 'target': must be in (0, 1], got {target!r}")
@@ -62,7 +66,7 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
         raise InputError(f"{cfg.source}: {exc}") from None
     models = {m: _build(cfg, {"model": m}, resolve_model, m) for m in cfg.axes["model"]}
     gpus = {g: _build(cfg, {"gpu": g}, resolve_gpu, g) for g in cfg.axes["gpu"]}
-    settings = {(m, g): Setting(workload, models[m], gpus[g], slo, w["context_mode"], w["seed"])
+    settings = {(m, g): Setting(workload, models[m], gpus[g], slo, w["context_mode"], w["seed"], percentiles)
                 for m in models for g in gpus}
     fingerprint = cfg.fingerprint()
     systems: dict[tuple, tuple] = {}
@@ -93,6 +97,19 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
         tasks.append(Task("point", i, shown, task_key("point", shown, fingerprint, specs), point,
                           (setting, system, coords["rate"])))
     return tasks
+
+
+def slo_of(cfg: SweepConfig):
+    """The SLO of [slo]: vLLM's `goodput` pairs (ms), or the older ttft (s), tpot_ms, e2e (s)."""
+    from batchlab.metrics import SLO, parse_goodput
+
+    if cfg.slo["goodput"] is not None:
+        pairs = cfg.slo["goodput"]
+        if not isinstance(pairs, (str, list)) or not all(isinstance(p, str) for p in pairs):
+            raise InputError(f"[slo] field 'goodput': must be a string like \"ttft:1000 tpot:50\", got {pairs!r}")
+        return parse_goodput(pairs, "[slo] goodput")
+    return SLO(ttft=cfg.slo["ttft"], tpot=None if cfg.slo["tpot_ms"] is None else cfg.slo["tpot_ms"] / MS_PER_S,
+               e2e=cfg.slo["e2e"])
 
 
 def _system(coords: dict, field_axes: list[str]):

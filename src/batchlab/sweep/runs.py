@@ -10,6 +10,7 @@ def goodput_row(setting: Setting, system: System, target: float, fleet_rate: flo
     """A goodput search reduced to a row; GPUs for `fleet_rate` as in seed L02 §5.3."""
     res = goodput(setting, system, target)
     return {
-        "goodput": res.goodput, "lo": res.lo, "hi": res.hi, "status": res.status, "probes": len(res.probes),
+        "max_goodput_rate": res.goodput, "max_goodput_rate_above": res.above,
+        "lo": res.lo, "hi": res.hi, "status": res.status, "probes": len(res.probes),
         "gpus_needed": res.gpus_needed(fleet_rate) if fleet_rate else None,
     }

@@ -28,12 +28,22 @@ def plain(value):
     return value
 
 
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"field '--out': {str(path)!r} is not a progress file (not UTF-8 text at byte "
+                         f"{exc.start}); remove it or choose another --out") from None
+    except OSError as exc:
+        raise InputError(f"field '--out': cannot read {str(path)!r}: {exc.strerror or exc}") from None
+
+
 class ProgressStore:
     def __init__(self, directory: Path, resume: bool) -> None:
         self.path = directory / PROGRESS_FILE
         self.rows: dict[str, dict] = {}
         if self.path.exists():
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            lines = _read_lines(self.path)
             if not resume and any(line.strip() for line in lines):
                 raise InputError(f"field '--out': {str(self.path)!r} already holds finished points: pass "
                                  "--resume to continue that sweep, or choose another --out")
@@ -54,7 +64,10 @@ class ProgressStore:
         row = plain(row)
         if self._file is None:
             cut = self.path.exists() and not self.path.read_bytes().endswith(b"\n") and self.path.stat().st_size
-            self._file = open(self.path, "a", encoding="utf-8")
+            try:
+                self._file = open(self.path, "a", encoding="utf-8")
+            except OSError as exc:
+                raise InputError(f"field '--out': cannot write {str(self.path)!r}: {exc.strerror or exc}") from None
             if cut:              # end the line an interruption cut short, so the next one stands alone
                 self._file.write("\n")
         self._file.write(json.dumps({"key": key, "kind": kind, "coords": plain(coords), "row": row}) + "\n")

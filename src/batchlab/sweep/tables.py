@@ -1,11 +1,17 @@
-"""A sweep's results as tables: one row per task in grid order, written as CSV and Parquet."""
+"""A sweep's results as tables: one row per task in grid order, written as CSV and Parquet.
+
+Parquet needs pyarrow, an optional extra (`pip install 'batchlab[parquet]'`), imported only here.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
+import importlib.util
 from pathlib import Path
 
 from batchlab.errors import InputError
+from batchlab.io_checks import write_atomic
 
 
 def table(entries: list[tuple[dict, dict]]) -> tuple[list[str], list[dict]]:
@@ -30,18 +36,23 @@ def _cell(value) -> str:
 
 def write_csv(path: Path, columns: list[str], rows: list[dict]) -> Path:
     """Floats as Python's shortest round-trip repr; None as an empty cell."""
-    try:
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow([_cell(row[c]) for c in columns])
-    except OSError as exc:
-        raise InputError(f"field '--out': cannot write {str(path)!r}: {exc.strerror}") from None
-    return path
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row[c]) for c in columns])
+    return write_atomic(path, buffer.getvalue(), "--out")
+
+
+def check_parquet() -> None:
+    """InputError naming the flag when Parquet is asked for and pyarrow is not installed."""
+    if importlib.util.find_spec("pyarrow") is None:
+        raise InputError("field '--parquet': writing Parquet needs pyarrow, which is not installed: "
+                         "pip install 'batchlab[parquet]' (or leave out --parquet for CSV only)")
 
 
 def write_parquet(path: Path, columns: list[str], rows: list[dict]) -> Path:
+    check_parquet()
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -53,8 +64,6 @@ def write_parquet(path: Path, columns: list[str], rows: list[dict]) -> Path:
         if kinds == {int, float}:
             values = [None if v is None else float(v) for v in values]
         arrays[c] = pa.array(values)
-    try:
-        pq.write_table(pa.table(arrays), path)
-    except OSError as exc:
-        raise InputError(f"field '--out': cannot write {str(path)!r}: {exc}") from None
-    return path
+    sink = pa.BufferOutputStream()      # in memory first: the file is written whole or not at all
+    pq.write_table(pa.table(arrays), sink)
+    return write_atomic(path, sink.getvalue().to_pybytes(), "--out")

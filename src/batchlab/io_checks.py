@@ -1,0 +1,261 @@
+"""The checks every reader and writer of user input shares.
+
+Numbers (finite, in range), token counts (whole numbers, never strings, never larger than any
+real request), JSON text that may be hostile (nested or huge numbers), and output destinations:
+each is checked the same way wherever it is read, so one mistake gets one message, naming the
+field or flag the user typed. Outputs are checked before a run starts and written whole or not
+at all (`write_atomic`), so a failed command leaves no partial file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from batchlab.errors import InputError
+
+# A request of more than a billion tokens is a typo, not a workload: the bound keeps every sum
+# of token counts exact in int64 and every step's cost finite.
+MAX_TOKENS = 10**9
+# Requests in one generated workload or trace read: ten million is hours of simulation and
+# gigabytes of per-request arrays; beyond that the arrays alone would not fit in memory.
+MAX_REQUESTS = 10**7
+# A request every twelve days or so: arrival times at slower rates overflow the clock's floats.
+MIN_RATE = 1e-6
+_INTEGER_TEXT = re.compile(r"[+]?\d+(\.0*)?")
+
+
+def _fail(field: str | None, problem: str) -> InputError:
+    return InputError(f"field '{field}': {problem}" if field else problem)
+
+
+def _bounds_text(gt, ge, lt, le) -> str:
+    parts = [f"{op} {_bound(b)}" for op, b in ((">", gt), (">=", ge), ("<", lt), ("<=", le)) if b is not None]
+    return " and ".join(parts)
+
+
+def _bound(x: float) -> str:
+    return f"{int(x):,}" if isinstance(x, int) or float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def number(value: object, field: str | None, *, gt: float | None = None, ge: float | None = None,
+           lt: float | None = None, le: float | None = None, allow_inf: bool = False,
+           unit: str = "") -> float:
+    """`value` as a float: a real number (not a bool, not a string), finite unless `allow_inf`,
+    within the bounds given. `field` None leaves the message without a field (argparse adds it)."""
+    bounds = _bounds_text(gt, ge, lt, le)
+    want = f"a finite number{' ' + bounds if bounds else ''}{' ' + unit if unit else ''}"
+    if allow_inf:
+        want = want.replace("a finite number", "a number") + " (or inf)"
+    if isinstance(value, (bool, str)) or not hasattr(value, "__float__"):   # numpy numbers have it
+        raise _fail(field, f"must be {want}, got {brief(value)}")
+    try:
+        x = float(value)
+    except (OverflowError, ValueError, TypeError):
+        raise _fail(field, f"must be {want}, got {brief(value)}") from None
+    if math.isnan(x) or (math.isinf(x) and not (allow_inf and x > 0)):
+        raise _fail(field, f"must be {want}, got {x}")
+    if ((gt is not None and not x > gt) or (ge is not None and not x >= ge)
+            or (lt is not None and not x < lt) or (le is not None and not x <= le)):
+        raise _fail(field, f"must be {want}, got {x:g}")
+    return x
+
+
+def whole(value: object, field: str | None, *, ge: int | None = None, le: int | None = None,
+          what: str = "a whole number") -> int:
+    """`value` as an int: an integer (or a float holding one, as 8.03e9), not a bool or a string."""
+    bounds = _bounds_text(None, ge, None, le)
+    want = f"{what}{' ' + bounds if bounds else ''}"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) and not _is_np_integer(value):
+        raise _fail(field, f"must be {want}, got {brief(value)}")
+    n = int(value)
+    if (ge is not None and n < ge) or (le is not None and n > le):
+        raise _fail(field, f"must be {want}, got {brief(n)}")
+    return n
+
+
+def _is_np_integer(value: object) -> bool:
+    if type(value).__module__ != "numpy":    # numpy stays unimported for the flags' checks
+        return False
+    import numpy as np
+
+    return isinstance(value, np.integer)
+
+
+def token_count(value: object, field: str | None, *, minimum: int = 1, maximum: int = MAX_TOKENS,
+                text: bool = False) -> int:
+    """A count of tokens: a whole number in [minimum, maximum]. A string is refused (a JSON
+    `"12"` is a mistake), except with `text`, for formats whose every cell is text (CSV)."""
+    original = value
+    if text and isinstance(value, str) and _INTEGER_TEXT.fullmatch(value.strip()):
+        value = int(value.strip().split(".")[0])
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not (isinstance(value, int) or _is_np_integer(value)) or int(value) < minimum:
+        raise _fail(field, f"must be a whole number of tokens >= {minimum}, got {brief(original)}")
+    if int(value) > maximum:
+        raise _fail(field, f"must be at most {maximum:,} tokens, got {brief(original)}")
+    return int(value)
+
+
+def request_count(value: object, field: str | None) -> int:
+    """A number of requests: a whole number in [1, MAX_REQUESTS]."""
+    return whole(value, field, ge=1, le=MAX_REQUESTS, what="a whole number of requests")
+
+
+def brief(value: object, limit: int = 40) -> str:
+    """repr of a value cut to `limit` characters: a 5,000-digit number must not flood the line."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"a number of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def named(key: str, flag: str) -> Iterator[None]:
+    """Report an InputError about a library's field `key` as one about `flag`, what the user
+    typed: a preset resolver says `field 'model'`, the command line means `--model`."""
+    try:
+        yield
+    except InputError as exc:
+        text, old = str(exc), f"field '{key}'"
+        if old not in text:
+            raise
+        raise InputError(text.replace(old, f"field '{flag}'", 1)) from None
+
+
+# -- reading user files ------------------------------------------------------------------
+
+@contextlib.contextmanager
+def reading(source: str) -> Iterator[None]:
+    """Turn what a hostile file can make the parsers raise into an InputError naming the file:
+    nesting deeper than the recursion limit, integers over Python's 4,300-digit conversion limit,
+    numbers too large for a float, bytes that are not UTF-8, or no memory for what it claims."""
+    try:
+        yield
+    except InputError:
+        raise
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply to read") from None
+    except MemoryError:
+        raise InputError(f"{source}: too large to read into memory") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OverflowError as exc:
+        raise InputError(f"{source}: a number is too large ({exc})") from None
+    except ValueError as exc:
+        if "int_max_str_digits" in str(exc) or "Exceeds the limit" in str(exc):
+            raise InputError(f"{source}: a number has more than 4,300 digits") from None
+        raise
+
+
+def load_json(text: str, source: str):
+    """json.loads, with every failure an InputError naming `source` (the file or the flag)."""
+    with reading(source):
+        try:
+            return json.loads(text, parse_constant=_no_constant)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} "
+                             f"column {exc.colno}") from None
+        except _NotJSON as exc:
+            raise InputError(f"{source}: not valid JSON: {exc} is not a JSON number") from None
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    # NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise.
+    raise _NotJSON(name)
+
+
+# -- writing outputs ---------------------------------------------------------------------
+
+def check_output_file(path: str | Path, field: str) -> Path:
+    """InputError unless `path` can be written as a file: its directory exists and is writable,
+    and it is not itself a directory. Nothing is created."""
+    path = Path(path)
+    if path.is_dir():
+        raise _fail(field, f"cannot write {str(path)!r}: it is a directory")
+    parent = path.parent
+    if not parent.exists():
+        raise _fail(field, f"the directory of {str(path)!r} does not exist")
+    if not parent.is_dir():
+        raise _fail(field, f"cannot write {str(path)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _fail(field, f"cannot write {str(path)!r}: {str(parent)!r} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise _fail(field, f"cannot write {str(path)!r}: permission denied")
+    return path
+
+
+def check_output_dir(path: str | Path, field: str, files: tuple[str, ...] = ()) -> Path:
+    """InputError unless `path` is a writable directory or can be created as one, and none of
+    `files` inside it is a directory or read-only. Nothing is created."""
+    path = Path(path)
+    if not path.exists():
+        ancestor = path.absolute().parent
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise _fail(field, f"cannot create {str(path)!r}: {str(ancestor)!r} is not a directory")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise _fail(field, f"cannot create {str(path)!r}: {str(ancestor)!r} is not writable")
+        return path
+    if not path.is_dir():
+        raise _fail(field, f"{str(path)!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _fail(field, f"cannot write into {str(path)!r}: permission denied")
+    for name in files:
+        inner = path / name
+        if inner.is_dir():
+            raise _fail(field, f"{str(inner)!r} is a directory, not a file")
+        if inner.exists() and not os.access(inner, os.W_OK):
+            raise _fail(field, f"cannot write {str(inner)!r}: permission denied")
+    return path
+
+
+def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
+    """Write `data` to `path` whole or not at all: into a temporary file beside it, then renamed
+    over it, so an interruption or a full disk never leaves half a file under the final name."""
+    path = Path(path)
+    check_output_file(path, field)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        if isinstance(data, bytes):
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(data)
+        os.chmod(tmp, _file_mode(path))
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+        raise
+    return path
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a plain open() would give: the old file's, else 0o666 less the umask
+    (mkstemp makes its files private, 0o600)."""
+    with contextlib.suppress(OSError):
+        return os.stat(path).st_mode & 0o7777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask

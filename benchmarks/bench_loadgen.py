@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import numpy as np
 from batchlab.bench.dataset import DatasetSpec, load_requests
 from batchlab.bench.result import bench_result
 from batchlab.bench.runner import RunConfig, encode_bodies, run_requests
+from batchlab.serve.launch import free_port
 
 REQUESTS = 256
 OUTPUT = 256
@@ -53,12 +53,6 @@ PACED_ITL_MS = 20.0
 PACED_OUTPUT = 100
 STREAMS = (64, 128)
 SELECTED, PERCENTILES = ("ttft", "tpot", "itl", "e2el"), (50.0, 99.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_stub(itl_ms: float = 0.0) -> tuple[subprocess.Popen, str]:

@@ -22,10 +22,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads its BLAS
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import json  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -37,6 +34,7 @@ import numpy as np  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from batchlab.request import Request  # noqa: E402
+from batchlab.serve.launch import ServeFailed, ServeProcess  # noqa: E402
 from batchlab.serve.server import ServeConfig, build_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,28 +46,12 @@ SOAK_LOAD = 0.8                        # share of the measured capacity offered 
 KIB = 1024
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServeProcess):
     def __init__(self, *flags: str) -> None:
-        self.url = f"http://127.0.0.1:{_free_port()}"
-        port = self.url.rsplit(":", 1)[1]
-        self.proc = subprocess.Popen([sys.executable, "-m", "batchlab.cli", "serve", "--port", port, *flags],
-                                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"batchlab serve failed: {self.proc.stderr.read().decode()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        self.proc.kill()
-        raise SystemExit("batchlab serve did not start")
+        try:
+            super().__init__(*flags, cwd=ROOT)
+        except ServeFailed as exc:
+            raise SystemExit(f"batchlab serve {exc}") from None
 
     def metrics(self) -> dict[str, float]:
         text = httpx.get(self.url + "/metrics", timeout=30).text
@@ -83,8 +65,7 @@ class Server:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=120)
+        return super().stop(timeout_s=120)   # a drain after the soak may take a while
 
 
 def bench(url: str, n: int, input_len: int, output_len: int, *, concurrency: int | None = None,

@@ -2,13 +2,13 @@
 
 import json
 import math
-import socket
 
 import numpy as np
 import pytest
 
 from batchlab.bench.stub import StubConfig, StubServer
 from batchlab.cli import main
+from batchlab.serve.launch import free_port
 
 VLLM_KEYS = ["date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
              "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
@@ -179,14 +179,8 @@ def test_a_request_past_its_timeout_fails_with_a_timeout_error(capsys):
     assert code == 0 and r["failed"] == 2 and all(e.startswith("timeout") for e in r["errors"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_server_fails_fast_naming_base_url(capsys):
-    code = main(["bench", "--base-url", f"http://127.0.0.1:{_free_port()}", "--disable-tqdm", "--num-prompts", "5"])
+    code = main(["bench", "--base-url", f"http://127.0.0.1:{free_port()}", "--disable-tqdm", "--num-prompts", "5"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "'--base-url'" in err and "cannot reach" in err
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchlab.model import init_model
 from batchlab.model.decoding import generate
+from batchlab.serve.launch import ServeFailed, ServeProcess
 from batchlab.serve.model_spec import parse_model
 
 from conftest import ROOT
@@ -27,28 +26,11 @@ STARTUP_S = 60.0
 TIMEOUT = httpx.Timeout(30.0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Server(ServeProcess):
+    """The tiny model unless the flags name another (argparse keeps the last --model)."""
 
-
-class Server:
     def __init__(self, *flags: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "batchlab.cli", "serve", "--model", "tiny", "--port", str(self.port),
-             *flags], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()[1]
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.1)
-        self.proc.kill()
-        raise AssertionError("batchlab serve did not come up")
+        super().__init__("--model", "tiny", *flags, start_s=STARTUP_S, cwd=ROOT)
 
     def metrics(self) -> dict[str, float]:
         """Every sample of /metrics by name and labels, parsed by prometheus_client."""
@@ -60,15 +42,10 @@ class Server:
                 out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
         return out
 
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
+
+def test_a_server_that_cannot_start_fails_with_its_own_error_line():
+    with pytest.raises(ServeFailed, match=r"^exited: .*field '--model': unknown model 'bogus'"):
+        Server("--model", "bogus")
 
 
 @pytest.fixture(scope="module")

@@ -39,10 +39,8 @@ import contextlib
 import dataclasses
 import json
 import re
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -51,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.serve.launch import ServeFailed, ServeProcess
 
-SERVER_START_S = 60.0
 WARMUP_PROMPTS = 8   # first-call allocations and lazy imports, before anything is timed
 TTFT_METRIC = "vllm:time_to_first_token_seconds"
 
@@ -68,12 +66,6 @@ class Probe:
     prefill_requests: int = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def mini_server(model: str, system: str, kv_cache_tokens: int, seed: int,
                 base_url: str | None = None):
@@ -81,35 +73,13 @@ def mini_server(model: str, system: str, kv_cache_tokens: int, seed: int,
     if base_url is not None:
         yield base_url.rstrip("/")
         return
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "batchlab.cli", "serve", "--port", str(port),
-                             "--model", model, "--system", system, "--kv-cache-tokens",
-                             str(kv_cache_tokens), "--seed", str(seed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            if proc.poll() is not None:
-                raise InputError(f"validate: the mini server exited: {proc.stderr.read().strip()}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise InputError(f"validate: the mini server did not answer {url}/health in "
-                                 f"{SERVER_START_S:g} s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server = ServeProcess("--model", model, "--system", system, "--kv-cache-tokens",
+                              str(kv_cache_tokens), "--seed", str(seed))
+    except ServeFailed as exc:
+        raise InputError(f"validate: the mini server {exc}") from None
+    with server:
+        yield server.url
 
 
 def bench(url: str, args: list[str], directory: Path, name: str, what: str) -> dict:

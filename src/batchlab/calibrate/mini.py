@@ -25,7 +25,7 @@ from batchlab.model.kv_cache import KVCache
 from batchlab.model.ops import attention, rms_norm, rope, swiglu
 from batchlab.model.paged_attention import decode_layout, paged_decode_attention
 from batchlab.model.timing import median_time
-from batchlab.model.weights import init_model
+from batchlab.model.weights import MiniModel, init_model
 
 SOURCE = "mini"
 # Rows of the per-token operators: decode batches up to a prefill chunk. BLAS multiplies one
@@ -97,10 +97,9 @@ def _matmul_time(x: np.ndarray, copies: list[np.ndarray], repeats: int) -> float
     return _time(run, repeats) / len(copies)
 
 
-def _operator_points(config: MiniConfig, model: ModelSpec, repeats: int,
+def _operator_points(config: MiniConfig, weights: MiniModel, model: ModelSpec, repeats: int,
                      rng: np.random.Generator) -> list[ProfilePoint]:
     c = config
-    weights = init_model(config)
     layer = weights.layers[0]
     h, hkv, d = c.n_heads, c.n_kv_heads, c.head_dim
     points: list[ProfilePoint] = []
@@ -155,9 +154,8 @@ def _operator_points(config: MiniConfig, model: ModelSpec, repeats: int,
     return points
 
 
-def _step_points(config: MiniConfig, model: ModelSpec, repeats: int, rng: np.random.Generator,
-                 first_row: int) -> list[ProfilePoint]:
-    weights = init_model(config)
+def _step_points(config: MiniConfig, weights: MiniModel, model: ModelSpec, repeats: int,
+                 rng: np.random.Generator, first_row: int) -> list[ProfilePoint]:
     points = []
     for batch, context, new in STEPS:
         cache = KVCache(config)
@@ -198,7 +196,8 @@ def cpu_name() -> str:
 
 
 def ceilings(repeats: int) -> tuple[float, float]:
-    """(matmul FLOP/s, streaming-read bytes/s) of this machine, medians after a warm-up."""
+    """(matmul FLOP/s, streaming-read bytes/s) of this machine: the fastest of at least
+    CEILING_REPEATS runs after a warm-up (`_best`)."""
     n = PEAK_MATMUL_N
     a = np.ones((n, n), dtype=np.float32)  # values do not change a matmul's speed
     x = np.ones(STREAM_BYTES // 4, dtype=np.float32)
@@ -214,8 +213,9 @@ def measure_mini(spec: MiniConfig | ModelSpec | None = None, repeats: int = 3, s
     model = config.to_model_spec(name)
     rng = np.random.default_rng(seed)
     peak_flops, read_bandwidth = ceilings(repeats)
-    points = _operator_points(config, model, repeats, rng)
-    points += _step_points(config, model, repeats, rng, len(points) + 1)
+    weights = init_model(config)   # one model for both: its weights depend on the config only
+    points = _operator_points(config, weights, model, repeats, rng)
+    points += _step_points(config, weights, model, repeats, rng, len(points) + 1)
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
     base = GPUSpec("CPU", peak_flops=peak_flops, mem_bandwidth=read_bandwidth,
                    memory=physical_memory(), host_link_bandwidth=read_bandwidth,

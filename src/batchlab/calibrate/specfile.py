@@ -9,6 +9,7 @@ from pathlib import Path
 
 from batchlab.errors import InputError
 from batchlab.hardware.specs import GPUSpec, ModelSpec
+from batchlab.io_checks import write_atomic
 
 
 def _value(value) -> str:
@@ -47,7 +48,7 @@ def write_spec(path: str | Path, gpu: GPUSpec, model: ModelSpec | None = None,
         raise InputError(f"field '--out': a spec file must end in .toml, got {str(path)!r}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(spec_toml(gpu, model, comment), encoding="utf-8")
     except OSError as exc:
         raise InputError(f"field '--out': cannot write {path} ({exc.strerror})") from None
-    return path
+    # whole or not at all, as every output: a spec cut short would load as another spec
+    return write_atomic(path, spec_toml(gpu, model, comment), "--out")

@@ -7,7 +7,62 @@ import math
 
 from batchlab.commands import flagtypes
 
-RANDOM_DEFAULTS = {"input": 1024, "output": 128}
+# The random dataset's lengths unless given (vllm bench serve's).
+RANDOM_DEFAULTS = {"input": 1024, "output": 128, "ratio": 0.0}
+
+
+def add_dataset_flags(g, *, num_prompts: int, per: str, random: dict) -> None:
+    """The dataset flags, which `batchlab validate` takes too: `num_prompts` requests `per` ...
+    by default, `random` the random dataset's defaults (input, output, ratio). The random flags
+    default to None, so that a given one is seen; `dataset_spec` puts the defaults in."""
+    g.add_argument("--dataset-name", default="random", metavar="NAME",
+                   help="random, chat, long, orca, fixed, azure-conv, or trace (with --dataset-path) "
+                        "(default: %(default)s)")
+    g.add_argument("--dataset-path", metavar="FILE", help="CSV or JSONL trace for --dataset-name trace")
+    g.add_argument("--trace-columns", metavar="MAP",
+                   help="trace columns, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,output=GeneratedTokens "
+                        "(default: the Azure trace's)")
+    g.add_argument("--num-prompts", type=flagtypes.requests, default=num_prompts, metavar="N",
+                   help=f"requests {per} (traces: the first N records) (default: %(default)s)")
+    g.add_argument("--random-input-len", type=int, metavar="L",
+                   help=f"random: mean prompt tokens (default: {random['input']})")
+    g.add_argument("--random-output-len", type=int, metavar="L",
+                   help=f"random: mean output tokens (default: {random['output']})")
+    g.add_argument("--random-range-ratio", type=float, metavar="R",
+                   help=f"random: lengths uniform on [L(1-R), L(1+R)], R in [0, 1) (default: {random['ratio']})")
+    g.add_argument("--input-len", type=int, metavar="L", help="prompt tokens of the fixed dataset")
+    g.add_argument("--output-len", type=int, metavar="L", help="output tokens of the fixed dataset")
+    g.add_argument("--seed", type=int, default=0, help="seed of lengths, arrivals and prompts (default: %(default)s)")
+
+
+def random_given(args: argparse.Namespace) -> list[tuple[str, str, float]]:
+    """(flag, key of the defaults, value) of each random-dataset flag given."""
+    return [(f, k, v) for f, k, v in (("--random-input-len", "input", args.random_input_len),
+                                      ("--random-output-len", "output", args.random_output_len),
+                                      ("--random-range-ratio", "ratio", args.random_range_ratio))
+            if v is not None]
+
+
+def dataset_spec(args: argparse.Namespace, random: dict, request_rate: float | None = None):
+    """The DatasetSpec of `add_dataset_flags`' flags (and --burstiness), a random flag not given
+    taking its default from `random`; InputError names the flag."""
+    from batchlab.bench.dataset import DatasetSpec
+    from batchlab.errors import InputError
+
+    columns = None
+    if args.trace_columns:
+        from batchlab.commands.options import _columns
+        try:
+            columns = _columns(args.trace_columns)
+        except InputError as exc:
+            raise InputError(str(exc).replace("'--columns'", "'--trace-columns'")) from None
+    lengths = dict(random)
+    lengths.update((k, v) for _, k, v in random_given(args))
+    return DatasetSpec(name=args.dataset_name, num_prompts=args.num_prompts, request_rate=request_rate,
+                       burstiness=args.burstiness, seed=args.seed, random_input_len=lengths["input"],
+                       random_output_len=lengths["output"], random_range_ratio=lengths["ratio"],
+                       input_len=args.input_len, output_len=args.output_len, path=args.dataset_path,
+                       columns=columns)
 
 
 def register(subparsers) -> None:
@@ -28,23 +83,8 @@ def register(subparsers) -> None:
     g.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
                    help="seconds to open a connection (default: %(default)s)")
 
-    g = p.add_argument_group("dataset")
-    g.add_argument("--dataset-name", default="random", metavar="NAME",
-                   help="random, chat, long, orca, fixed, azure-conv, or trace (with --dataset-path) "
-                        "(default: %(default)s)")
-    g.add_argument("--dataset-path", metavar="FILE", help="CSV or JSONL trace for --dataset-name trace")
-    g.add_argument("--trace-columns", metavar="MAP",
-                   help="trace columns, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,output=GeneratedTokens "
-                        "(default: the Azure trace's)")
-    g.add_argument("--num-prompts", type=flagtypes.requests, default=1000, metavar="N",
-                   help="requests to send (traces: the first N records) (default: %(default)s)")
-    g.add_argument("--random-input-len", type=int, default=RANDOM_DEFAULTS["input"], metavar="L")
-    g.add_argument("--random-output-len", type=int, default=RANDOM_DEFAULTS["output"], metavar="L")
-    g.add_argument("--random-range-ratio", type=float, default=0.0, metavar="R",
-                   help="random lengths are uniform on [L(1-R), L(1+R)], R in [0, 1) (default: %(default)s)")
-    g.add_argument("--input-len", type=int, metavar="L", help="prompt tokens of the fixed dataset")
-    g.add_argument("--output-len", type=int, metavar="L", help="output tokens of the fixed dataset")
-    g.add_argument("--seed", type=int, default=0, help="seed of lengths, arrivals and prompts (default: %(default)s)")
+    add_dataset_flags(p.add_argument_group("dataset"), num_prompts=1000, per="to send",
+                      random=RANDOM_DEFAULTS)
 
     g = p.add_argument_group("traffic")
     g.add_argument("--request-rate", type=float, metavar="R",
@@ -188,7 +228,6 @@ def _check(args: argparse.Namespace) -> dict:
     from urllib.parse import urlsplit
 
     from batchlab.bench.client import CHAT, endpoint_kind
-    from batchlab.bench.dataset import DatasetSpec
     from batchlab.bench.prompts import AUTO, PROMPT_FORMATS, TEXT, TOKENS
     from batchlab.errors import InputError
     from batchlab.metrics import parse_goodput, parse_metric_percentiles, parse_percentile_metrics
@@ -228,21 +267,8 @@ def _check(args: argparse.Namespace) -> dict:
             raise InputError("field '--extra-body' must be a JSON object")
     if args.temperature is not None:
         extra = {"temperature": args.temperature, **(extra or {})}
-    columns = None
-    if args.trace_columns:
-        from batchlab.commands.options import _columns
-        try:
-            columns = _columns(args.trace_columns)
-        except InputError as exc:
-            raise InputError(str(exc).replace("'--columns'", "'--trace-columns'")) from None
-    spec = DatasetSpec(name=args.dataset_name, num_prompts=args.num_prompts, request_rate=args.request_rate,
-                       burstiness=args.burstiness, seed=args.seed, random_input_len=args.random_input_len,
-                       random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
-                       input_len=args.input_len, output_len=args.output_len, path=args.dataset_path,
-                       columns=columns)
-    if args.dataset_name != "random" and (
-            args.random_input_len != RANDOM_DEFAULTS["input"] or args.random_output_len != RANDOM_DEFAULTS["output"]
-            or args.random_range_ratio != 0.0):
+    spec = dataset_spec(args, RANDOM_DEFAULTS, args.request_rate)
+    if args.dataset_name != "random" and any(v != RANDOM_DEFAULTS[k] for _, k, v in random_given(args)):
         raise InputError(f"fields '--random-input-len', '--random-output-len' and '--random-range-ratio' "
                          f"apply to dataset 'random' only, not {args.dataset_name!r}")
     slo = parse_goodput(args.goodput) if args.goodput is not None else None

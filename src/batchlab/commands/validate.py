@@ -7,6 +7,8 @@ import json
 import math
 
 from batchlab.commands import flagtypes
+from batchlab.commands.bench import add_dataset_flags, random_given
+from batchlab.commands.bench import dataset_spec as bench_dataset_spec
 
 # validate's random dataset: short requests, so three loads take about a minute here.
 RANDOM = {"input": 64, "output": 32, "ratio": 0.5}
@@ -44,27 +46,9 @@ def register(subparsers) -> None:
                              "around the server's measured saturation)")
     g = parser.add_argument_group("dataset (as `batchlab bench` takes it; each rate is its "
                                   "--request-rate)")
-    g.add_argument("--dataset-name", default="random", metavar="NAME",
-                   help="random, chat, long, orca, fixed, azure-conv, or trace (with "
-                        "--dataset-path) (default: %(default)s)")
-    g.add_argument("--dataset-path", metavar="FILE", help="CSV or JSONL trace for --dataset-name trace")
-    g.add_argument("--trace-columns", metavar="MAP",
-                   help="trace columns, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,"
-                        "output=GeneratedTokens (default: the Azure trace's)")
-    g.add_argument("--num-prompts", type=flagtypes.requests, default=60, metavar="N",
-                   help="requests per rate (traces: the first N records) (default: %(default)s)")
-    g.add_argument("--random-input-len", type=int, metavar="L",
-                   help=f"random: mean prompt tokens (default: {RANDOM['input']})")
-    g.add_argument("--random-output-len", type=int, metavar="L",
-                   help=f"random: mean output tokens (default: {RANDOM['output']})")
-    g.add_argument("--random-range-ratio", type=float, metavar="R",
-                   help=f"random: lengths uniform on [L(1-R), L(1+R)] (default: {RANDOM['ratio']})")
-    g.add_argument("--input-len", type=int, metavar="L", help="prompt tokens of the fixed dataset")
-    g.add_argument("--output-len", type=int, metavar="L", help="output tokens of the fixed dataset")
+    add_dataset_flags(g, num_prompts=60, per="per rate", random=RANDOM)
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
-    g.add_argument("--seed", type=int, default=0,
-                   help="seed of lengths, arrivals and prompts (default: 0)")
     parser.add_argument("--base-url", metavar="URL",
                         help="a running mini server to measure instead of starting one (its "
                              "--model, --system and --kv-cache-tokens must match these)")
@@ -81,15 +65,9 @@ def register(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def _rates(text: str | None):
-    from batchlab.errors import InputError
-
-    if text is None:
-        return None
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InputError(f"field '--rates' must be comma-separated numbers, got {text!r}") from None
+def _rates(text: str | None) -> tuple[float, ...] | None:
+    # --rates is checked whole by its argparse type (flagtypes.rate_list).
+    return None if text is None else tuple(float(x) for x in text.split(","))
 
 
 def _device(args, cfg):
@@ -110,30 +88,13 @@ def _device(args, cfg):
 def dataset_spec(args):
     """The DatasetSpec of the flags, by bench's rules (random flags for the random dataset only)."""
     from batchlab.bench.dataset import RANDOM as RANDOM_NAME
-    from batchlab.bench.dataset import DatasetSpec
     from batchlab.errors import InputError
 
-    given = [f for f, v in (("--random-input-len", args.random_input_len),
-                            ("--random-output-len", args.random_output_len),
-                            ("--random-range-ratio", args.random_range_ratio)) if v is not None]
+    given = random_given(args)
     if given and args.dataset_name != RANDOM_NAME:
-        raise InputError(f"field '{given[0]}' applies to dataset 'random' only, not "
+        raise InputError(f"field '{given[0][0]}' applies to dataset 'random' only, not "
                          f"{args.dataset_name!r}")
-    columns = None
-    if args.trace_columns:
-        from batchlab.commands.options import _columns
-        try:
-            columns = _columns(args.trace_columns)
-        except InputError as exc:
-            raise InputError(str(exc).replace("'--columns'", "'--trace-columns'")) from None
-    pick = lambda v, key: RANDOM[key] if v is None else v  # noqa: E731
-    return DatasetSpec(name=args.dataset_name, num_prompts=args.num_prompts,
-                       burstiness=args.burstiness, seed=args.seed,
-                       random_input_len=pick(args.random_input_len, "input"),
-                       random_output_len=pick(args.random_output_len, "output"),
-                       random_range_ratio=pick(args.random_range_ratio, "ratio"),
-                       input_len=args.input_len, output_len=args.output_len,
-                       path=args.dataset_path, columns=columns)
+    return bench_dataset_spec(args, RANDOM)
 
 
 def compute(args) -> dict:

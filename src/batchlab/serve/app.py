@@ -216,27 +216,35 @@ async def _stream(st: ServeState, job: Job):
             st.loop.abort(job.id)
 
 
+async def _posted(request: HttpRequest, queue: asyncio.Queue):
+    """What the engine thread posts on `queue`, until the client goes away: a non-streamed
+    response writes nothing until the end, so its disconnect is polled every DISCONNECT_POLL_S."""
+    checked = time.monotonic()
+    while True:
+        try:
+            item = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+        except TimeoutError:
+            item = None
+        if time.monotonic() - checked > DISCONNECT_POLL_S:
+            checked = time.monotonic()
+            if await request.is_disconnected():
+                return
+        if item is not None:
+            yield item
+
+
 async def _complete(request: HttpRequest, st: ServeState, job: Job) -> Response:
     tokens: list[int] = []
     finish = None
-    checked = time.monotonic()
     try:
-        while finish is None:
-            try:
-                item = await asyncio.wait_for(job.tokens.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                item = None
-            if time.monotonic() - checked > DISCONNECT_POLL_S:
-                checked = time.monotonic()
-                if await request.is_disconnected():
-                    break
-            if item is None:
-                continue
+        async for item in _posted(request, job.tokens):
             if isinstance(item, str):
                 finish = "error"
                 return _error(st, ApiError(500, item, kind="server_error"))
             tokens.append(item[0])
             finish = item[1]
+            if finish is not None:
+                break
     finally:
         st.active -= 1
         if finish is None:
@@ -322,25 +330,16 @@ async def _complete_samples(request: HttpRequest, st: ServeState, job: Job, shar
     gen = job.generation
     tokens: list[list[int]] = [[] for _ in range(gen.n)]
     finish: list[str | None] = [None] * gen.n
-    error, checked = None, time.monotonic()
+    error = None
     try:
-        while None in finish and error is None:
-            try:
-                item = await asyncio.wait_for(shared.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                item = None
-            if time.monotonic() - checked > DISCONNECT_POLL_S:
-                checked = time.monotonic()
-                if await request.is_disconnected():
-                    break
-            if item is None:
-                continue
-            k, item = item
+        async for k, item in _posted(request, shared):
             if isinstance(item, str):
                 error = item
-                continue
+                break
             tokens[k].append(item[0])
             finish[k] = item[1]
+            if None not in finish:
+                break
     finally:
         st.active -= 1
         if error is None:

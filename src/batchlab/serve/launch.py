@@ -1,0 +1,78 @@
+"""`batchlab serve` in a child process on a free 127.0.0.1 port, for whatever drives it over HTTP
+(`batchlab validate`, the end-to-end tests, the serving benchmark)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+START_S = 60.0
+POLL_S = 0.1
+
+
+class ServeFailed(RuntimeError):
+    """The server exited, or did not answer GET /health in time, while starting."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServeProcess:
+    """`batchlab serve --port P FLAGS...`, returned once GET /health answers 200.
+
+    stderr is kept to say why a start failed; stdout goes to `stdout` (default: nowhere)."""
+
+    def __init__(self, *flags: str, start_s: float = START_S, cwd: Path | str | None = None,
+                 stdout=subprocess.DEVNULL) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "batchlab.cli", "serve", "--port", str(self.port), *flags],
+            cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        try:
+            self._wait_healthy(start_s)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def _wait_healthy(self, start_s: float) -> None:
+        deadline = time.monotonic() + start_s
+        while True:
+            if self.proc.poll() is not None:
+                raise ServeFailed(f"exited: {self.proc.stderr.read().strip()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServeFailed(f"did not answer {self.url}/health in {start_s:g} s")
+            time.sleep(POLL_S)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (the server drains and exits), killed after `timeout_s`; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from batchlab.commands import flagtypes, options
 
@@ -94,11 +93,7 @@ def run(args: argparse.Namespace) -> int:
         from batchlab.plots import plot_compare
         say_wrote(plot_compare(report, cfg, args.plot))
     shown = options.reported(args, report)
-    if save is not None:
-        options.save_result(save, shown)
-        say_wrote([save])
-    if args.json:
-        print(json.dumps(shown, indent=2))
+    if options.emit_result(args, save, shown):
         return 0
     from batchlab.display.serving_tables import accounting_table, compare_table, goodput_table, overload_table
     console = make_console()

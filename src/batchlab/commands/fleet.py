@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 
 from batchlab.commands import flagtypes, options
 
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     slo = options.slo(args)
     selected, percentiles = options.latency_selection(args)
     workload = options.workload(args)
-    rate = "inf" if workload.rate is None and not workload.arrival.any() else workload.mean_rate
+    rate = options.request_rate(workload)
     first = (fleet.entry + (fleet.decode or []))[0]
     save = options.result_path(args, f"fleet-{args.router}-{rate}qps-{first.model.name}-{first.gpu.name}")
     config = {"model": first.model.name, "gpu": first.gpu.name, "seed": args.seed, "slo_ms": slo.to_ms(),
@@ -96,17 +95,12 @@ def run(args: argparse.Namespace) -> int:
             directory = args.plot if len(routers) == 1 else f"{args.plot}/{result.router}"
             say_wrote(draw(result, directory, title=f"{workload.name}, {result.router} router: batch size per replica"))
     out = runs[0] if len(runs) == 1 else {"config": config, "runs": runs}
-    if save is not None:
-        options.save_result(save, out)
-        say_wrote([save])
-    if args.json:
-        print(json.dumps(out, indent=2))
+    if options.emit_result(args, save, out):
         return 0
     from batchlab.display import console as make_console
     from batchlab.display.fleet_tables import fleet_table, replica_table, router_table
     console = make_console()
-    where = "all at time 0" if rate == "inf" else f"at {rate:.3g} req/s"
-    title = f"{len(workload)} {workload.name} requests {where} on {fleet.gpus} GPUs"
+    title = f"{len(workload)} {workload.name} requests {options.rate_text(rate, '.3g')} on {fleet.gpus} GPUs"
     if len(runs) == 1:
         console.print(fleet_table(runs[0], title))
         console.print(replica_table(runs[0]))
@@ -226,12 +220,7 @@ def _orca(args: argparse.Namespace) -> int:
     setting = OrcaSetting(workload, model, gpu, layout, args.latency_bound, args.seed)
     out = orca_comparison(setting, systems, jobs=options.jobs(args))
     out["workload"] = workload.name
-    if save is not None:
-        from batchlab.commands.written import say_wrote
-        options.save_result(save, out)
-        say_wrote([save])
-    if args.json:
-        print(json.dumps(out, indent=2))
+    if options.emit_result(args, save, out):
         return 0
     from batchlab.display import console as make_console
     from batchlab.display.fleet_tables import orca_table

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from batchlab.commands import flagtypes, options
 
@@ -68,12 +67,7 @@ def run(args: argparse.Namespace) -> int:
                                title=f"largest rate meeting the SLO: {about}"))
         say_wrote(goodput_probes(out["systems"], args.plot, target=args.slo_target,
                                  title=f"goodput search: SLO attainment per probed rate, {about}"))
-    if save is not None:
-        from batchlab.commands.written import say_wrote
-        options.save_result(save, out)
-        say_wrote([save])
-    if args.json:
-        print(json.dumps(out, indent=2))
+    if options.emit_result(args, save, out):
         return 0
     from batchlab.display import console as make_console
     from batchlab.display.serving_tables import search_table

@@ -216,7 +216,6 @@ def add_slo(p: argparse.ArgumentParser, ttft: float = 1.0, tpot_ms: float = 50.0
 
 def slo(args: argparse.Namespace, default: tuple[float | None, float | None] | None = None):
     """The SLO of --goodput, or of --slo-ttft / --slo-tpot (each defaulting to the command's)."""
-    from batchlab.errors import InputError
     from batchlab.metrics import SLO, parse_goodput
 
     check_slo_flags(args)
@@ -312,6 +311,33 @@ def save_result(path, data) -> None:
     except OSError as exc:
         raise InputError(f"field '--result-dir': cannot create {str(path.parent)!r}: {exc.strerror or exc}") from None
     write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n", "--result-dir")
+
+
+def emit_result(args: argparse.Namespace, save, data) -> bool:
+    """Write `data` to the --save-result file `save` (None: none asked for) and, under --json,
+    print it on stdout. True when it was printed: the command then prints no tables."""
+    if save is not None:
+        from batchlab.commands.written import say_wrote
+
+        save_result(save, data)
+        say_wrote([save])
+    if args.json:
+        import json
+
+        print(json.dumps(data, indent=2))
+        return True
+    return False
+
+
+def request_rate(workload) -> float | str:
+    """The run's `request_rate` as vllm bench serve reports it: "inf" when every request
+    arrives at time 0 (no rate given), else the workload's mean rate in req/s."""
+    return "inf" if workload.rate is None and not workload.arrival.any() else workload.mean_rate
+
+
+def rate_text(rate: float | str, spec: str) -> str:
+    """`request_rate` for a title: "all at time 0", or "at R req/s" with R formatted by `spec`."""
+    return "all at time 0" if rate == "inf" else f"at {rate:{spec}} req/s"
 
 
 def add_common_system(p: argparse.ArgumentParser, default: str) -> None:

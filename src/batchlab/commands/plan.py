@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from batchlab.commands import flagtypes, options
 
@@ -112,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
            "model": model.name, "system": system.name, "router": args.router, "slo_ms": slo.to_ms(),
            "slo_target": args.slo_target, "cost_unit": result.unit, "winner": result.winner,
            "reason": result.reason, "candidates": result.rows}
-    if args.json:
-        print(json.dumps(out, indent=2))
+    if options.emit_result(args, None, out):
         return 0
     from batchlab.display import console as make_console
     from batchlab.display.plan_tables import plan_table

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from batchlab.commands import options
 
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     slo = options.slo(args)
     selected, percentiles = options.latency_selection(args)
     workload = options.samples(args, options.workload(args))
-    rate = "inf" if workload.rate is None and not workload.arrival.any() else workload.mean_rate
+    rate = options.request_rate(workload)
     save = options.result_path(args, f"simulate-{system.name}-{rate}qps-{model.name}-{gpu.name}")
     result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed)
     data = {"num_prompts": len(workload), "request_rate": rate, "burstiness": options.arrival_process(args)[1],
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from batchlab.plots import plot_run
         say_wrote(plot_run(result.trace, args.plot, slo=slo,
-                           title=f"{system.name}, {workload.name} {_rate_text(rate, '.3g')}"))
+                           title=f"{system.name}, {workload.name} {options.rate_text(rate, '.3g')}"))
         if result.cache_history is not None:
             from batchlab.plots.prefix import prefix_cache
             blocks = result.trace.kv_capacity // result.usage["prefix_cache_block_size"]
@@ -68,16 +67,12 @@ def run(args: argparse.Namespace) -> int:
     data["config"] = {"system": system.name, "model": model.name, "gpu": gpu.name, "seed": args.seed,
                       "slo_ms": slo.to_ms(), "context_mode": args.context_mode}
     data = options.reported(args, data)
-    if save is not None:
-        options.save_result(save, data)
-        say_wrote([save])
-    if args.json:
-        print(json.dumps(data, indent=2))
+    if options.emit_result(args, save, data):
         return 0
     from batchlab.display import console as make_console
     from batchlab.display.serving_tables import run_summary_table, run_table
     console = make_console()
-    title = (f"{system.name}: {len(workload)} {workload.name} requests {_rate_text(rate, 'g')}, "
+    title = (f"{system.name}: {len(workload)} {workload.name} requests {options.rate_text(rate, 'g')}, "
              f"{model.name} on {gpu.name}")
     console.print(run_table(data, title, selected, percentiles))
     console.print(run_summary_table(data))
@@ -87,8 +82,3 @@ def run(args: argparse.Namespace) -> int:
     for note in workload.notes:
         console.print(f"[dim]workload: {note}[/dim]")
     return 0
-
-
-
-def _rate_text(rate: float | str, spec: str) -> str:
-    return "all at time 0" if rate == "inf" else f"at {rate:{spec}} req/s"

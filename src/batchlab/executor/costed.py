@@ -11,32 +11,16 @@ import numpy as np
 
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.costmodel import CostModel
-from batchlab.hardware.opcost import Shape
+from batchlab.hardware.opcost import Shape, shape_with
 from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_bytes_per_token_per_gpu
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
 
 def plan_shape(plan: StepPlan) -> Shape:
-    """The sums of a plan's work, as opcost.shape_of would compute them from its SeqWorks."""
-    decodes = len(plan.decodes)
-    dpast = sum(r.computed for r in plan.decodes)
-    tokens, emits = decodes, decodes
-    prefills = ptokens = ppast = units = 0
-    for item in plan.prefills:
-        n_new, n_past = item.n_new, item.n_past
-        tokens += n_new
-        emits += item.emits
-        if n_new == 1:  # a one-token chunk runs the decode kernel
-            decodes += 1
-            dpast += n_past
-        else:
-            prefills += 1
-            ptokens += n_new
-            ppast += n_past
-            units += n_new * (2 * n_past + n_new + 1)
-    return Shape(float(tokens), float(decodes + prefills), float(emits), float(decodes),
-                 float(dpast), float(prefills), float(ptokens), float(ppast), float(units))
+    """The sums of a plan's work: its decodes, then its prefill chunks (opcost.shape_with, the
+    sums shape_of takes of SeqWorks)."""
+    return shape_with(plan.prefills, len(plan.decodes), sum(r.computed for r in plan.decodes))
 
 
 class CostExecutor:

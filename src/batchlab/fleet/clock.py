@@ -49,9 +49,11 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     for replica in replicas:
         replica.engine.reset()
         replica.clear()
-    entry = list(replicas)
+    entry, decoders, pool = list(replicas), set(), []
     if handoff is not None:
-        entry = [r for r in replicas if r.index not in set(handoff.decode)]
+        decoders = set(handoff.decode)
+        pool = [replicas[k] for k in handoff.decode]
+        entry = [r for r in replicas if r.index not in decoders]
         for replica in entry:
             replica.engine.fast_forward = False   # they only prefill; finishes are read at commits
     pending = sorted(requests, key=Request.order_key)
@@ -68,7 +70,7 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
             if version != replica.version:
                 continue   # a stretch cut short by an arrival: its end was superseded
             for step in replica.finish(now):
-                if handoff is not None and k not in handoff.decode:
+                if handoff is not None and k not in decoders:
                     for done in step.finished:
                         _hand_off(handoff, done, step.end, handed)
             ready.add(k)
@@ -76,7 +78,6 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
             ready.add(_route(pending[i], entry, router, now, ends))
             i += 1
         while handed and handed[0][0] <= now:
-            pool = [replicas[k] for k in handoff.decode]
             ready.add(_route(heapq.heappop(handed)[2], pool, handoff.router, now, ends, adopt=True))
         for k in sorted(ready):
             replica = replicas[k]

@@ -28,7 +28,7 @@ class Replica:
     batches: list = field(default_factory=list)       # pipelined: heap of (end, entered, step)
     entered: int = 0                      # pipelined: batches that entered so far
     next_entry: float = 0.0               # pipelined: when the first stage takes the next batch
-    pipelined: bool = False               # keeps several batches in flight (from the engine)
+    pipelined: bool = field(init=False, default=False)   # keeps several batches in flight (the engine's config)
 
     def __post_init__(self) -> None:
         self.pipelined = self.engine.config.max_in_flight > 1
@@ -36,7 +36,6 @@ class Replica:
     def clear(self) -> None:
         self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
         self.batches, self.entered, self.next_entry = [], 0, 0.0
-        self.pipelined = self.engine.config.max_in_flight > 1
 
     def start(self, now: float) -> list[float]:
         """Begin what can begin at `now`; the times this replica then needs the clock (none:

@@ -111,8 +111,7 @@ class SessionAffinity:
 
 def cached_tokens(replica: Replica, request: Request) -> int:
     """Prompt tokens of `request` the replica's prefix cache holds now (0 without a prefix cache)."""
-    lookup = getattr(replica.engine.memory, "cached_tokens", None)
-    return 0 if lookup is None else lookup(request)
+    return replica.engine.memory.cached_tokens(request)   # every manager answers: 0 without a cache
 
 
 class PrefixAffinity:

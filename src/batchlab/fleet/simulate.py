@@ -126,7 +126,8 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
     router = make_router(router, seed) if isinstance(router, str) else router
     if workload.samples is not None and (workload.samples > 1).any():   # one engine forks them
         raise InputError("field 'n': parallel samples (n > 1) run on one engine, not across a fleet")
-    workload, _ = limit_context(workload, min(s.model.max_context for s in every), context_mode)
+    max_context = min(s.model.max_context for s in every)
+    workload, _ = limit_context(workload, max_context, context_mode)
     requests = build_requests(workload, specs[0].system, seed)
     replicas = [Replica(k, f"r{k}", spec.engine()) for k, spec in enumerate(every)]
     handoff = None
@@ -137,8 +138,8 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
                           make_router(decode_router, seed + 1, "decode_router")
                           if isinstance(decode_router, str) else decode_router,
                           lambda r: link.transfer_s(r.computed, model), {r.id: r for r in requests}, {})
-        too_long = min(s.model.max_context for s in every)   # rejected whole, where they enter
-        entering = [r if r.prompt_tokens + r.output_tokens > too_long else
+        # a request over the max context is rejected whole, where it enters
+        entering = [r if r.prompt_tokens + r.output_tokens > max_context else
                     Request(r.id, r.arrival, r.prompt_tokens, 1, index=r.index,
                             predicted_output=r.predicted_output, session=r.session) for r in requests]
         run_fleet(entering, replicas, router, handoff)

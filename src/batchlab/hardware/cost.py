@@ -96,16 +96,24 @@ def _priced(gpu: GPUSpec, flops: int, nbytes: int) -> StepCost:
     return StepCost(step_time(gpu, flops, nbytes), flops, nbytes, bound)
 
 
-def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
-    """Time, FLOPs, bytes and bound of one step running `works` (a non-empty list)."""
+def check_works(works, caller: str) -> None:
+    """InputError, prefixed by `caller`, unless `works` is a non-empty list of SeqWork with
+    n_new >= 1 and n_past >= 0."""
     if not works:
-        raise InputError("step_cost: field 'works' is empty; a step runs at least one SeqWork")
-    sum_new = sum_past = n_emit = attn_units = 0
+        raise InputError(f"{caller}: field 'works' is empty; a step runs at least one SeqWork")
     for i, work in enumerate(works):
         n_new, n_past = work.n_new, work.n_past
         if n_new < 1 or n_past < 0:
-            raise InputError(f"step_cost: works[{i}]: field '{'n_new' if n_new < 1 else 'n_past'}'"
+            raise InputError(f"{caller}: works[{i}]: field '{'n_new' if n_new < 1 else 'n_past'}'"
                              f" must be {'>= 1' if n_new < 1 else '>= 0'}, got {work}")
+
+
+def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
+    """Time, FLOPs, bytes and bound of one step running `works` (a non-empty list)."""
+    check_works(works, "step_cost")
+    sum_new = sum_past = n_emit = attn_units = 0
+    for work in works:
+        n_new, n_past = work.n_new, work.n_past
         sum_new += n_new
         sum_past += n_past
         n_emit += 1 if work.emits else 0

@@ -30,10 +30,6 @@ from batchlab.hardware.parallel import (
 from batchlab.hardware.specs import COST_MODELS, GPUSpec, ModelSpec
 
 
-def _int(x) -> int:
-    return int(x)
-
-
 class CostModel:
     """Prices steps of one model on one GPU type split by `layout`, with either cost model."""
 
@@ -51,18 +47,18 @@ class CostModel:
     def _roofline_totals(self, s: Shape):
         attn_units = s.prefill_units + 2.0 * s.decode_past + 2.0 * s.decodes
         if isinstance(attn_units, np.ndarray):
-            return step_totals(self.model, _int(s.tokens),
-                               (s.decode_past + s.prefill_past).astype(np.int64), _int(s.emits),
+            return step_totals(self.model, int(s.tokens),
+                               (s.decode_past + s.prefill_past).astype(np.int64), int(s.emits),
                                attn_units.astype(np.int64))
-        return step_totals(self.model, _int(s.tokens), _int(s.decode_past + s.prefill_past),
-                           _int(s.emits), _int(attn_units))
+        return step_totals(self.model, int(s.tokens), int(s.decode_past + s.prefill_past),
+                           int(s.emits), int(attn_units))
 
     def _roofline(self, s: Shape) -> StepPrice:
         flops, nbytes = self._roofline_totals(s)
         gpu, layout = self.gpu, self.layout
         if layout.trivial:
-            return StepPrice([roofline_time(gpu, flops, nbytes) - gpu.step_overhead_s], 0.0,
-                             gpu.step_overhead_s, roofline_time(gpu, flops, nbytes))
+            time_s = roofline_time(gpu, flops, nbytes)
+            return StepPrice([time_s - gpu.step_overhead_s], 0.0, gpu.step_overhead_s, time_s)
         if isinstance(flops, np.ndarray):
             flops, nbytes = flops.astype(np.float64), nbytes.astype(np.float64)
         else:

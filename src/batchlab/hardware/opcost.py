@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.hardware.cost import check_works
 from batchlab.hardware.parallel import (
     SINGLE_GPU,
     Layout,
@@ -146,26 +147,30 @@ class Shape:
 
 def shape_of(works) -> Shape:
     """The Shape of a list of SeqWork (checked as step_cost checks them)."""
-    if not works:
-        raise InputError("step: field 'works' is empty; a step runs at least one SeqWork")
-    tokens = emits = decodes = dpast = prefills = ptokens = ppast = units = 0
-    for i, work in enumerate(works):
-        n_new, n_past = work.n_new, work.n_past
-        if n_new < 1 or n_past < 0:
-            raise InputError(f"step: works[{i}]: field '{'n_new' if n_new < 1 else 'n_past'}'"
-                             f" must be {'>= 1' if n_new < 1 else '>= 0'}, got {work}")
+    check_works(works, "step")
+    return shape_with(works)
+
+
+def shape_with(items, decodes: int = 0, decode_past: int = 0) -> Shape:
+    """The Shape of `decodes` emitting one-token sequences over `decode_past` cached tokens in
+    all, plus `items` (anything with n_new, n_past and emits: SeqWork, a plan's PlanItem); an
+    item of one new token runs the decode kernel. CostExecutor prices every step through here."""
+    tokens = emits = decodes
+    prefills = ptokens = ppast = units = 0
+    for item in items:
+        n_new, n_past = item.n_new, item.n_past
         tokens += n_new
-        emits += 1 if work.emits else 0
+        emits += 1 if item.emits else 0
         if n_new == 1:
             decodes += 1
-            dpast += n_past
+            decode_past += n_past
         else:
             prefills += 1
             ptokens += n_new
             ppast += n_past
             units += n_new * (2 * n_past + n_new + 1)
-    return Shape(float(tokens), float(len(works)), float(emits), float(decodes), float(dpast),
-                 float(prefills), float(ptokens), float(ppast), float(units))
+    return Shape(float(tokens), float(decodes + prefills), float(emits), float(decodes),
+                 float(decode_past), float(prefills), float(ptokens), float(ppast), float(units))
 
 
 def uniform_shape(batch: int, context: int, new_tokens: int, emits: bool = True) -> Shape:

@@ -13,6 +13,18 @@ from batchlab.hardware.specs import (
     ModelSpec,
 )
 
+GPT3_HEAD_DIM = 128
+
+
+def _gpt3(name: str, n_layers: int, hidden: int) -> ModelSpec:
+    """A GPT-3-shaped model (see the GPT-3 rows of _MODELS): multi-head attention in heads of
+    128, d_ff = 4 d_model, a plain MLP and a tied LM head."""
+    heads = hidden // GPT3_HEAD_DIM
+    return ModelSpec(name, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=heads,
+                     ffn=4 * hidden, vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
+                     tied_embeddings=True)
+
+
 _MODELS = (
     # meta-llama/Meta-Llama-3-8B config.json and model card (8.03B parameters).
     ModelSpec("Llama-3-8B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
@@ -59,18 +71,10 @@ _MODELS = (
     # sizes it builds by changing layers and width, 101B (80, 10240) and 341B (120, 15360);
     # heads of 128 for those two as in GPT-3. Parameters are derived from the shapes (174.6B
     # for the model the paper rounds to 175B; biases, norms and learned positions left out).
-    ModelSpec("GPT-3-13B", n_layers=40, hidden=5120, n_heads=40, n_kv_heads=40, ffn=20480,
-              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
-              tied_embeddings=True),
-    ModelSpec("GPT-3-101B", n_layers=80, hidden=10240, n_heads=80, n_kv_heads=80, ffn=40960,
-              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
-              tied_embeddings=True),
-    ModelSpec("GPT-3-175B", n_layers=96, hidden=12288, n_heads=96, n_kv_heads=96, ffn=49152,
-              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
-              tied_embeddings=True),
-    ModelSpec("GPT-3-341B", n_layers=120, hidden=15360, n_heads=120, n_kv_heads=120, ffn=61440,
-              vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
-              tied_embeddings=True),
+    _gpt3("GPT-3-13B", n_layers=40, hidden=5120),
+    _gpt3("GPT-3-101B", n_layers=80, hidden=10240),
+    _gpt3("GPT-3-175B", n_layers=96, hidden=12288),
+    _gpt3("GPT-3-341B", n_layers=120, hidden=15360),
 )
 
 # Operator parameters fitted from Vidur's profiles (../shared/data/profiles: Llama-2-7B mlp.csv

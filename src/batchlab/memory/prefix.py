@@ -175,7 +175,7 @@ class PrefixCacheMemory(PagedMemory):
         if loads:
             self.cache_version += 1
         if request.swapped:
-            pass
+            pass   # its own KV comes back from host memory: no lookup to count
         elif not request.preemptions:    # its first admission: a request is re-admitted only after one
             self.queries += request.prompt_tokens
             self.hits += reused

@@ -10,18 +10,17 @@ tokens have no ids and are never shared. Arrival = time since the first record r
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.io_checks import reading, token_count
+from batchlab.io_checks import token_count
 from batchlab.workload.base import Workload
 from batchlab.workload.content import Content
+from batchlab.workload.tracefile import check_window, json_object, open_builtin, open_trace
 
 MOONCAKE_BLOCK_TOKENS = 512   # the traces' hash block size (Mooncake's README and paper)
 MS_PER_S = 1e3
@@ -46,20 +45,15 @@ def load_mooncake(path: str | Path, *, limit: int | None = None, offset: int = 0
                   rate: float | None = None, name: str | None = None) -> Workload:
     """Records `offset .. offset+limit-1` of a Mooncake JSONL trace (optionally gzipped)."""
     path = Path(path)
-    try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as stream:
-            return _load(stream, str(path), limit, offset, rate, name or path.name.split(".")[0])
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise InputError(f"{path}: cannot read the trace: {exc}") from exc
+    with open_trace(path) as stream:
+        return _load(stream, str(path), limit, offset, rate, name or path.name.split(".")[0])
 
 
 def load_builtin_mooncake(kind: str, *, limit: int | None = None, offset: int = 0,
                           rate: float | None = None) -> Workload:
     if kind not in BUILTIN_MOONCAKE:
         raise InputError(f"field 'trace' must be one of {', '.join(BUILTIN_MOONCAKE)}, got {kind!r}")
-    resource = resources.files("batchlab") / "data" / BUILTIN_MOONCAKE[kind]
-    with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as stream:
+    with open_builtin(BUILTIN_MOONCAKE[kind]) as stream:
         return _load(stream, f"built-in trace {kind}", limit, offset, rate, kind)
 
 
@@ -75,10 +69,7 @@ def _count(source: str, line: int, index: int, row: dict, field: str) -> int:
 
 
 def _load(stream, source: str, limit: int | None, offset: int, rate: float | None, name: str) -> Workload:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"field 'limit' must be a whole number >= 1, got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InputError(f"field 'offset' must be a whole number >= 0, got {offset!r}")
+    check_window(limit, offset)
     times: list[float] = []
     prompt: list[int] = []
     output: list[int] = []
@@ -92,13 +83,7 @@ def _load(stream, source: str, limit: int | None, offset: int, rate: float | Non
             continue
         if limit is not None and len(times) >= limit:
             break
-        try:
-            with reading(f"{source}: line {line_no}"):
-                row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{source}: line {line_no}: record {index} is not valid JSON: {exc.msg}") from exc
-        if not isinstance(row, dict):
-            raise InputError(f"{source}: line {line_no}: record {index} is not a JSON object")
+        row = json_object(line, source, line_no, index)
         for field in FIELDS:
             if field not in row:
                 raise _fail(source, line_no, index, field, "is missing")

@@ -63,8 +63,7 @@ def make_workload(kind: str, n: int, rate: float | None, seed: int = 0, arrival:
         if arrival != "poisson" or burstiness != 1.0 or prompt is not None or output is not None:
             raise InputError(f"workload {kind!r} draws its own arrivals and lengths: fields 'arrival', "
                              "'burstiness', 'prompt' and 'output' do not apply to it")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise InputError(f"field 'seed' must be a whole number >= 0, got {seed!r}")
+        _check_seed(seed)
         if rate is None:
             raise InputError(f"workload {kind!r} needs field 'rate' (requests per second)")
         return PREFIX_GENERATORS[kind].generate(np.random.default_rng(int(seed)), n, rate)
@@ -73,8 +72,7 @@ def make_workload(kind: str, n: int, rate: float | None, seed: int = 0, arrival:
         raise InputError(f"workload {kind!r} needs field 'rate' (requests per second)")
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
         raise InputError(f"field 'rate' must be a positive number of requests per second, got {rate!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"field 'seed' must be a whole number >= 0, got {seed!r}")
+    _check_seed(seed)
     streams = np.random.SeedSequence(int(seed)).spawn(2)
     unit = arrivals(np.random.default_rng(streams[_ARRIVAL_STREAM]), n, 1.0, arrival, burstiness)
     prompt_tokens, output_tokens, notes = lengths.sample(np.random.default_rng(streams[_LENGTH_STREAM]), n)
@@ -86,3 +84,8 @@ def make_workload(kind: str, n: int, rate: float | None, seed: int = 0, arrival:
         rate=1.0,
     )
     return base.with_rate(rate, note=False)
+
+
+def _check_seed(seed) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"field 'seed' must be a whole number >= 0, got {seed!r}")

@@ -9,13 +9,10 @@ with an InputError naming the file, the line, the record and the column.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +21,7 @@ from batchlab.errors import InputError
 from batchlab.io_checks import reading, token_count
 from batchlab.workload.base import Workload
 from batchlab.workload.timestamps import NS_PER_S, datetime_ns, is_number
+from batchlab.workload.tracefile import check_window, json_object, open_builtin, open_trace
 
 FORMATS = ("csv", "jsonl")
 
@@ -76,12 +74,8 @@ def load_trace(path: str | Path, columns: TraceColumns = AZURE_COLUMNS, *, fmt: 
     if fmt == "jsonl" and columns == AZURE_COLUMNS and _mooncake_file(path):
         from batchlab.workload.mooncake import load_mooncake   # hash_ids records: the Mooncake format
         return load_mooncake(path, limit=limit, offset=offset, rate=rate, name=name)
-    try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8", newline="") as stream:
-            return _load(stream, str(path), fmt, columns, limit, offset, rate, sort, name or _stem(path))
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise InputError(f"{path}: cannot read the trace: {exc}") from exc
+    with open_trace(path, newline="") as stream:
+        return _load(stream, str(path), fmt, columns, limit, offset, rate, sort, name or _stem(path))
 
 
 def load_builtin_trace(kind: str, *, limit: int | None = None, offset: int = 0,
@@ -89,8 +83,7 @@ def load_builtin_trace(kind: str, *, limit: int | None = None, offset: int = 0,
     """A trace shipped with batchlab, by name (see BUILTIN_TRACES)."""
     if kind not in BUILTIN_TRACES:
         raise InputError(f"field 'trace' must be one of {', '.join(BUILTIN_TRACES)}, got {kind!r}")
-    resource = resources.files("batchlab") / "data" / BUILTIN_TRACES[kind]
-    with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8", newline="") as stream:
+    with open_builtin(BUILTIN_TRACES[kind], newline="") as stream:
         return _load(stream, f"built-in trace {kind}", "csv", AZURE_COLUMNS, limit, offset, rate, False, kind)
 
 
@@ -98,12 +91,8 @@ def _mooncake_file(path: Path) -> bool:
     """Whether the trace's first record has Mooncake's fields (`hash_ids`, `input_length`)."""
     from batchlab.workload.mooncake import is_mooncake
 
-    try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as stream:
-            first = next((line for line in stream if line.strip()), "")
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise InputError(f"{path}: cannot read the trace: {exc}") from exc
+    with open_trace(path) as stream:
+        first = next((line for line in stream if line.strip()), "")
     with reading(str(path)):
         return is_mooncake(first)
 
@@ -129,7 +118,7 @@ def _stem(path: Path) -> str:
 
 def _load(stream: io.TextIOBase, source: str, fmt: str, columns: TraceColumns, limit: int | None,
           offset: int, rate: float | None, sort: bool, name: str) -> Workload:
-    _check_window(limit, offset)
+    check_window(limit, offset)
     if fmt not in FORMATS:
         raise InputError(f"field 'fmt' must be one of {', '.join(FORMATS)}, got {fmt!r}")
     rows = _csv_records(stream, source, columns) if fmt == "csv" else _jsonl_records(stream, source, columns)
@@ -143,13 +132,6 @@ def _load(stream: io.TextIOBase, source: str, fmt: str, columns: TraceColumns, l
     if not records:
         raise InputError(f"{source}: no records to read (offset {offset}, limit {limit})")
     return _to_workload(records, source, columns, rate, sort, name, offset, text=fmt == "csv")
-
-
-def _check_window(limit: int | None, offset: int) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"field 'limit' must be a whole number >= 1, got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InputError(f"field 'offset' must be a whole number >= 0, got {offset!r}")
 
 
 def _csv_records(stream, source: str, columns: TraceColumns) -> Iterator[_Record]:
@@ -184,13 +166,7 @@ def _jsonl_records(stream, source: str, columns: TraceColumns) -> Iterator[_Reco
     for line_no, line in enumerate(stream, start=1):
         if not line.strip():
             continue
-        try:
-            with reading(f"{source}: line {line_no}"):
-                row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{source}: line {line_no}: record {index} is not valid JSON: {exc.msg}") from exc
-        if not isinstance(row, dict):
-            raise InputError(f"{source}: line {line_no}: record {index} is not a JSON object")
+        row = json_object(line, source, line_no, index)
         for column in columns.required():
             if column not in row:
                 raise InputError(f"{source}: line {line_no}: record {index}: missing field '{column}'")

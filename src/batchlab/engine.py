@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler
 from batchlab.trace import RoundRecord, StepLog, Trace
+
+_computed = attrgetter("computed")   # cheaper than a generator in the per-step sums
 
 
 class Engine:
@@ -200,10 +203,10 @@ class Engine:
                 t = max(t, pending[next_arrival].arrival)
                 continue
             if self.fast_forward:
-                steps = self._fast_forward_steps()
+                steps, held = self._fast_forward_steps()
                 if steps:
                     upcoming = pending[next_arrival].arrival if next_arrival < len(pending) else None
-                    t = self._fast_forward(t, steps, upcoming)
+                    t = self._fast_forward(t, steps, held, upcoming)
                     continue
             t = self.step(t).end
         return self.trace()
@@ -292,11 +295,12 @@ class Engine:
         emitted: list[str] = []
         self.work["decode"] += len(plan.decodes)
         for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
-            r.computed += 1
-            r.peak_computed = r.computed
-            r.emitted += 1
+            computed = r.computed + 1
+            r.computed = r.peak_computed = computed
+            n_emitted = r.emitted + 1
+            r.emitted = n_emitted
             r.token_times.append(end)
-            if r.emitted == r.output_tokens:
+            if n_emitted == r.output_tokens:
                 self._finish(r)
                 finished.append(r)
         if self.record_rounds:
@@ -376,7 +380,7 @@ class Engine:
     def _log_step(self, plan: StepPlan, t: float, duration: float) -> None:
         decodes = len(plan.decodes)
         self.steps.add(t, duration, decodes + len(plan.prefills), plan.prefill_tokens, decodes,
-                       self.memory.held_tokens(), sum(r.computed for r in self.scheduler.running),
+                       self.memory.held_tokens(), sum(map(_computed, self.scheduler.running)),
                        len(self.scheduler.running))
 
     def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
@@ -394,22 +398,24 @@ class Engine:
 
     # -- fast-forward of pure-decode runs -------------------------------------------------
 
-    def _fast_forward_steps(self) -> int:
-        """How many identical pure-decode steps can run now without a decision changing (0: none)."""
+    def _fast_forward_steps(self) -> tuple[int, np.ndarray | None]:
+        """How many identical pure-decode steps can run now without a decision changing (0: none),
+        and the KV tokens held during each of them."""
         sched = self.scheduler
         running = sched.running
         if not running or len(running) > self.config.budget:
-            return 0
+            return 0, None
         if sched.waiting and sched.can_admit_more() and self.memory.can_admit(sched.waiting.head()):
-            return 0
-        steps = None
+            return 0, None
+        steps = running[0].output_tokens
         for r in running:   # all decoding? and the fewest outputs left
-            if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
-                return 0
-            left = r.output_tokens - r.emitted
-            if steps is None or left < steps:
+            emitted = r.emitted
+            if not emitted or r.prompt_tokens + emitted - r.computed != 1:
+                return 0, None
+            left = r.output_tokens - emitted
+            if left < steps:
                 steps = left
-        return self.memory.growth_room(running, steps)
+        return self.memory.decode_run_room(running, steps)
 
     def begin_stretch(self, now: float) -> Stretch | None:
         """A fast-forwardable run of decode steps from `now`, priced but not applied; None if
@@ -417,8 +423,8 @@ class Engine:
         cuts it where something arrives, `apply_stretch` runs it whole at its end."""
         if not self.fast_forward or self.idle:
             return None
-        steps = self._fast_forward_steps()
-        return self._stretch(now, steps) if steps else None
+        steps, held = self._fast_forward_steps()
+        return self._stretch(now, steps, held) if steps else None
 
     def settle_stretch(self, stretch: Stretch, now: float) -> StepOutput | None:
         """Cut a stretch at `now`: the steps that ended by then are applied; the one under way
@@ -430,27 +436,25 @@ class Engine:
             return None
         running = self.scheduler.running
         if self.memory.may_refuse_growth:
-            for r in running:
-                self.memory.grow(r, 1)   # within the stretch's growth room
+            self.memory.grow_run(running, 1)   # within the stretch's growth room
         plan = StepPlan(decodes=list(running))
         start = stretch.start if done == 0 else float(stretch.ends[done - 1])
         self._log_step(plan, start, float(stretch.durations[done]))
         return StepOutput(start, float(stretch.ends[done]), plan, [])
 
-    def _stretch(self, t: float, steps: int) -> Stretch:
-        running = self.scheduler.running
-        durations = self.executor.decode_run([r.computed for r in running], steps)
+    def _stretch(self, t: float, steps: int, held: np.ndarray) -> Stretch:
+        durations = self.executor.decode_run(list(map(_computed, self.scheduler.running)), steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
-        return Stretch(t, durations, ends, self.memory.decode_run_held(running, steps))
+        return Stretch(t, durations, ends, held)
 
-    def _fast_forward(self, t: float, steps: int, upcoming: float | None) -> float:
+    def _fast_forward(self, t: float, steps: int, held: np.ndarray, upcoming: float | None) -> float:
         """Run decode steps until the first finish, or until an arrival could be admitted.
 
         An arrival can be admitted when a seat is free and either nobody waits, or the queue
         order may put the newcomer ahead of a head that does not fit (every order but fcfs).
         """
         sched = self.scheduler
-        stretch = self._stretch(t, steps)
+        stretch = self._stretch(t, steps, held)
         newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
         if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
             # the arrival joins at the first step boundary at or after it
@@ -464,21 +468,24 @@ class Engine:
         durations, ends = stretch.durations[:steps], stretch.ends[:steps]
         running = sched.running
         batch = len(running)
-        starts = np.concatenate(([stretch.start], ends[:-1]))
-        self.steps.add_run(starts, durations, batch, stretch.held[:steps], sum(r.computed for r in running))
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
-            for r in running:
-                memory.grow(r, steps)
+            memory.grow_run(running, steps)
         times = ends.tolist()
         finished = False
+        stored0 = 0   # KV stored before the first step, summed in the same pass
         for r in running:
-            r.computed += steps
-            r.peak_computed = r.computed
-            r.emitted += steps
+            computed = r.computed
+            stored0 += computed
+            computed += steps
+            r.computed = r.peak_computed = computed
+            emitted = r.emitted + steps
+            r.emitted = emitted
             r.token_times.extend(times)
-            if r.emitted == r.output_tokens:
+            if emitted == r.output_tokens:
                 self._finish(r)
                 finished = True
+        starts = np.concatenate(([stretch.start], ends[:-1]))
+        self.steps.add_run(starts, durations, batch, stretch.held[:steps], stored0)
         self.work["decode"] += steps * batch
         if finished:
             sched.running = [r for r in running if r.status is Status.RUNNING]

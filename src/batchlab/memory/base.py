@@ -79,6 +79,11 @@ class MemoryManager(ABC):
         """Room for one more token for every request, all or nothing; False and no change if not."""
         return all(self.grow(r, 1) for r in requests) if self.may_refuse_growth else True
 
+    def grow_run(self, requests: list[Request], n_tokens: int) -> None:
+        """Grow every request by `n_tokens` (a fast-forwarded stretch, within its growth room)."""
+        for r in requests:
+            self.grow(r, n_tokens)
+
     @abstractmethod
     def free(self, request: Request) -> None:
         """Release everything `request` holds (finished, or preempted by recompute)."""
@@ -109,6 +114,12 @@ class MemoryManager(ABC):
         Called before the growth is accounted. Reservations do not change while requests grow.
         """
         return np.full(steps, float(self.held_tokens()))
+
+    def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
+        """`growth_room` k and, when k > 0, `decode_run_held` for those k steps, in one call
+        (a manager that reads its requests once for both overrides it)."""
+        room = self.growth_room(requests, steps)
+        return room, (self.decode_run_held(requests, room) if room else np.empty(0))
 
     def check_integrity(self) -> None:
         held = self.held_tokens()

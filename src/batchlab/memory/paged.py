@@ -14,6 +14,8 @@ that fits at all can always start.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from batchlab.errors import InputError
@@ -48,6 +50,7 @@ class PagedMemory(MemoryManager):
         self.owners: dict[int, Request] = {}
         self.swapped: dict[int, int] = {}             # id(request) -> blocks held in host memory
         self.host_used = 0
+        self._k_split = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -83,8 +86,9 @@ class PagedMemory(MemoryManager):
 
     def grow_each(self, requests: list[Request]) -> bool:
         """Room for one more token for every request, all or nothing (the decodes of a step)."""
-        bs, tables = self.block_size, self.tables
-        full = [table for r in requests if r.computed + 1 > len(table := tables[id(r)]) * bs]
+        bs = self.block_size
+        tables = map(self.tables.__getitem__, map(id, requests))
+        full = [table for r, table in zip(requests, tables) if r.computed + 1 > len(table) * bs]
         if len(full) > len(self.free_list):
             return False
         for table in full:
@@ -135,26 +139,34 @@ class PagedMemory(MemoryManager):
 
     # -- fast-forward support -------------------------------------------------------------
 
-    def _room(self, requests: list[Request]) -> np.ndarray:
+    def _room(self, requests: list[Request]) -> list[int]:
         """Tokens each request can still add before it needs a new block."""
-        computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
-        blocks = np.fromiter((len(self.tables[id(r)]) for r in requests), dtype=np.int64, count=len(requests))
-        return blocks * self.block_size - computed
+        bs = self.block_size
+        tables = map(self.tables.__getitem__, map(id, requests))
+        return [len(table) * bs - r.computed for r, table in zip(requests, tables)]
 
-    def _extra_blocks(self, room: np.ndarray, steps: int) -> np.ndarray:
+    def _extra_blocks(self, room: list[int], steps: int) -> np.ndarray:
         """[steps] blocks all requests together add to grow by 1, 2, ..., `steps` tokens each.
 
         Request i needs a new block at its (room_i + 1)-th token and every block_size tokens
         after. With every room below a block (on-demand allocation keeps it there), that is
         n·(k // bs) + #{i: room_i < k % bs} blocks for k tokens: O(n + steps), no [n, steps]
-        matrix.
+        matrix. The counts over a few dozen rooms are cheaper in plain Python than in numpy.
         """
-        bs, k = self.block_size, np.arange(1, steps + 1, dtype=np.int64)
-        if room.size and (room.min() < 0 or room.max() >= bs):
-            short = k[None, :] - room[:, None]                      # [requests, steps]
+        bs = self.block_size
+        if room and (min(room) < 0 or max(room) >= bs):
+            k = np.arange(1, steps + 1, dtype=np.int64)
+            short = k[None, :] - np.array(room, dtype=np.int64)[:, None]   # [requests, steps]
             return np.maximum(-(-short // bs), 0).sum(axis=0)
-        below = np.concatenate(([0], np.cumsum(np.bincount(room, minlength=bs))))  # [bs+1] #{room < m}
-        return room.size * (k // bs) + below[k % bs]
+        counts = [0] * bs
+        for x in room:
+            counts[x] += 1
+        below = np.array([0, *accumulate(counts)], dtype=np.int64)         # [bs+1] #{room < m}
+        quot, rem = self._k_split
+        if len(quot) < steps:   # k // bs and k % bs for k = 1, 2, ...: kept, stretches repeat lengths
+            k = np.arange(1, max(steps, 2 * len(quot)) + 1, dtype=np.int64)
+            quot, rem = self._k_split = (k // bs, k % bs)
+        return len(room) * quot[:steps] + below[rem[:steps]]
 
     def growth_room(self, requests: list[Request], steps: int) -> int:
         """The largest k <= steps such that every request can grow by k tokens."""
@@ -164,6 +176,37 @@ class PagedMemory(MemoryManager):
     def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
         extra = self._extra_blocks(self._room(requests), steps)
         return ((self.total_blocks - self.free_blocks()) + extra).astype(np.float64) * self.block_size
+
+    def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
+        # the blocks added over k steps do not depend on the steps after k, so one count over
+        # `steps` serves both the room and the held tokens of its first k steps
+        extra = self._extra_blocks(self._room(requests), steps)
+        free = self.free_blocks()
+        room = int(np.searchsorted(extra, free, side="right"))
+        if not room:
+            return 0, np.empty(0)
+        return room, ((self.total_blocks - free) + extra[:room]).astype(np.float64) * self.block_size
+
+    def grow_run(self, requests: list[Request], n_tokens: int) -> None:
+        # the blocks of all requests in one allocation, dealt out in request order: the same
+        # block ids as one `grow` after another (each takes from the free list's end)
+        bs, tables = self.block_size, self.tables
+        grown: list[tuple[list[int], int]] = []
+        total = 0
+        for r, table in zip(requests, map(tables.__getitem__, map(id, requests))):
+            over = r.computed + n_tokens - len(table) * bs   # tokens beyond the blocks held
+            if over > 0:
+                need = (over + bs - 1) // bs
+                grown.append((table, need))
+                total += need
+        if total > self.free_blocks():   # someone is refused: exactly as one grow after another
+            for r in requests:
+                self.grow(r, n_tokens)
+            return
+        taken, at = self._allocate(total), 0
+        for table, need in grown:
+            table += taken[at:at + need]
+            at += need
 
     # -- the books ------------------------------------------------------------------------
 

@@ -46,6 +46,12 @@ HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hi
 
 
 class PrefixCacheMemory(PagedMemory):
+    # Growth keys blocks and copies shared ones on write, and a decode run ends at a keyable
+    # block: a stretch grows one request at a time and asks room and held tokens apart, as the
+    # base manager does, not through paged memory's batched shortcuts.
+    grow_run = MemoryManager.grow_run
+    decode_run_room = MemoryManager.decode_run_room
+
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
                  cache_tokens: int | None = None, host_cache_tokens: float = 0) -> None:

@@ -162,6 +162,10 @@ def test_vidur_network_and_plain_bytes_agree(tmp_path):
     assert [p.intra_node for p in a] == [True, False]  # one node vs across two: not modelled
 
 
+ATTN_SUBSET = "phase,batch_size,prefill_chunk_size,kv_cache_size,op,median_ms_per_layer\n"
+NETWORK = ",time_stats.all_reduce.median,rank,num_workers,size,collective,devices_per_node\n"
+
+
 @pytest.mark.parametrize("text,needle", [
     ("", "empty profile"),
     ("op,tokens,batch,context,ms\n", "empty profile"),
@@ -175,20 +179,6 @@ def test_vidur_network_and_plain_bytes_agree(tmp_path):
     ("op,tokens,batch,context,ms\nqkv,1,1,0,0.5,7\n", "row 2: more values"),
     (VIDUR_MLP_HEADER + "\n" + "0.1," * 2 + "slow," + "0.1," * 7 + "32,32,4096,11008,32768,True,8,1\n",
      "row 2, column 'time_stats.attn_pre_proj.median'"),
-])
-def test_bad_profiles_name_file_row_and_column(tmp_path, text, needle):
-    path = tmp_path / "bad.csv"
-    path.write_text(text)
-    with pytest.raises(InputError, match="bad.csv") as info:
-        load_profile(path, LLAMA3)
-    assert needle in str(info.value)
-
-
-ATTN_SUBSET = "phase,batch_size,prefill_chunk_size,kv_cache_size,op,median_ms_per_layer\n"
-NETWORK = ",time_stats.all_reduce.median,rank,num_workers,size,collective,devices_per_node\n"
-
-
-@pytest.mark.parametrize("text,needle", [
     # Vidur's mlp.csv without its token column: no format matches.
     (VIDUR_MLP_HEADER.replace(",num_tokens", "") + "\n" + "0.1," * 10 +
      "32,32,4096,11008,32768,True,1\n", "are neither a Vidur profile"),
@@ -201,7 +191,7 @@ NETWORK = ",time_stats.all_reduce.median,rank,num_workers,size,collective,device
     (NETWORK + "0,fast,0,2,2048,all_reduce,8\n", "column 'time_stats.all_reduce.median'"),
     (NETWORK + "0,inf,0,2,2048,all_reduce,8\n", "must be a finite number"),
 ])
-def test_bad_profiles_in_every_format(tmp_path, text, needle):
+def test_bad_profiles_name_file_row_and_column(tmp_path, text, needle):
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(InputError, match="bad.csv") as info:

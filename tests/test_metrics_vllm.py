@@ -22,10 +22,8 @@ from batchlab.metrics import (
 
 # The hand trace of test_metrics.py: request 0 arrives at 0, tokens at 1, 1.5, 2.5; request 1
 # at 0.5, one token at 2; request 2 at 1, tokens at 2, 2.25, 2.5, 3; request 3 rejected.
-ARRIVAL = [0.0, 0.5, 1.0, 1.5]
-OFFSETS = [0, 3, 4, 8, 8]
-TIMES = [1.0, 1.5, 2.5, 2.0, 2.0, 2.25, 2.5, 3.0]
-SERVED = np.array([True, True, True, False])
+from test_metrics import ARRIVAL, OFFSETS, SERVED, TIMES  # noqa: E402
+
 PROMPT = [10, 20, 30, 40]
 
 

@@ -332,3 +332,36 @@ def test_fitter_recovers_a_matrix_vector_and_matrix_matrix_profile(tmp_path):
     assert plain.gpu.matmul_vector_mbu is None
     step_errors = [abs(p - pt.ms) / pt.ms for pt, p, _ in plain.rows if pt.op == "step"]
     assert max(step_errors) > 0.15
+
+
+def _matmul_profile(tmp_path, gpu, name):
+    """Matmul points across tile edges (64, 128, 192 ... rows) at two TP degrees."""
+    from batchlab.calibrate.profiles import ProfilePoint
+
+    lines = ["op,tokens,batch,context,ms,tp"]
+    for op in ("qkv", "o", "up", "down"):
+        for tokens in (1, 16, 64, 100, 136, 200, 256, 300, 384, 520, 700, 1024, 1500, 4096):
+            for tp in (1, 4):
+                point = ProfilePoint("x", 0, op, tokens, 1, 0, tp, 1.0, LLAMA3)
+                lines.append(f"{op},{tokens},1,0,{predict_ms(point, gpu)!r},{tp}")
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return load_profile(path, LLAMA3)
+
+
+@pytest.mark.parametrize("rows, cols", [(128, None), (64, 128), (64, None)])
+def test_fitter_recovers_known_matmul_tiles(tmp_path, rows, cols):
+    """Profiles made with known tiles (and waves of 108 SMs when cols is set): the fit picks
+    those tiles among every candidate and recovers the continuous parameters with them."""
+    base = dataclasses.replace(BASE, sm_count=108)
+    true = dataclasses.replace(base, matmul_mfu=0.8, matmul_mbu=0.85, matmul_half_tokens=20.0,
+                               matmul_floor_s=5e-6, matmul_tile_rows=rows, matmul_tile_cols=cols)
+    result = fit(_matmul_profile(tmp_path, true, f"tiles{rows}x{cols}.csv"), base)
+    assert (result.gpu.matmul_tile_rows, result.gpu.matmul_tile_cols) == (rows, cols)
+    for field in ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s"):
+        assert getattr(result.gpu, field) == pytest.approx(getattr(true, field), rel=2e-3), field
+    assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in result.rows) < 1e-3
+    # The smooth curve alone cannot follow the steps.
+    smooth = fit([pt for pt, _, _ in result.rows], BASE)  # no sm_count: no tiles tried
+    assert smooth.gpu.matmul_tile_rows is None
+    assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in smooth.rows) > 0.05

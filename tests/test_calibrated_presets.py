@@ -35,7 +35,22 @@ def _layer_errors(gpu_name: str, mlp_file: str) -> np.ndarray:
 def test_a_whole_layer_is_priced_within_the_aims(gpu, mlp_file):
     errors = _layer_errors(gpu, mlp_file)
     assert errors.size > 100
-    assert errors.mean() < 0.10 and errors.max() < 0.25
+    assert errors.mean() < 0.10 and errors.max() < 0.20
+
+
+@pytest.mark.parametrize("gpu, mlp_file, worst", [
+    ("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv", 0.20),
+    # the H100's worst held-out layer is TP 8 at one token, 43 us in all (docs/fidelity.md)
+    ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv", 0.25)])
+def test_layers_at_tp_degrees_the_fit_never_saw(gpu, mlp_file, worst):
+    """Fit on TP 1 and 2, predict TP 4 and 8: every matrix a half or a quarter as wide."""
+    from batchlab.calibrate.fit import fit, parse_hold_out, row_sums
+
+    result = fit(load_profiles([PROFILES / mlp_file]), resolve_gpu(gpu),
+                 parse_hold_out(["tp=4,8"]))
+    held = next(r for r in row_sums(result.rows) if r["set"] == "held-out")
+    assert held["points"] == 522
+    assert held["mean_abs_error_pct"] < 10.0 and held["worst_abs_error_pct"] < 100 * worst
 
 
 def test_decode_attention_of_another_model_on_the_a100():

@@ -36,13 +36,92 @@ MIXED = [SeqWork(512, 0), SeqWork(256, 1024, emits=False), SeqWork(1, 2000), Seq
 
 
 def test_one_matmul_by_hand():
-    # qkv of 64 tokens on one A100: 2*64*4096*6144 FLOPs, weights + input + output bytes.
-    flops, nbytes, rows = op_work("qkv", Dims.of(LLAMA3, 1), uniform_shape(64, 100, 1))
-    assert (flops, nbytes, rows) == (2 * 64 * 4096 * 6144, 2 * (4096 * 6144 + 64 * 4096 + 64 * 6144), 64)
-    compute = flops / (312e12 * 0.7599) * ((64 + 89.99) / 64)
-    memory = nbytes / (2.039e12 * 0.8375)
-    expected = max(compute, memory) + 5.753e-6
-    assert op_time(class_params(A100)["matmul"], flops, nbytes, rows) == pytest.approx(expected, rel=1e-12)
+    # qkv of 64 tokens on one A100: 2*64*4096*6144 FLOPs, weights + input + output bytes; 64
+    # rows fill one 64-row tile exactly, so the tiles add nothing.
+    flops, nbytes, rows, cols = op_work("qkv", Dims.of(LLAMA3, 1), uniform_shape(64, 100, 1))
+    assert (flops, nbytes, rows, cols) == (2 * 64 * 4096 * 6144,
+                                           2 * (4096 * 6144 + 64 * 4096 + 64 * 6144), 64, 6144)
+    p = A100
+    compute = flops / (312e12 * p.matmul_mfu) * ((64 + p.matmul_half_tokens) / 64)
+    memory = nbytes / (2.039e12 * p.matmul_mbu)
+    expected = max(compute, memory) + p.matmul_floor_s
+    assert op_time(class_params(A100)["matmul"], flops, nbytes, rows, cols) == pytest.approx(
+        expected, rel=1e-12)
+
+
+def _tiled(rows_tile, cols_tile=None, sms=108):
+    """A GPU whose matmuls are compute bound and have no saturation: time = paid FLOPs / rate."""
+    return GPUSpec("tiled", peak_flops=100e12, mem_bandwidth=1e15, memory=80e9, matmul_mfu=0.5,
+                   matmul_half_tokens=0.0, matmul_floor_s=0.0, matmul_tile_rows=rows_tile,
+                   matmul_tile_cols=cols_tile, sm_count=sms)
+
+
+def test_tiles_make_a_matmul_pay_whole_tiles_of_rows():
+    # down of Llama-3-8B at tp 1: k = 14336, n = 4096. 136 rows on 64-row tiles pay for 192.
+    work = op_work("down", Dims.of(LLAMA3, 1), uniform_shape(1, 0, 136))
+    rate = 100e12 * 0.5
+    p = class_params(_tiled(64))["matmul"]
+    assert op_time(p, *work) == pytest.approx(2 * 192 * 14336 * 4096 / rate, rel=1e-12)
+    assert op_time(p, *work) == pytest.approx(op_time(p, *op_work("down", Dims.of(LLAMA3, 1),
+                                                                  uniform_shape(1, 0, 192))),
+                                              rel=1e-12)
+    assert op_time(p, *work) < op_time(p, *op_work("down", Dims.of(LLAMA3, 1),
+                                                   uniform_shape(1, 0, 193)))
+
+
+def test_wave_count_sets_the_time_as_the_formula_says():
+    # up of Llama-3-8B at tp 1: n = 2 * 14336 = 28672 columns, k = 4096. On 128 x 256 tiles
+    # there are 112 column tiles; 108 SMs run them in waves.
+    gpu = _tiled(128, 256, sms=108)
+    p, dims, rate = class_params(gpu)["matmul"], Dims.of(LLAMA3, 1), 100e12 * 0.5
+    tile_s = 2 * 128 * 256 * 4096 / (rate / 108)  # one tile on one SM at the class's rate
+    for rows, waves in ((128, 2), (256, 3), (384, 4), (385, 5), (512, 5), (896, 8), (1024, 9)):
+        # ceil(ceil(rows / 128) * 112 / 108) waves of one tile time each
+        assert waves == -(-(-(-rows // 128)) * 112 // 108)
+        work = op_work("up", dims, uniform_shape(1, 0, rows))
+        assert op_time(p, *work) == pytest.approx(waves * tile_s, rel=1e-12), rows
+    # A grid smaller than the GPU is split along k to fill it (split-K): o at tp 8 has
+    # n = 4096, 16 column tiles, one row tile: split 6 ways, 96 units, one wave of 1/6 tile.
+    o = op_work("o", Dims.of(LLAMA3, 8), uniform_shape(1, 0, 100))
+    tile_o = 2 * 128 * 256 * (4096 / 8) / (rate / 108)
+    assert op_time(p, *o) == pytest.approx(tile_o / 6, rel=1e-12)
+
+
+def test_a_spec_without_tiles_prices_exactly_as_before():
+    """No tile fields (older spec files, uncalibrated presets, the CPU device): the smooth
+    curve, bit for bit the formula of the model without tiles, on floats and arrays."""
+    bare = dataclasses.replace(A100, matmul_tile_rows=None, matmul_tile_cols=None)
+    gemv = GPUSpec("cpu", peak_flops=8e10, mem_bandwidth=1e10, memory=8e9, matmul_mfu=0.6,
+                   matmul_mbu=0.5, matmul_half_tokens=3.0, matmul_floor_s=1e-6,
+                   matmul_vector_mbu=0.7)
+    dims = Dims.of(LLAMA3, 2)
+    for gpu in (bare, gemv, GPU_PRESETS["A100-40GB"], GPU_PRESETS["L4"]):
+        p = class_params(gpu)["matmul"]
+        assert p.tile_rows == 0.0
+        for rows in (1, 2, 7, 136, 4096):
+            flops, nbytes, r, cols = op_work("up", dims, uniform_shape(1, 0, rows))
+            smooth = flops / p.flop_rate
+            if p.half > 0:
+                smooth = smooth * ((r + p.half) / r)
+            old = max(smooth, nbytes / p.byte_rate) + p.floor
+            if p.vector_rate > 0 and r == 1:
+                old = max(flops / p.flop_rate, nbytes / p.vector_rate) + p.floor
+            assert op_time(p, flops, nbytes, r, cols) == old  # exact
+            assert op_time(p, flops, nbytes, r) == old
+    # The sm_count alone changes nothing: waves need tile sizes.
+    assert class_params(bare)["matmul"].sms == 108.0
+    steps = [OperatorCost(LLAMA3, g).step_time(shape_of(MIXED))
+             for g in (bare, dataclasses.replace(bare, sm_count=None))]
+    assert steps[0] == steps[1]
+
+
+def test_tile_fields_are_checked():
+    with pytest.raises(InputError, match="matmul_tile_rows"):
+        dataclasses.replace(A100, matmul_tile_rows=0)
+    with pytest.raises(InputError, match="sm_count"):
+        dataclasses.replace(A100, sm_count=2.5)
+    with pytest.raises(InputError, match="matmul_tile_cols"):
+        dataclasses.replace(GPU_PRESETS["L4"], matmul_tile_cols=128)
 
 
 def test_uncalibrated_gpu_falls_back_to_mfu_and_mbu_without_floors():
@@ -156,7 +235,7 @@ def test_one_row_products_take_the_matrix_vector_regime_when_the_spec_has_one():
     dims = Dims.of(LLAMA3, 1)
     one = op_work("up", dims, uniform_shape(1, 100, 1))
     # One row: no saturation term, the weight streamed at bandwidth * matmul_vector_mbu.
-    expected = max(one[0] / (312e12 * 0.7599), one[1] / (2.039e12 * 0.5)) + 5.753e-6
+    expected = max(one[0] / (312e12 * A100.matmul_mfu), one[1] / (2.039e12 * 0.5)) + A100.matmul_floor_s
     assert op_time(class_params(gemv)["matmul"], *one) == pytest.approx(expected, rel=1e-12)
     assert op_time(class_params(gemv)["matmul"], *one) != op_time(class_params(A100)["matmul"], *one)
     # Two rows and more, and every other class, are priced as without it.
@@ -165,11 +244,11 @@ def test_one_row_products_take_the_matrix_vector_regime_when_the_spec_has_one():
         work, cls = op_work(name, dims, shape), OP_CLASS[name]
         assert op_time(class_params(gemv)[cls], *work) == op_time(class_params(A100)[cls], *work)
     # Array rows (as the fitter passes them) pick the regime element by element.
-    flops, nbytes, rows = (np.asarray([one[i], op_work("up", dims, uniform_shape(4, 0, 1))[i]],
-                                      dtype=np.float64) for i in range(3))
-    both = op_time(class_params(gemv)["matmul"], flops, nbytes, rows)
+    flops, nbytes, rows, cols = (np.asarray([one[i], op_work("up", dims, uniform_shape(4, 0, 1))[i]],
+                                            dtype=np.float64) for i in range(4))
+    both = op_time(class_params(gemv)["matmul"], flops, nbytes, rows, cols)
     assert both[0] == pytest.approx(expected, rel=1e-12)
-    assert both[1] == op_time(class_params(A100)["matmul"], flops[1], nbytes[1], rows[1])
+    assert both[1] == op_time(class_params(A100)["matmul"], flops[1], nbytes[1], rows[1], cols[1])
     cost = OperatorCost(LLAMA3, gemv)
     run = cost.decode_run([100], 3)
     for j in range(3):

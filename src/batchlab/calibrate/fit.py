@@ -6,6 +6,11 @@ norm, elementwise, the all-reduce and send links, and last the CPU overhead from
 points (linear once the operators are fitted). A group without points keeps the base spec's
 values. The residual is (predicted - measured) / measured, so a 10 us kernel weighs as much as a
 10 ms one, and the parameters are bounded to physical ranges (efficiencies in (0, 1]).
+
+A GPU's matmul tiles (opcost.py: `matmul_tile_rows`, `matmul_tile_cols`) are discrete: on a base
+spec with an `sm_count` every tile shape of TILE_SIZES, rows alone or rows and columns in waves,
+and no tiles at all, is fitted in turn and the lowest cost wins, so the profiles choose whether
+tile or wave quantisation describes the GPU. A base without `sm_count` (a CPU) keeps its own.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from batchlab.calibrate.profiles import ProfilePoint
 from batchlab.errors import InputError
 from batchlab.hardware.opcost import (
     OP_CLASS,
+    ClassParams,
     Dims,
     OperatorCost,
     class_params,
     op_time,
     op_work,
+    paid_rows,
     uniform_shape,
 )
 from batchlab.hardware.parallel import Layout, allreduce_s, send_s
@@ -75,6 +82,10 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[Param, ...]]] = {
 # regime, opcost.py) has it fitted with the other matmul parameters; the others never grow one.
 VECTOR = Param("matmul_vector_mbu", 1.0, *EFF, (0.5,))
 STEP_FIELDS = ("step_overhead_s", "seq_overhead_s")
+# GEMM tile edges tried by the fit: the thread-block tiles CUTLASS ships for Ampere and Hopper
+# tensor cores (64, 128, 256 rows or columns; cuBLAS picks among the same kernels).
+TILE_SIZES = (64, 128, 256)
+TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols")
 GROUP_OF = {op: group for group, (ops, _) in GROUPS.items() for op in ops}
 GROUP_OF["step"] = "step"
 HOLD_OUT_FIELDS = ("op", "tp", "tokens", "batch", "context", "source")
@@ -102,10 +113,21 @@ def group_params(group: str, gpu: GPUSpec) -> tuple[Param, ...]:
 
 
 def _works(points: list[ProfilePoint]):
-    """(FLOPs, bytes, rows) arrays of operator points; the parameters never change them."""
+    """(FLOPs, bytes, rows, cols) arrays of operator points (cols 0 but for matrix products);
+    the parameters never change them."""
     out = [op_work(p.op, Dims.of(p.model, p.tp), uniform_shape(p.batch, p.context, p.tokens))
            for p in points]
-    return tuple(np.asarray([w[i] for w in out], dtype=np.float64) for i in range(3))
+    return tuple(np.asarray([w[i] if i < len(w) else 0.0 for w in out], dtype=np.float64)
+                 for i in range(4))
+
+
+def tile_candidates(gpu: GPUSpec) -> list[dict]:
+    """The tile settings the matmul fit tries: without an SM count only the base's own."""
+    if gpu.sm_count is None:
+        return [{f: getattr(gpu, f) for f in TILE_FIELDS}]
+    return [dict.fromkeys(TILE_FIELDS)] + [
+        {"matmul_tile_rows": rows, "matmul_tile_cols": cols}
+        for rows in TILE_SIZES for cols in (None, *TILE_SIZES)]
 
 
 def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: tuple[Param, ...]):
@@ -118,8 +140,13 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
         def predict(x):
             return x[1] * US + factor * size / (x[0] * GB)
     else:
-        flops, nbytes, rows = _works(points)
+        flops, nbytes, rows, cols = _works(points)
         peak, bw = gpu.peak_flops, gpu.mem_bandwidth
+        paid = rows  # the rows a matmul pays for: whole tiles and waves when the spec has them
+        if group == "matmul" and gpu.matmul_tile_rows is not None:
+            tiles = ClassParams(1.0, 1.0, 0.0, 0.0, 0.0, float(gpu.matmul_tile_rows),
+                                float(gpu.matmul_tile_cols or 0), float(gpu.sm_count or 0))
+            paid = paid_rows(tiles, rows, cols)
         names = [p.field for p in params]
 
         def predict(x):
@@ -135,7 +162,7 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
                     0.0, v["attn_decode_floor_s"]
             else:
                 mfu, mbu, half, floor = gpu.mfu, v[f"{group}_mbu"], 0.0, v[f"{group}_floor_s"]
-            compute = flops / (peak * mfu) * ((rows + half) / rows)
+            compute = flops / (peak * mfu) * ((paid + half) / rows)
             time = np.maximum(compute, nbytes / (bw * mbu)) + floor * US
             if "matmul_vector_mbu" in v:  # one row: the matrix-vector kernel
                 vector = np.maximum(flops / (peak * mfu), nbytes / (bw * v["matmul_vector_mbu"]))
@@ -151,16 +178,18 @@ def _fit_group(group: str, points: list[ProfilePoint], gpu: GPUSpec) -> dict[str
     from scipy.optimize import least_squares
 
     params = group_params(group, gpu)
-    residual = _residual_fn(group, points, gpu, params)
     low = np.asarray([p.low for p in params])
     high = np.asarray([p.high for p in params])
-    best = None
-    for start in product(*(p.starts for p in params)):
-        result = least_squares(residual, np.clip(np.asarray(start, dtype=np.float64), low, high),
-                               bounds=(low, high), x_scale="jac", method="trf")
-        if best is None or result.cost < best.cost:
-            best = result
-    return {p.field: float(x) * p.scale for p, x in zip(params, best.x)}
+    best, best_tiles = None, {}
+    for tiles in tile_candidates(gpu) if group == "matmul" else [{}]:
+        residual = _residual_fn(group, points, dataclasses.replace(gpu, **tiles), params)
+        for start in product(*(p.starts for p in params)):
+            result = least_squares(residual, np.clip(np.asarray(start, dtype=np.float64), low,
+                                                     high),
+                                   bounds=(low, high), x_scale="jac", method="trf")
+            if best is None or result.cost < best.cost:
+                best, best_tiles = result, tiles
+    return {**best_tiles, **{p.field: float(x) * p.scale for p, x in zip(params, best.x)}}
 
 
 def _fit_overhead(points: list[ProfilePoint], gpu: GPUSpec) -> dict[str, float]:

@@ -19,7 +19,22 @@ floor_c is the fixed time of launching and draining a kernel. A matmul of one ro
 its own regime (`matmul_vector_mbu`): BLAS libraries run a matrix-vector kernel (gemv) for it,
 which streams the weight at its own rate and pays none of the matrix-matrix kernel's tiling, so
 it costs max(F / (peak * mfu_c), B / (bandwidth * matmul_vector_mbu)) + floor_c; on a CPU the
-gemv of one decode sequence is 2-3 times cheaper than the gemm of two. The parameters describe the GPU's
+gemv of one decode sequence is 2-3 times cheaper than the gemm of two.
+
+A GPU's GEMM kernel computes its R x n output in tiles of tile_m x tile_n (`matmul_tile_rows`,
+`matmul_tile_cols`), each tile on one SM, and pays for whole tiles: tile quantisation (NVIDIA,
+"Matrix Multiplication Background User's Guide"). With tile_m alone the product
+is priced on ceil(R / tile_m) * tile_m rows,
+
+    compute = F / (peak * mfu_c) * (R_paid + half_c) / R,
+
+so a prefill of 136 tokens pays for 192 rows on 64-row tiles. With tile_n and the GPU's SM
+count (`sm_count`) too, the ceil(R / tile_m) * ceil(n / tile_n) tiles run in waves of sm_count
+(wave quantisation, same guide); a grid of fewer tiles than SMs is split along k
+into floor(sm_count / tiles) parts, as cuBLAS's split-K does, so it fills the GPU. R_paid is then
+waves * sm_count * tile_m * tile_n / n. n and k come from the model (tp splits them), so the
+same tile sizes price any model on the GPU. Without tile sizes the product takes the smooth
+curve above, as every uncalibrated spec does. The parameters describe the GPU's
 kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPERATOR_FIELDS) and
 a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
 up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,
@@ -41,6 +56,7 @@ equals pricing them one by one, bit for bit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +100,9 @@ class ClassParams:
     half: float        # rows at half efficiency (0: none)
     floor: float       # seconds per kernel
     vector_rate: float = 0.0  # bandwidth * matmul_vector_mbu for one-row products (0: none)
+    tile_rows: float = 0.0    # GEMM tile height (0: no tile quantisation)
+    tile_cols: float = 0.0    # GEMM tile width (0: no wave quantisation)
+    sms: float = 0.0          # SMs a wave of tiles fills
 
 
 def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
@@ -93,7 +112,9 @@ def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
         "matmul": ClassParams(gpu.peak_flops * p("matmul_mfu"), gpu.mem_bandwidth * p("matmul_mbu"),
                               p("matmul_half_tokens"), p("matmul_floor_s"),
                               0.0 if gpu.matmul_vector_mbu is None
-                              else gpu.mem_bandwidth * gpu.matmul_vector_mbu),
+                              else gpu.mem_bandwidth * gpu.matmul_vector_mbu,
+                              float(p("matmul_tile_rows")), float(p("matmul_tile_cols")),
+                              float(p("sm_count"))),
         "attn_prefill": ClassParams(gpu.peak_flops * p("attn_prefill_mfu"),
                                     gpu.mem_bandwidth * p("attn_prefill_mbu"), 0.0,
                                     p("attn_prefill_floor_s")),
@@ -185,11 +206,12 @@ def uniform_shape(batch: int, context: int, new_tokens: int, emits: bool = True)
 
 
 def _matmul(rows: float, k: float, n: float, b: float):
-    return 2.0 * rows * k * n, b * (k * n + rows * k + rows * n), rows
+    return 2.0 * rows * k * n, b * (k * n + rows * k + rows * n), rows, n
 
 
 def op_work(name: str, d: Dims, s: Shape):
-    """(FLOPs, bytes, rows) of one instance of operator `name`, or None when it does not run."""
+    """(FLOPs, bytes, rows[, cols]) of one instance of operator `name`, or None when it does not
+    run; a matrix product adds its output columns n (what its tiles cover)."""
     t = s.tokens
     if name == "qkv":
         return _matmul(t, d.hidden, d.q_width + 2.0 * d.kv_width, d.b)
@@ -238,13 +260,41 @@ def _max(a, b):
     return a if a > b else b
 
 
-def op_time(p: ClassParams, flops, nbytes, rows):
-    """One operator instance: max(compute with its saturation, memory) + floor; a one-row
-    product in its matrix-vector regime when the class has one."""
+def paid_rows(p: ClassParams, rows, cols):
+    """The rows a tiled GEMM pays for: whole tiles of tile_rows, and with tile_cols whole waves
+    of sm_count tiles, a grid smaller than the GPU split along k to fill it (module docstring).
+    Floats take the plain-Python path (a step prices five products: it stays cheap)."""
+    if isinstance(rows, np.ndarray) or isinstance(cols, np.ndarray):
+        row_tiles = np.ceil(rows / p.tile_rows)
+        if p.tile_cols <= 0:
+            return row_tiles * p.tile_rows
+        tiles = row_tiles * np.ceil(cols / p.tile_cols)
+        split = np.maximum(1.0, np.floor(p.sms / tiles))
+        waves = np.ceil(tiles * split / p.sms) / split
+        return waves * (p.sms * p.tile_rows * p.tile_cols) / cols
+    row_tiles = float(math.ceil(rows / p.tile_rows))
+    if p.tile_cols <= 0:
+        return row_tiles * p.tile_rows
+    tiles = row_tiles * math.ceil(cols / p.tile_cols)
+    split = max(1.0, float(math.floor(p.sms / tiles)))
+    waves = math.ceil(tiles * split / p.sms) / split
+    return waves * (p.sms * p.tile_rows * p.tile_cols) / cols
+
+
+def _compute(p: ClassParams, flops, rows, cols):
+    """Compute time with the size saturation, on whole tiles when the class has them."""
+    if p.tile_rows > 0 and cols is not None:
+        return flops / p.flop_rate * ((paid_rows(p, rows, cols) + p.half) / rows)
     compute = flops / p.flop_rate
     if p.half > 0:
         compute = compute * ((rows + p.half) / rows)
-    time = _max(compute, nbytes / p.byte_rate) + p.floor
+    return compute
+
+
+def op_time(p: ClassParams, flops, nbytes, rows, cols=None):
+    """One operator instance: max(compute with its saturation and tiles, memory) + floor; a
+    one-row product in its matrix-vector regime when the class has one."""
+    time = _max(_compute(p, flops, rows, cols), nbytes / p.byte_rate) + p.floor
     if p.vector_rate > 0:
         vector = _max(flops / p.flop_rate, nbytes / p.vector_rate) + p.floor
         if isinstance(rows, np.ndarray) or isinstance(time, np.ndarray):
@@ -253,10 +303,10 @@ def op_time(p: ClassParams, flops, nbytes, rows):
     return time
 
 
-def op_bound(p: ClassParams, flops, nbytes, rows) -> str:
+def op_bound(p: ClassParams, flops, nbytes, rows, cols=None) -> str:
     if p.vector_rate > 0 and rows == 1:
         return "compute" if flops / p.flop_rate > nbytes / p.vector_rate else "memory"
-    compute = flops / p.flop_rate * ((rows + p.half) / rows if p.half > 0 else 1.0)
+    compute = _compute(p, flops, rows, cols)
     return "compute" if compute > nbytes / p.byte_rate else "memory"
 
 

@@ -85,11 +85,14 @@ _MODELS = (
 #       --model Llama-3-8B --gpu A100-80GB
 #   batchlab calibrate vidur_h100_llama-2-7b_mlp.csv network/vidur_h100_dgx_all_reduce.csv \
 #       network/vidur_h100_dgx_send_recv.csv --gpu H100-SXM
-# rounded to 4 digits; the fit errors are in docs/fidelity.md. The profiles hold no CPU time,
+# rounded to 4 digits; the fit errors are in docs/fidelity.md. The matmul tiles are the fit's
+# choice among 64/128/256-row tiles, with or without waves of the SM count below: on the A100
+# 64-row tiles alone, on the H100 64 x 64 tiles in waves of 132 SMs. The profiles hold no CPU time,
 # so the CPU overheads stay 0 (fit them from a real server's steps: docs/fidelity.md), and no
 # H100 attention, so H100 attention falls back to mfu / mbu.
 _A100_FIT = dict(
-    matmul_mfu=0.7599, matmul_mbu=0.8375, matmul_half_tokens=89.99, matmul_floor_s=5.753e-06,
+    matmul_mfu=0.7562, matmul_mbu=0.8287, matmul_half_tokens=59.89, matmul_floor_s=5.739e-06,
+    matmul_tile_rows=64,
     attn_prefill_mfu=0.4798, attn_prefill_mbu=0.7, attn_prefill_floor_s=7.735e-05,
     attn_decode_mbu=0.8479, attn_decode_floor_s=2.051e-05,
     norm_mbu=0.4193, norm_floor_s=2.571e-06, rope_mbu=0.4923, rope_floor_s=2.179e-06,
@@ -100,7 +103,8 @@ _A100_FIT = dict(
     source="datasheet peaks; operators and NVLink fitted from Vidur's A100 profiles "
            "(Azure NC96ads A100 v4, A100 80GB PCIe; DGX A100 for the network), see presets.py")
 _H100_FIT = dict(
-    matmul_mfu=0.7763, matmul_mbu=1.0, matmul_half_tokens=197.0, matmul_floor_s=5.767e-06,
+    matmul_mfu=0.7856, matmul_mbu=1.0, matmul_half_tokens=141.1, matmul_floor_s=5.54e-06,
+    matmul_tile_rows=64, matmul_tile_cols=64,
     norm_mbu=0.4247, norm_floor_s=2.422e-06, rope_mbu=0.5374, rope_floor_s=1.719e-06,
     act_mbu=0.5594, act_floor_s=1.488e-06, add_mbu=1.0, add_floor_s=7.168e-07,
     embedding_mbu=0.185, embedding_floor_s=2.509e-06,
@@ -112,27 +116,33 @@ _H100_FIT = dict(
 _GPUS = (
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16 1,979 TFLOPS with sparsity (989.4
     # dense), 3.35 TB/s HBM3, 80 GB; host link PCIe Gen5 (128 GB/s both directions).
+    # 132 SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), H100 SXM5 column.
     GPUSpec("H100-SXM", peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
-            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, **_H100_FIT),
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, **_H100_FIT),
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
     # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions.
+    # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1.
     GPUSpec("A100-40GB", peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, allreduce_bandwidth=NVLINK3_BYTES_S,
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, allreduce_bandwidth=NVLINK3_BYTES_S,
             p2p_bandwidth=NVLINK3_BYTES_S,
             source="NVIDIA A100 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
+    # The same GA100 chip, 108 SMs (the PCIe card Vidur profiled has them too).
     GPUSpec("A100-80GB", peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, **_A100_FIT),
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, **_A100_FIT),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM, 4.8 TB/s HBM3e,
     # 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both directions.
+    # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory).
     GPUSpec("H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
-            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, allreduce_bandwidth=NVLINK4_BYTES_S,
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, allreduce_bandwidth=NVLINK4_BYTES_S,
             p2p_bandwidth=NVLINK4_BYTES_S,
             source="NVIDIA H200 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense),
     # 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk over PCIe.
+    # 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for the L4
+    # (7,424 CUDA cores, 128 per SM).
     GPUSpec("L4", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie",
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
             allreduce_bandwidth=PCIE_GEN4_X16_BYTES_S, p2p_bandwidth=PCIE_GEN4_X16_BYTES_S,
             source="NVIDIA L4 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
 )

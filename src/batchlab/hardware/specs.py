@@ -42,12 +42,14 @@ COST_MODELS = ("roofline", "operators")
 INTERCONNECTS = ("nvlink", "pcie")
 # The operators model's GPU parameters, by operator class (see opcost.py).
 OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s",
-                   "matmul_vector_mbu",
+                   "matmul_vector_mbu", "matmul_tile_rows", "matmul_tile_cols", "sm_count",
                    "attn_prefill_mfu", "attn_prefill_mbu", "attn_prefill_floor_s",
                    "attn_decode_mbu", "attn_decode_floor_s", "norm_mbu", "norm_floor_s",
                    "elementwise_mbu", "elementwise_floor_s", "rope_mbu", "rope_floor_s",
                    "act_mbu", "act_floor_s", "add_mbu", "add_floor_s", "embedding_mbu",
                    "embedding_floor_s")
+# Integer operator parameters: tile sizes of matrix products and the SMs a wave of tiles fills.
+TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols", "sm_count")
 # Elementwise kernels without their own figures take the generic elementwise ones.
 ELEMENTWISE_KERNELS = ("rope", "act", "add", "embedding")
 
@@ -183,6 +185,15 @@ class GPUSpec:
     # max(F / (peak * matmul_mfu), B / (bandwidth * matmul_vector_mbu)) + matmul_floor_s,
     # with no saturation term. None: one row is priced like any other (GPU presets).
     matmul_vector_mbu: float | None = None
+    # Tile quantisation of matrix products (opcost.py): a GEMM kernel computes its R x n
+    # output in tiles of matmul_tile_rows x matmul_tile_cols, so it pays for whole tiles; with
+    # matmul_tile_cols set, the tiles also run in waves of sm_count (one tile per SM at a time).
+    # None: no quantisation, the smooth saturation curve alone (every uncalibrated spec).
+    matmul_tile_rows: int | None = None
+    matmul_tile_cols: int | None = None
+    # Streaming multiprocessors of the GPU (datasheets and architecture whitepapers, see
+    # presets.py): the width of one wave of tiles. None: not given (the wave term is off).
+    sm_count: int | None = None
     attn_prefill_mfu: float | None = None
     attn_prefill_mbu: float | None = None
     attn_prefill_floor_s: float | None = None
@@ -229,10 +240,17 @@ class GPUSpec:
                                                             zero_ok=True))
         for field in OPERATOR_FIELDS:
             value = getattr(self, field)
-            if value is not None:
+            if value is not None and field not in TILE_FIELDS:
                 share = field.endswith(("_mfu", "_mbu"))
                 object.__setattr__(self, field, _positive_float(
                     rec, field, value, zero_ok=not share, at_most_one=share))
+        for field in TILE_FIELDS:
+            if getattr(self, field) is not None:
+                object.__setattr__(self, field, _positive_int(rec, field, getattr(self, field)))
+        if self.matmul_tile_cols is not None and (self.matmul_tile_rows is None
+                                                  or self.sm_count is None):
+            raise InputError(f"{rec}: field 'matmul_tile_cols' needs matmul_tile_rows and "
+                             f"sm_count (tiles run in waves of sm_count)")
         for field, allowed in (("cost_model", COST_MODELS), ("interconnect", INTERCONNECTS)):
             if getattr(self, field) not in allowed:
                 raise InputError(f"{rec}: field '{field}' must be one of {', '.join(allowed)}, "

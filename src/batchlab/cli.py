@@ -2,13 +2,14 @@
 
 Each command module exposes `register(subparsers)`, which adds its parser and sets `run`, a
 function of the parsed arguments returning the exit code. Command modules import their heavy
-dependencies inside `run`, so `batchlab --help` stays fast.
+dependencies inside `run`, so `batchlab --help` stays fast. A command line that names its
+subcommand first registers that subcommand alone: building the other sixteen parsers (hundreds of
+`add_argument` calls, each asking the terminal its size) would be most of a short run's start-up.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import sys
 
@@ -51,23 +52,41 @@ def _command_hint(message: str) -> str:
     """' (did you mean 'compare'?)' for a mistyped subcommand; argparse names no candidate."""
     if "invalid choice: '" not in message or "argument COMMAND" not in message:
         return ""
+    import difflib   # only a mistyped command line needs it
+
     typed = message.split("invalid choice: '", 1)[1].split("'", 1)[0]
     close = difflib.get_close_matches(typed, COMMANDS, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: tuple[str, ...] = COMMANDS) -> argparse.ArgumentParser:
+    """The command line with these subcommands' parsers (by default all of them)."""
     parser = OneLineParser(prog="batchlab", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"batchlab {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subparsers.required = True
-    for name in COMMANDS:
+    for name in commands:
         importlib.import_module(f"batchlab.commands.{name}").register(subparsers)
     return parser
 
 
+def needed(argv: list[str]) -> tuple[str, ...]:
+    """The subcommands whose parsers `argv` can reach.
+
+    The main parser's own options are only --help and --version, so a first word naming a
+    subcommand sends everything after it to that subparser alone, and a first word --version
+    prints and exits before any subcommand is looked at: either parses as with all seventeen.
+    Anything else (--help, a bare or mistyped command) needs them all, for the list or the hint.
+    """
+    if argv and argv[0] in COMMANDS:
+        return (argv[0],)
+    return () if argv and argv[0] == "--version" else COMMANDS
+
+
 def suggestion(typed: str, options: list[str]) -> str:
     """' (did you mean --x?)' for an unknown option, judged on its name without '=value'."""
+    import difflib   # only a mistyped command line needs it
+
     name = typed.split("=", 1)[0]
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6) if name.startswith("-") else []
     return f" (did you mean {close[0]}?)" if close else ""
@@ -86,7 +105,7 @@ def _unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    parser = build_parser(needed(argv))
     if not argv:   # as pip does: a bare command is a request for help, not a mistake
         parser.print_help()
         return 0

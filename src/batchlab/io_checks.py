@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,6 +226,8 @@ def check_output_dir(path: str | Path, field: str, files: tuple[str, ...] = ()) 
 def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
     """Write `data` to `path` whole or not at all: into a temporary file beside it, then renamed
     over it, so an interruption or a full disk never leaves half a file under the final name."""
+    import tempfile   # only writers need it; most runs only print
+
     path = Path(path)
     check_output_file(path, field)
     try:

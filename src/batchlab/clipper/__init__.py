@@ -3,32 +3,23 @@
 profiles: latency lines a + b·B, B_max under an SLO, fitting. controllers: fixed, AIMD, quantile
 regression. delayed: a Poisson queue with a maximum wait. experiments: the seed's tables.
 batcher: an asyncio AdaptiveBatcher to put in front of any async batch function.
+
+The names below load with their module on first use (PEP 562): `batchlab clipper` simulates
+and never needs the batcher's asyncio.
 """
 
-from batchlab.clipper.batcher import (
-    AdaptiveBatcher,
-    BatcherMetrics,
-    BatchFunctionError,
-    OverloadError,
-    batched,
-)
-from batchlab.clipper.controllers import (
-    AIMDController,
-    BatchController,
-    FixedController,
-    QuantileController,
-    fit_quantile_line,
-)
-from batchlab.clipper.delayed import DelayedConfig, DelayedResult, simulate_delayed
-from batchlab.clipper.profiles import (
-    FAST_LOW_FIXED,
-    HIGH_FIXED,
-    LOW_FIXED,
-    MEDIUM,
-    TOY_MODELS,
-    LatencyProfile,
-    fit_profile,
-)
+from batchlab.lazy import lazy_exports
+
+# public name -> the module under batchlab.clipper that defines it
+_EXPORTS = {
+    **dict.fromkeys(("AdaptiveBatcher", "BatcherMetrics", "BatchFunctionError", "OverloadError", "batched"),
+                    "batcher"),
+    **dict.fromkeys(("AIMDController", "BatchController", "FixedController", "QuantileController",
+                     "fit_quantile_line"), "controllers"),
+    **dict.fromkeys(("DelayedConfig", "DelayedResult", "simulate_delayed"), "delayed"),
+    **dict.fromkeys(("FAST_LOW_FIXED", "HIGH_FIXED", "LOW_FIXED", "MEDIUM", "TOY_MODELS", "LatencyProfile",
+                     "fit_profile"), "profiles"),
+}
 
 __all__ = [
     "AdaptiveBatcher", "BatcherMetrics", "BatchFunctionError", "OverloadError", "batched",
@@ -37,3 +28,5 @@ __all__ = [
     "FAST_LOW_FIXED", "HIGH_FIXED", "LOW_FIXED", "MEDIUM", "TOY_MODELS", "LatencyProfile",
     "fit_profile",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -124,7 +124,7 @@ def workload(args: argparse.Namespace, rate: float | None = None):
 
     from batchlab.errors import InputError
     from batchlab.io_checks import named
-    from batchlab.workload import TraceColumns, load_trace, make_workload
+    from batchlab.workload import make_workload
 
     rate = rate if rate is not None else getattr(args, "rate", None)
     if args.requests is not None and args.requests < 1:
@@ -143,6 +143,8 @@ def workload(args: argparse.Namespace, rate: float | None = None):
     if at_once:
         rate = None if args.trace or args.workload in TRACE_WORKLOADS else 1.0
     if args.trace:
+        from batchlab.workload import TraceColumns, load_trace   # the trace readers, for a trace only
+
         columns = _columns(args.columns) if args.columns else TraceColumns()
         with named("rate", flag(args, "rate", "--request-rate")):
             built = load_trace(args.trace, columns, limit=args.requests, rate=rate)

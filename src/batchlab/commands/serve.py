@@ -9,8 +9,8 @@ DEFAULT_PORT = 8000
 
 
 def register(subparsers) -> None:
-    from batchlab.serve.server import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS, DEFAULT_MAX_WAITING,
-                                       DEFAULT_SYSTEM)
+    from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS, DEFAULT_MAX_WAITING,
+                                         DEFAULT_SYSTEM)
 
     parser = subparsers.add_parser(
         "serve", help="serve the numpy mini transformer over an OpenAI-compatible HTTP API "

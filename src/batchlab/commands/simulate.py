@@ -29,7 +29,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.metrics import write_requests
     from batchlab.serving.run import simulate
     from batchlab.serving.systems import parse_system
 
@@ -50,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.commands.written import say_wrote
     for path, fmt in ((args.csv, "csv"), (args.requests_json, "json")):
         if path:
+            from batchlab.metrics import write_requests
             write_requests(path, rows, fmt)
             say_wrote([path])
     if args.plot:

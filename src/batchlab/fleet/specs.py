@@ -12,7 +12,6 @@ prefill and decode, at least one of each), never a mix.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -107,6 +106,8 @@ def parse_replica(text: str, defaults: Defaults, record: str = "--replica") -> t
 
 def load_fleet_file(path: str, defaults: Defaults, flag: str = "--fleet-config") -> list[tuple[str, list[ReplicaSpec]]]:
     """The `[[replica]]` tables of a TOML file, in order."""
+    import tomllib   # only a fleet file needs it
+
     from batchlab.io_checks import reading
 
     try:

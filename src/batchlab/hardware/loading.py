@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from pathlib import Path
 
 from batchlab.errors import InputError
@@ -28,6 +27,8 @@ _SHAPE_FIELDS = frozenset({"n_layers", "hidden", "n_heads", "n_kv_heads", "ffn",
 
 
 def _read(path: Path) -> dict:
+    import tomllib   # only a spec file needs it; presets by name are read without
+
     if path.suffix not in SPEC_SUFFIXES:
         raise InputError(f"{path}: a spec file must end in {' or '.join(SPEC_SUFFIXES)}")
     try:

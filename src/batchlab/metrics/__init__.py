@@ -1,30 +1,24 @@
-"""Serving metrics over plain numpy arrays: latencies, SLO attainment, throughput, goodput."""
+"""Serving metrics over plain numpy arrays: latencies, SLO attainment, throughput, goodput.
 
-from batchlab.metrics.export import COLUMNS, request_rows, requests_csv, requests_json, write_requests
-from batchlab.metrics.goodput import GoodputResult, find_goodput
-from batchlab.metrics.latency import (
-    PERCENTILES,
-    LatencyStats,
-    RequestLatencies,
-    TokenTimes,
-    check_token_times,
-    inter_token_latencies,
-    none_if_nan,
-    request_latencies,
-)
-from batchlab.metrics.run import RunMetrics, compute_metrics
-from batchlab.metrics.slo import SLO, parse_goodput, slo_attainment, slo_met
-from batchlab.metrics.steps import time_weighted_mean
-from batchlab.metrics.throughput import overall_throughput, steady_throughput
-from batchlab.metrics.vllm import (
-    METRICS,
-    latency_keys,
-    parse_metric_percentiles,
-    parse_percentile_metrics,
-    percentile_key,
-    run_duration,
-    vllm_result,
-)
+The names below load with their module on first use (PEP 562): a run that prints its tables
+needs neither the per-request export nor the goodput search.
+"""
+
+from batchlab.lazy import lazy_exports
+
+# public name -> the module under batchlab.metrics that defines it
+_EXPORTS = {
+    **dict.fromkeys(("COLUMNS", "request_rows", "requests_csv", "requests_json", "write_requests"), "export"),
+    **dict.fromkeys(("GoodputResult", "find_goodput"), "goodput"),
+    **dict.fromkeys(("PERCENTILES", "LatencyStats", "RequestLatencies", "TokenTimes", "check_token_times",
+                     "inter_token_latencies", "none_if_nan", "request_latencies"), "latency"),
+    **dict.fromkeys(("RunMetrics", "compute_metrics"), "run"),
+    **dict.fromkeys(("SLO", "parse_goodput", "slo_attainment", "slo_met"), "slo"),
+    "time_weighted_mean": "steps",
+    **dict.fromkeys(("overall_throughput", "steady_throughput"), "throughput"),
+    **dict.fromkeys(("METRICS", "latency_keys", "parse_metric_percentiles", "parse_percentile_metrics",
+                     "percentile_key", "run_duration", "vllm_result"), "vllm"),
+}
 
 __all__ = [
     "COLUMNS", "PERCENTILES", "SLO", "GoodputResult", "LatencyStats", "RequestLatencies", "RunMetrics",
@@ -34,3 +28,5 @@ __all__ = [
     "METRICS", "latency_keys", "parse_goodput", "parse_metric_percentiles", "parse_percentile_metrics",
     "percentile_key", "run_duration", "vllm_result",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -12,11 +12,9 @@ import sys
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS,
+                                     DEFAULT_MAX_WAITING, DEFAULT_SYSTEM)
 
-DEFAULT_KV_CACHE_TOKENS = 65536
-DEFAULT_MAX_WAITING = 1024
-DEFAULT_SYSTEM = "paged:max_bs=64"
-DEFAULT_DRAIN_S = 60.0
 SWITCH_INTERVAL_S = 0.0005
 
 log = logging.getLogger("batchlab.serve")

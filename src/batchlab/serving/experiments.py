@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
 from batchlab.hardware import GPUSpec, ModelSpec
@@ -73,6 +72,9 @@ def run_each(tasks: Sequence[tuple[Callable, tuple]], jobs: int,
         for i, (fn, args) in enumerate(tasks):
             on_result(i, fn(*args))
         return
+    # only a pool needs it (with multiprocessing, threading, pickling and more behind it)
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         pending = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
         try:

@@ -1,21 +1,29 @@
-"""Workloads: the requests a run serves, generated from distributions or replayed from traces."""
+"""Workloads: the requests a run serves, generated from distributions or replayed from traces.
 
+The names below load with their module on first use (PEP 562): a generated workload's run
+never loads the trace readers or the prefix-sharing generators.
+"""
+
+from batchlab.lazy import lazy_exports
+
+# Imported at once: the function `arrivals` must shadow its module's name, as it always has, and
+# every generated workload needs them.
 from batchlab.workload.arrivals import ARRIVAL_PROCESSES, arrivals, gamma_arrivals, poisson_arrivals
-from batchlab.workload.base import Workload
-from batchlab.workload.content import Content
-from batchlab.workload.context import CONTEXT_MODES, Clipped, ContextReport, limit_context
-from batchlab.workload.distributions import (
-    DISTRIBUTIONS,
-    FixedLengths,
-    LengthDistribution,
-    LogNormalLengths,
-    UniformLengths,
-)
-from batchlab.workload.registry import distribution, make_workload, workload_kinds
-from batchlab.workload.mooncake import BUILTIN_MOONCAKE, load_builtin_mooncake, load_mooncake
-from batchlab.workload.sessions import ChatSessions, FewShot
-from batchlab.workload.summary import summarize
-from batchlab.workload.traces import AZURE_COLUMNS, BUILTIN_TRACES, TraceColumns, load_builtin_trace, load_trace
+
+# public name -> the module under batchlab.workload that defines it
+_EXPORTS = {
+    "Workload": "base",
+    "Content": "content",
+    **dict.fromkeys(("CONTEXT_MODES", "Clipped", "ContextReport", "limit_context"), "context"),
+    **dict.fromkeys(("DISTRIBUTIONS", "FixedLengths", "LengthDistribution", "LogNormalLengths", "UniformLengths"),
+                    "distributions"),
+    **dict.fromkeys(("distribution", "make_workload", "workload_kinds"), "registry"),
+    **dict.fromkeys(("BUILTIN_MOONCAKE", "BUILTIN_TRACES"), "builtin"),
+    **dict.fromkeys(("load_builtin_mooncake", "load_mooncake"), "mooncake"),
+    **dict.fromkeys(("ChatSessions", "FewShot"), "sessions"),
+    "summarize": "summary",
+    **dict.fromkeys(("AZURE_COLUMNS", "TraceColumns", "load_builtin_trace", "load_trace"), "traces"),
+}
 
 __all__ = [
     "ARRIVAL_PROCESSES", "AZURE_COLUMNS", "BUILTIN_MOONCAKE", "BUILTIN_TRACES", "CONTEXT_MODES",
@@ -24,3 +32,5 @@ __all__ = [
     "distribution", "gamma_arrivals", "limit_context", "load_builtin_mooncake", "load_builtin_trace",
     "load_mooncake", "load_trace", "make_workload", "poisson_arrivals", "summarize", "workload_kinds",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -19,17 +19,13 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.io_checks import token_count
 from batchlab.workload.base import Workload
+from batchlab.workload.builtin import BUILTIN_MOONCAKE
 from batchlab.workload.content import Content
 from batchlab.workload.tracefile import check_window, json_object, open_builtin, open_trace
 
 MOONCAKE_BLOCK_TOKENS = 512   # the traces' hash block size (Mooncake's README and paper)
 MS_PER_S = 1e3
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
-# Shipped in src/batchlab/data/ (credit in data/README.md).
-BUILTIN_MOONCAKE = {
-    "mooncake-conv": "mooncake_conversation_trace.jsonl.gz",
-    "mooncake-synthetic": "mooncake_synthetic_trace.jsonl.gz",
-}
 
 
 def is_mooncake(first_line: str) -> bool:

@@ -11,22 +11,27 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.workload.arrivals import arrivals
 from batchlab.workload.base import Workload
+from batchlab.workload.builtin import BUILTIN_MOONCAKE, BUILTIN_TRACES
 from batchlab.workload.distributions import DISTRIBUTIONS, FixedLengths, LengthDistribution
-from batchlab.workload.mooncake import BUILTIN_MOONCAKE, load_builtin_mooncake
-from batchlab.workload.sessions import ChatSessions, FewShot
-from batchlab.workload.traces import BUILTIN_TRACES, load_builtin_trace
 
 FIXED = "fixed"
 # The two independent random streams spawned from the seed: lengths first, arrivals second,
 # so the same seed gives the same lengths whatever the arrival process.
 _LENGTH_STREAM, _ARRIVAL_STREAM = 0, 1
-# Generators of requests with content (token ids), at their default parameters.
-PREFIX_GENERATORS = {"sessions": ChatSessions(), "few-shot": FewShot()}
+# Generators of requests with content (token ids), at their default parameters: by name here,
+# built in `_prefix_generator`, so that a run of any other workload never loads their module.
+PREFIX_KINDS = ("sessions", "few-shot")
 
 
 def workload_kinds() -> list[str]:
     """Every name `make_workload` accepts."""
-    return [*DISTRIBUTIONS, FIXED, *PREFIX_GENERATORS, *BUILTIN_TRACES, *BUILTIN_MOONCAKE]
+    return [*DISTRIBUTIONS, FIXED, *PREFIX_KINDS, *BUILTIN_TRACES, *BUILTIN_MOONCAKE]
+
+
+def _prefix_generator(kind: str):
+    from batchlab.workload.sessions import ChatSessions, FewShot
+
+    return {"sessions": ChatSessions, "few-shot": FewShot}[kind]()
 
 
 def distribution(kind: str, prompt: int | None = None, output: int | None = None) -> LengthDistribution:
@@ -57,16 +62,18 @@ def make_workload(kind: str, n: int, rate: float | None, seed: int = 0, arrival:
             raise InputError(f"workload {kind!r} is a trace: fields 'arrival', 'burstiness', 'prompt' and "
                              "'output' do not apply to it")
         if kind in BUILTIN_MOONCAKE:
+            from batchlab.workload.mooncake import load_builtin_mooncake
             return load_builtin_mooncake(kind, limit=n, rate=rate)
+        from batchlab.workload.traces import load_builtin_trace
         return load_builtin_trace(kind, limit=n, rate=rate)
-    if kind in PREFIX_GENERATORS:
+    if kind in PREFIX_KINDS:
         if arrival != "poisson" or burstiness != 1.0 or prompt is not None or output is not None:
             raise InputError(f"workload {kind!r} draws its own arrivals and lengths: fields 'arrival', "
                              "'burstiness', 'prompt' and 'output' do not apply to it")
         _check_seed(seed)
         if rate is None:
             raise InputError(f"workload {kind!r} needs field 'rate' (requests per second)")
-        return PREFIX_GENERATORS[kind].generate(np.random.default_rng(int(seed)), n, rate)
+        return _prefix_generator(kind).generate(np.random.default_rng(int(seed)), n, rate)
     lengths = distribution(kind, prompt, output)
     if rate is None:
         raise InputError(f"workload {kind!r} needs field 'rate' (requests per second)")

@@ -7,7 +7,6 @@ import contextlib
 import gzip
 import json
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
@@ -30,6 +29,8 @@ def open_trace(path: Path, newline: str | None = None) -> Iterator[TextIO]:
 @contextlib.contextmanager
 def open_builtin(filename: str, newline: str | None = None) -> Iterator[TextIO]:
     """A gzipped trace shipped in src/batchlab/data/ as UTF-8 text."""
+    from importlib import resources   # it loads tempfile and more: only a built-in trace needs it
+
     resource = resources.files("batchlab") / "data" / filename
     with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8", newline=newline) as stream:
         yield stream

@@ -20,6 +20,7 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.io_checks import reading, token_count
 from batchlab.workload.base import Workload
+from batchlab.workload.builtin import BUILTIN_TRACES
 from batchlab.workload.timestamps import NS_PER_S, datetime_ns, is_number
 from batchlab.workload.tracefile import check_window, json_object, open_builtin, open_trace
 
@@ -48,9 +49,6 @@ class TraceColumns:
 
 
 AZURE_COLUMNS = TraceColumns()
-
-# Traces shipped in src/batchlab/data/ (credit in data/README.md).
-BUILTIN_TRACES = {"azure-conv": "AzureLLMInferenceTrace_conv.csv.gz"}
 
 
 @dataclass(slots=True)

@@ -56,6 +56,7 @@ def test_fork_shares_every_block_and_copies_the_partial_one_on_write():
         assert memory.block_table(child) == [b0, b1]
     assert memory.ref[b0] == memory.ref[b1] == 3
     assert memory.held_tokens() == 2 * 4      # three samples of 6 tokens in two blocks, not six
+    assert memory.shared_tokens() == 2 * 4 + 2 * 2   # the full block and the 2 tokens, counted twice more
     memory.check_integrity()
 
     # the first sample to write its first output (position 6, in block 1) copies block 1
@@ -71,6 +72,7 @@ def test_fork_shares_every_block_and_copies_the_partial_one_on_write():
     assert memory.block_table(second) == [b0, b1] and len(memory.copies) == 2
     assert memory.ref[b0] == 3
     assert memory.held_tokens() == 4 * 4      # P's 2 blocks + n − 1 = 2 copies
+    assert memory.shared_tokens() == 2 * 4    # only the full block is held three times now
     for r in (leader, first, second):
         r.computed += 1
     memory.check_integrity()
@@ -262,6 +264,9 @@ def test_simulated_samples_share_the_prompt_and_count_every_token():
     # shared blocks: the prefix cache's pool holds less KV for the same samples than copies do
     shared, copied = runs[("paged-prefix", 4)].trace, runs[("paged", 4)].trace
     assert shared.steps["held"].max() < copied.steps["held"].max()
+    # KV stored counts a shared block once: never more than the blocks held
+    assert (shared.steps["stored"] <= shared.steps["held"]).all()
+    assert shared.steps["stored"].max() < copied.steps["stored"].max()
 
 
 def test_samples_of_a_bad_shape_are_refused_before_anything_runs():

@@ -94,7 +94,10 @@ def test_a_shared_prefix_is_stored_once_and_only_the_rest_is_computed():
     assert m.block_table(b)[:2] == shared
     assert [m.ref[x] for x in shared] == [2, 2]
     assert m.held_tokens() == (3 + 1) * 4               # a: 3 blocks, b: 1 own block beyond the shared
+    assert m.shared_tokens() == 8                       # b's 11 computed tokens count the 8 shared again
+    assert a.computed + b.computed - m.shared_tokens() == 10 + 3   # what the step log stores
     finish(m, a)
+    assert m.shared_tokens() == 0
     assert [m.ref[x] for x in shared] == [1, 1]
     finish(m, b)
     assert m.empty and list(m.lru) == shared[::-1]     # the two full blocks stay cached, tail first

@@ -70,6 +70,7 @@ def test_random_sessions_keep_the_books_and_repeat_exactly(specs, s):
     # compute again what its first admission found (its blocks evicted meanwhile).
     if not trace.preemptions.any():
         assert trace.work["prefill"] + stats["prefix_cache_hits"] == stats["prefix_cache_queries"]
+    assert (trace.steps["stored"] <= trace.steps["held"]).all()   # a shared block is stored once
     again, _, memory2 = run(specs, s)
     assert np.array_equal(trace.token_times, again.token_times)
     assert memory2.cache_stats() == stats and memory2.history == memory.history

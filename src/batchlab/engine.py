@@ -380,7 +380,8 @@ class Engine:
     def _log_step(self, plan: StepPlan, t: float, duration: float) -> None:
         decodes = len(plan.decodes)
         self.steps.add(t, duration, decodes + len(plan.prefills), plan.prefill_tokens, decodes,
-                       self.memory.held_tokens(), sum(map(_computed, self.scheduler.running)),
+                       self.memory.held_tokens(),
+                       sum(map(_computed, self.scheduler.running)) - self.memory.shared_tokens(),
                        len(self.scheduler.running))
 
     def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
@@ -468,11 +469,11 @@ class Engine:
         durations, ends = stretch.durations[:steps], stretch.ends[:steps]
         running = sched.running
         batch = len(running)
+        stored0 = -memory.shared_tokens()   # KV stored before the first step, summed below
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
         finished = False
-        stored0 = 0   # KV stored before the first step, summed in the same pass
         for r in running:
             computed = r.computed
             stored0 += computed

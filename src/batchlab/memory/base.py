@@ -96,6 +96,11 @@ class MemoryManager(ABC):
         """Tokens of KV actually written: the sum of `computed` over the requests held."""
         return sum(r.computed for r in self.holders())
 
+    def shared_tokens(self) -> int:
+        """Of the computed tokens summed over holders, those counted more than once because
+        their KV is one block held by several requests (a prefix cache's hits, forks)."""
+        return 0
+
     @abstractmethod
     def holders(self) -> list[Request]:
         """The requests holding memory now."""

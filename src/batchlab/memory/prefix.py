@@ -68,6 +68,7 @@ class PrefixCacheMemory(PagedMemory):
         self.host_limit = math.inf if math.isinf(host_cache_tokens) else int(host_cache_tokens) // block_size
         self.host_cache: OrderedDict[int, None] = OrderedDict()   # keys of blocks kept in host memory, LRU
         self.ref = [0] * n                             # holders of each block
+        self.extra_refs = 0                            # sum over blocks of max(ref - 1, 0)
         self.key_of: list[int | None] = [None] * n     # the key a cached block is found by
         self.cached: dict[int, int] = {}               # key -> block
         # unreferenced cached blocks, oldest first; an OrderedDict, since a plain dict's
@@ -163,6 +164,8 @@ class PrefixCacheMemory(PagedMemory):
             else:
                 if not self.ref[b]:
                     del self.lru[b]
+                else:
+                    self.extra_refs += 1
                 self.ref[b] += 1
             table.append(b)
         new = self._allocate(self.blocks_for(request.known_tokens) - hits + len(loads))
@@ -251,6 +254,7 @@ class PrefixCacheMemory(PagedMemory):
                 b = table[j]
                 ref[b] -= 1
                 if ref[b]:
+                    self.extra_refs -= 1
                     continue
                 k = key_of[b]
                 if k is not None and j >= done:   # keyed for a step a preemption cancelled
@@ -267,6 +271,21 @@ class PrefixCacheMemory(PagedMemory):
         if request.finished:
             self._keys.pop(key, None)
             self._reused.pop(key, None)
+
+    def shared_tokens(self) -> int:
+        """Tokens of KV counted more than once when every holder's computed tokens are summed:
+        a block held by r requests is one block, counted r times. Shared blocks are full but for
+        a fork's partial last block, which holds only the tokens written before the fork."""
+        bs = self.block_size
+        tokens = self.extra_refs * bs
+        tails: set[int] = set()
+        for key in self._shared_tails:   # forks not yet copied on write: rare and short-lived
+            computed, table = self.owners[key].computed, self.tables[key]
+            j, filled = divmod(computed, bs)
+            if filled and j < len(table) and table[j] not in tails:
+                tails.add(table[j])
+                tokens -= (self.ref[table[j]] - 1) * (bs - filled)
+        return tokens
 
     def swap_out(self, request: Request) -> bool:
         """As paged memory, but a request preempted before computing anything since its admission
@@ -289,6 +308,7 @@ class PrefixCacheMemory(PagedMemory):
         table = self.tables[pkey][:self.blocks_for(parent.computed)]
         for b in table:
             self.ref[b] += 1
+        self.extra_refs += len(table)
         self.tables[ckey] = list(table)
         self.owners[ckey] = child
         keys = self._keys_of(child)[:child.prompt_tokens // self.block_size]
@@ -311,6 +331,7 @@ class PrefixCacheMemory(PagedMemory):
                 return False
             copy = self._allocate(1)[0]
             self.ref[table[j]] -= 1
+            self.extra_refs -= 1
             self.copies.append((table[j], copy))
             table[j] = copy
         self._shared_tails.discard(key)   # the last holder writes in place
@@ -453,6 +474,9 @@ class PrefixCacheMemory(PagedMemory):
         if holders != self.ref:
             bad = next(b for b in range(n) if holders[b] != self.ref[b])
             raise IntegrityError(f"paged-prefix: block {bad} has {self.ref[bad]} references, {holders[bad]} holders")
+        if self.extra_refs != sum(c - 1 for c in holders if c > 1):
+            raise IntegrityError(f"paged-prefix: {self.extra_refs} shared references counted, "
+                                 f"{sum(c - 1 for c in holders if c > 1)} held")
         referenced = sum(1 for c in holders if c)
         free, lru = set(self.free_list), set(self.lru)
         if len(free) != len(self.free_list):

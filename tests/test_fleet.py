@@ -198,13 +198,34 @@ def test_fast_forwarded_fleet_equals_a_stepped_fleet(router, system):
         run_fleet(requests, replicas, make_router(router, 4))
         return replicas
 
-    fast, stepped = run(True), run(False)
-    assert [r.routed for r in fast] == [r.routed for r in stepped]
-    for a, b in zip(fast, stepped):
+    assert_same_replicas(run(True), run(False))
+
+
+def assert_same_replicas(fleet: list[Replica], other: list[Replica]) -> None:
+    """The same routing, and each replica's token times, work and step log, bit for bit."""
+    assert [r.routed for r in fleet] == [r.routed for r in other]
+    for a, b in zip(fleet, other):
         ta, tb = a.engine.trace(), b.engine.trace()
         assert ta.token_times.tobytes() == tb.token_times.tobytes()
+        assert ta.work == tb.work
         for column, values in tb.steps.items():
             assert ta.steps[column].tobytes() == values.tobytes(), column
+
+
+@pytest.mark.parametrize("router", ["round-robin", "random"])
+@pytest.mark.parametrize("system", ["paged", "chunked", "paged:watermark=0.01:max_bs=6", "orca-oracle:max_bs=8"])
+def test_a_router_that_reads_no_replica_runs_them_apart_with_the_shared_clocks_result(router, system):
+    workload = make_workload("chat", 300, 50.0, 7)
+    spec = ReplicaSpec(parse_system(system), MODEL, GPU)
+
+    def run(oblivious):
+        picker = make_router(router, 4)
+        picker.oblivious = oblivious   # False: the shared clock, as for a router that reads replicas
+        replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
+        run_fleet(build_requests(workload, spec.system, 0), replicas, picker)
+        return replicas
+
+    assert_same_replicas(run(True), run(False))
 
 
 def test_prefix_router_follows_the_cache_that_holds_the_prompt():

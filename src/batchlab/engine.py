@@ -15,7 +15,9 @@ where the memory manager can.
 
 Runs of identical pure-decode steps (nobody can be admitted, nobody finishes before the last of
 them) are fast-forwarded in one vectorised piece when the executor can price them; the result
-is the same, bit for bit, as stepping one at a time (tested), only faster.
+is the same, bit for bit, as stepping one at a time (tested), only faster. In the simulator,
+steps whose plans are fixed by counts (every arrival starts at once, every decode finds its
+block) are advanced from running sums (`aggregate.py`), again bit for bit.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from batchlab import aggregate
 from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.memory.base import MemoryManager
@@ -193,6 +196,7 @@ class Engine:
         if self.config.max_in_flight > 1:
             return self._run_pipelined(pending)
         next_arrival, t = 0, 0.0
+        lane = aggregate.applies(self)
         while self.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
                 self.add(pending[next_arrival])
@@ -202,6 +206,10 @@ class Engine:
                     break  # the last arrivals were all rejected: nothing is left to run or wait for
                 t = max(t, pending[next_arrival].arrival)
                 continue
+            if lane:   # steps whose plans are fixed by counts, advanced from sums
+                t, next_arrival, ran = aggregate.advance(self, t, pending, next_arrival)
+                if ran or self.idle:
+                    continue
             if self.fast_forward:
                 steps, held = self._fast_forward_steps()
                 if steps:
@@ -485,8 +493,7 @@ class Engine:
             if emitted == r.output_tokens:
                 self._finish(r)
                 finished = True
-        starts = np.concatenate(([stretch.start], ends[:-1]))
-        self.steps.add_run(starts, durations, batch, stretch.held[:steps], stored0)
+        self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0)
         self.work["decode"] += steps * batch
         if finished:
             sched.running = [r for r in running if r.status is Status.RUNNING]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -41,30 +42,68 @@ class StepLog:
             self._segments.append([])
         self._segments[-1].append(row)
 
-    def add_run(self, start: np.ndarray, duration: np.ndarray, batch: int, held: np.ndarray,
-                stored0: int) -> None:
-        """`len(duration)` decode steps of `batch` sequences each, one token per sequence."""
-        self._segments.append((start, duration, batch, held, stored0))
+    def add_rows(self, rows: list[tuple]) -> None:
+        """Steps, one row each (values in the order of COLUMNS); many at once are kept as one
+        float64 matrix, not as tuples of Python numbers (a few times the memory)."""
+        if len(rows) >= 1024:
+            self._segments.append(_matrix([rows]))
+        elif rows:
+            self._segments.append(list(rows))
+
+    def add_run(self, start: float, ends: np.ndarray, duration: np.ndarray, batch: int,
+                held: np.ndarray, stored0: int) -> None:
+        """`len(duration)` back-to-back decode steps of `batch` sequences each, one token per
+        sequence, from `start`; step j starts where step j - 1 ends."""
+        self._segments.append((start, ends, duration, batch, held, stored0))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        lengths = [len(seg) if isinstance(seg, list) else len(seg[1]) for seg in self._segments]
-        cols = {name: np.empty(sum(lengths)) for name in self.COLUMNS}
-        at = 0
-        for seg, k in zip(self._segments, lengths):
-            part = slice(at, at + k)
-            at += k
+        # Single rows become one matrix and the runs' columns are concatenated, each in one
+        # numpy call per column (not per segment): a long run has tens of thousands of segments.
+        pieces, lists = [], []   # the single rows in order: matrices, and runs of row lists
+        for seg in self._segments:
             if isinstance(seg, list):
-                rows = np.array(seg, dtype=np.float64)
-                for j, name in enumerate(self.COLUMNS):
-                    cols[name][part] = rows[:, j]
-                continue
-            start, duration, batch, held, stored0 = seg
-            cols["start"][part], cols["duration"][part] = start, duration
-            cols["batch"][part] = cols["decode_tokens"][part] = cols["seats"][part] = batch
-            cols["prefill_tokens"][part] = 0
-            cols["held"][part] = held
-            cols["stored"][part] = np.arange(stored0, stored0 + batch * k, batch) if batch else stored0
+                lists.append(seg)
+            elif isinstance(seg, np.ndarray):
+                if lists:
+                    pieces.append(_matrix(lists))
+                    lists = []
+                pieces.append(seg)
+        if lists:
+            pieces.append(_matrix(lists))
+        runs = [seg for seg in self._segments if isinstance(seg, tuple)]
+        lengths = [len(seg[2]) if isinstance(seg, tuple) else len(seg) for seg in self._segments]
+        is_run = np.array([isinstance(seg, tuple) for seg in self._segments], dtype=bool)
+        in_run = np.repeat(is_run, lengths)               # [steps] whether each step is a run's
+        cols = {name: np.empty(len(in_run)) for name in self.COLUMNS}
+        if pieces:
+            matrix = np.concatenate(pieces)
+            for j, name in enumerate(self.COLUMNS):
+                cols[name][~in_run] = matrix[:, j]
+        if runs:
+            k = np.array([len(seg[1]) for seg in runs], dtype=np.int64)
+            batch = np.repeat(np.array([seg[3] for seg in runs], dtype=np.float64), k)
+            stored0 = np.repeat(np.array([seg[5] for seg in runs], dtype=np.float64), k)
+            first = np.cumsum(k) - k                      # each run's first step, among the runs'
+            j = np.arange(len(batch)) - np.repeat(first, k)
+            starts = np.empty(len(batch))                 # a run's first step starts at its start,
+            starts[1:] = np.concatenate([seg[1] for seg in runs])[:-1]   # the others at an end
+            starts[first[k > 0]] = [seg[0] for seg in runs if len(seg[1])]
+            cols["start"][in_run] = starts
+            for name, i in (("duration", 2), ("held", 4)):
+                cols[name][in_run] = np.concatenate([seg[i] for seg in runs])
+            cols["batch"][in_run] = batch
+            cols["decode_tokens"][in_run] = batch
+            cols["seats"][in_run] = batch
+            cols["prefill_tokens"][in_run] = 0
+            cols["stored"][in_run] = stored0 + batch * j
         return cols
+
+
+def _matrix(row_lists: list[list[tuple]]) -> np.ndarray:
+    """[rows, columns] float64 from lists of row tuples, in order."""
+    n = sum(map(len, row_lists))
+    flat = chain.from_iterable(chain.from_iterable(row_lists))
+    return np.fromiter(flat, dtype=np.float64, count=n * len(StepLog.COLUMNS)).reshape(n, -1)
 
 
 @dataclass
@@ -95,14 +134,15 @@ class Trace:
         counts = np.array([len(r.token_times) for r in ordered], dtype=np.int64)
         offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        times = [t for r in ordered for t in r.token_times]
+        times = np.fromiter(chain.from_iterable(r.token_times for r in ordered), dtype=np.float64,
+                            count=int(offsets[-1]))
         return cls(
             ids=[r.id for r in ordered],
             arrival=np.array([r.arrival for r in ordered], dtype=np.float64),
             prompt=np.array([r.prompt_tokens for r in ordered], dtype=np.int64),
             output=np.array([r.output_tokens for r in ordered], dtype=np.int64),
             token_offsets=offsets,
-            token_times=np.array(times, dtype=np.float64),
+            token_times=times,
             served=np.array([r.status < Status.REJECTED for r in ordered], dtype=bool),
             reject_reasons={r.id: r.reject_reason for r in ordered if r.status >= Status.REJECTED},
             preemptions=np.array([r.preemptions for r in ordered], dtype=np.int64),

@@ -7,6 +7,8 @@ fast-forwarded stretch of decode steps that all end before anything could be rou
 pipelined replica (Orca: up to pp batches in flight) starts a batch whenever a slot is open
 and its first stage is free, and wakes when a batch returns or the next may enter.
 Replicas act in index order. One replica behind any router is the plain engine, to the bit.
+A router that never reads a replica (round robin, random) needs no shared clock: it places
+every request up front and each replica serves its share on the simulator's own loop.
 
 A disaggregated fleet (Splitwise, DistServe) adds a handoff: requests enter a prefill pool,
 which computes each prompt and emits the first token; the request's KV then travels to the
@@ -49,6 +51,9 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     for replica in replicas:
         replica.engine.reset()
         replica.clear()
+    if handoff is None and getattr(router, "oblivious", False) and not any(r.pipelined for r in replicas):
+        _run_apart(requests, replicas, router)
+        return
     entry, decoders, pool = list(replicas), set(), []
     if handoff is not None:
         decoders = set(handoff.decode)
@@ -83,6 +88,20 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
             replica = replicas[k]
             for wake in replica.start(now):
                 heapq.heappush(ends, (wake, k, replica.version))
+
+
+def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Router) -> None:
+    """A router whose picks never read a replica (round robin, random) places every request
+    up front, in arrival order; nothing else passes between colocated replicas, so each serves
+    its share alone on the simulator's own loop, exactly as it would on the shared clock."""
+    shares: list[list[Request]] = [[] for _ in replicas]
+    for request in sorted(requests, key=Request.order_key):
+        k = router.pick(request, replicas, request.arrival)
+        shares[k].append(request)
+        replicas[k].routed.append(request.index)
+    for replica, share in zip(replicas, shares):
+        if share:
+            replica.engine.run(share)
 
 
 def _route(request: Request, pool: Sequence[Replica], router: Router, now: float,

@@ -40,6 +40,7 @@ def outstanding(replica: Replica) -> float:
 
 class RoundRobin:
     name = "round-robin"
+    oblivious = True   # picks without reading any replica: the fleet can place requests up front
 
     def __init__(self) -> None:
         self._next = 0
@@ -52,6 +53,7 @@ class RoundRobin:
 
 class RandomRouter:
     name = "random"
+    oblivious = True
 
     def __init__(self, seed: int = 0) -> None:
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, 0xF1EE7]))

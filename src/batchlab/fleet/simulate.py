@@ -171,11 +171,19 @@ def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, 
     position = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in indices])
     order = np.argsort(position, kind="stable")          # [n] row of the concatenation for each input position
     counts = np.concatenate([np.diff(t.token_offsets) for t in traces])[order]
-    bases = np.cumsum([0] + [t.token_times.size for t in traces[:-1]])
-    starts = np.concatenate([t.token_offsets[:-1] + b for t, b in zip(traces, bases)])[order]
     offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    gather = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1], dtype=np.int64)
+    # each trace's tokens scattered to their rows, one trace at a time: index arrays the size of
+    # one replica's tokens, not of the fleet's (a million requests hold hundreds of millions)
+    token_times = np.empty(int(offsets[-1]))
+    row = np.empty(len(order), dtype=np.int64)
+    row[order] = np.arange(len(order))                   # [n] merged row of each concatenated one
+    first = 0
+    for t in traces:
+        rows = row[first:first + len(t)]
+        first += len(t)
+        shift = np.repeat(offsets[rows] - t.token_offsets[:-1], np.diff(t.token_offsets))
+        token_times[shift + np.arange(t.token_times.size)] = t.token_times
     ids = [i for t in traces for i in t.ids]
     ids = [ids[k] for k in order.tolist()]
 
@@ -185,7 +193,7 @@ def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, 
     rejected = {i: why for t in traces for i, why in t.reject_reasons.items()}
     evicted = {i: e for t in traces for i, e in t.evictions.items()}
     return Trace(ids=ids, arrival=cat("arrival"), prompt=cat("prompt"), output=cat("output"),
-                 token_offsets=offsets, token_times=np.concatenate([t.token_times for t in traces])[gather],
+                 token_offsets=offsets, token_times=token_times,
                  served=cat("served"), reject_reasons={i: rejected[i] for i in ids if i in rejected},
                  preemptions=cat("preemptions"), admitted_at=cat("admitted_at"),
                  evictions={i: evicted[i] for i in ids if i in evicted}, steps=StepLog().arrays(), rounds=[],

@@ -118,8 +118,9 @@ class Scheduler:
                 self._preempt(victim, plan, now)
                 if victim is r:
                     break
-        plan.decodes = [r for r in plan.decodes if r.status is Status.RUNNING]
-        plan.prefills = [i for i in plan.prefills if i.request.status is Status.RUNNING]
+        if plan.preempted:
+            plan.decodes = [r for r in plan.decodes if r.status is Status.RUNNING]
+            plan.prefills = [i for i in plan.prefills if i.request.status is Status.RUNNING]
 
     # -- preemption -----------------------------------------------------------------------
 

@@ -1,0 +1,211 @@
+"""Aggregate stepping against the general loop: the same Trace and the same books, bit for bit.
+
+The simulator advances steps from running sums while every arrival starts at once with its whole
+prompt and every decode finds its block (batchlab/aggregate.py), and hands back to the general
+loop at the first step where that fails. Every knob that decides where it must hand back is
+drawn here (seats, token budget and chunk, memory and its watermark, block size, outputs of one
+token, context rejections, a request with parallel samples), and each run is compared with the
+same requests stepped one plan at a time, with nothing fast-forwarded.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from test_fast_forward_identity import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
+
+from batchlab import aggregate
+from batchlab.engine import Engine
+from batchlab.executor.roofline import RooflineExecutor
+from batchlab.hardware import resolve_gpu
+from batchlab.memory import PagedMemory
+from batchlab.request import Request
+from batchlab.scheduler import QueueOrder, SchedulerConfig
+
+GPU = resolve_gpu("A100-80GB")
+
+
+@pytest.fixture
+def lane_steps(monkeypatch):
+    """Steps run in the lane, counted: proof the lane ran (or did not)."""
+    counted = [0]
+    advance = aggregate.advance
+
+    def counting(*args):
+        out = advance(*args)
+        counted[0] += out[2]
+        return out
+
+    monkeypatch.setattr(aggregate, "advance", counting)
+    return counted
+
+
+def make_requests(rows, sampled: int | None = None) -> list[Request]:
+    requests = [Request(f"r{k}", a, p, o, index=k) for k, (a, p, o) in enumerate(rows)]
+    if sampled is not None:   # parallel samples: the lane leaves their arrival to the general loop
+        r = requests[sampled]
+        r.samples = (Request(f"r{sampled}#1", r.arrival, r.prompt_tokens, r.output_tokens,
+                             index=len(rows)),)
+    return requests
+
+
+def run(rows, config: SchedulerConfig, memory: tuple, *, fast: bool, max_context=None, sampled=None):
+    capacity, block_size, watermark = memory
+    engine = Engine(config, RooflineExecutor(MODEL, GPU), PagedMemory(capacity, block_size, watermark),
+                    max_context=max_context, fast_forward=fast)
+    requests = make_requests(rows, sampled)
+    return engine.run(requests), requests, engine
+
+
+def check(rows, config, memory, **kw):
+    """The lane's run against plain stepping: the trace and every request's final state; the
+    lane's trace and engine. (Block ids are compared where no decode stretch runs: a stretch
+    takes a request's blocks for all its steps at once, stepping one step at a time.)"""
+    fast, fast_requests, fast_engine = run(rows, config, memory, fast=True, **kw)
+    stepped, stepped_requests, _ = run(rows, config, memory, fast=False, **kw)
+    assert_same_trace(fast, stepped)
+    for a, b in zip(fast_requests, stepped_requests):
+        state = lambda r: (r.status, r.computed, r.peak_computed, r.emitted, r.admitted_at,  # noqa: E731
+                           r.token_times, r.preemptions)
+        assert_same(state(a), state(b), a.id)
+    fast_engine.memory.check_integrity()
+    assert fast_engine.memory.empty
+    return fast, fast_engine
+
+
+# -- the property -----------------------------------------------------------------------------
+
+@st.composite
+def cases(draw, tight: bool = False):
+    """Requests and a configuration; `tight`: memory a few requests together overflow."""
+    gaps = st.one_of(st.just(0.0), st.floats(0.0, 4.0), st.integers(1, 30).map(float))
+    prompts = st.integers(1, 40) | st.integers(1, 600)
+    outputs = st.just(1) | st.integers(1, 40)
+    if tight:   # requests that grow well past their prompts, so that running ones run out
+        prompts, outputs = st.integers(1, 40), st.integers(8, 60)
+    drawn = draw(st.lists(st.tuples(gaps, prompts, outputs), min_size=3 if tight else 1, max_size=24))
+    arrivals = np.cumsum([g * ROOFLINE_STEP_S for g, _, _ in drawn]).tolist()
+    rows = [(a, p, o) for a, (_, p, o) in zip(arrivals, drawn)]
+    prefill = draw(st.sampled_from(["mixed", "mixed", "chunked"]))
+    chunked = {}
+    if prefill == "chunked":
+        chunked = {"token_budget": draw(st.integers(8, 1200)),
+                   "chunk_size": draw(st.none() | st.integers(4, 600))}
+    config = SchedulerConfig(max_active=draw(st.none() | st.integers(1, 12)), prefill=prefill,
+                             preempt=draw(st.sampled_from(["recompute", "swap"])), **chunked)
+    need = max(p + o for _, p, o in rows)
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    capacity = max(block_size, draw(st.integers(need, 2 * need) if tight else st.integers(need // 2, 6 * need)))
+    watermark = draw(st.sampled_from([0.0, 0.0, 0.1]))
+    max_context = draw(st.none() | st.integers(need - need // 4, 2 * need))
+    sampled = draw(st.none() | st.integers(0, len(rows) - 1))
+    return rows, config, (capacity, block_size, watermark), max_context, sampled
+
+
+@settings(max_examples=400, **PROFILE)
+@given(cases())
+def test_aggregate_stepping_equals_the_general_loop(case):
+    covered(case)
+
+
+@settings(max_examples=300, **PROFILE)
+@given(cases(tight=True))
+def test_aggregate_stepping_equals_the_general_loop_under_preemption(case):
+    covered(case)
+
+
+def covered(case) -> None:
+    rows, config, memory, max_context, sampled = case
+    ran, runs = [0], [0]
+    advance, decode_run = aggregate.advance, aggregate._Lane.decode_run
+
+    def counting(*args):
+        out = advance(*args)
+        ran[0] += out[2]
+        return out
+
+    def counting_runs(*args):
+        out = decode_run(*args)
+        runs[0] += out > 0
+        return out
+
+    with mock.patch.object(aggregate, "advance", counting), \
+            mock.patch.object(aggregate._Lane, "decode_run", counting_runs):
+        fast, _ = check(rows, config, memory, max_context=max_context, sampled=sampled)
+    # what the examples covered (pytest --hypothesis-show-statistics)
+    event(f"lane steps: {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
+    event(f"decode runs in one piece: {runs[0] > 0}")
+    event(f"preempted: {fast.preemptions.sum() > 0}")
+    event(f"rejected: {bool(fast.reject_reasons)}")
+    event(f"prefill: {config.prefill}")
+
+
+# -- hand cases ---------------------------------------------------------------------------------
+
+AMPLE = (1 << 20, 16, 0.0)
+STEP = ROOFLINE_STEP_S
+
+
+def test_the_whole_of_vidurs_run_is_in_the_lane(lane_steps):
+    # 512-token prompts arriving one at a time, ample memory: every step is one the lane runs,
+    # and it takes the same blocks in the same order as stepping
+    rows = [(k * 8 * STEP, 512, 64) for k in range(40)]
+    for memory in (AMPLE, (40_000, 4, 0.1)):
+        trace, engine = check(rows, SchedulerConfig(), memory)
+        assert lane_steps[0] == trace.n_steps > 40
+        lane_steps[0] = 0
+        stepped_engine = run(rows, SchedulerConfig(), memory, fast=False)[2]
+        assert engine.memory.free_list == stepped_engine.memory.free_list
+
+
+def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_steps):
+    # sparse arrivals and long outputs: most steps are pure decodes far from any event
+    rows = [(0.0, 40, 300), (5 * STEP, 3, 90), (400 * STEP, 100, 250), (401 * STEP, 17, 1)]
+    runs = []
+    decode_run = aggregate._Lane.decode_run
+
+    def recording(*args):
+        runs.append(decode_run(*args))
+        return runs[-1]
+
+    with mock.patch.object(aggregate._Lane, "decode_run", recording):
+        trace, engine = check(rows, SchedulerConfig(), (4096, 4, 0.0))
+    assert lane_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
+    stepped_engine = run(rows, SchedulerConfig(), (4096, 4, 0.0), fast=False)[2]
+    assert engine.memory.free_list == stepped_engine.memory.free_list
+
+
+def test_the_lane_hands_back_where_someone_waits_and_takes_over_again(lane_steps):
+    # two seats for three requests arriving together: the third waits for a seat, which the
+    # general loop handles; once it runs, the lane takes the rest
+    rows = [(0.0, 50, 10), (0.0, 60, 30), (0.0, 70, 20), (40 * STEP, 30, 20)]
+    trace, _ = check(rows, SchedulerConfig(max_active=2), AMPLE)
+    assert 0 < lane_steps[0] < trace.n_steps
+    assert trace.admitted_at[2] == trace.output_times(0)[-1]   # admitted at the first finish
+
+
+def test_a_block_that_runs_out_is_a_preemption_the_general_loop_makes(lane_steps):
+    # 6 blocks of 4 tokens for two requests that each grow to 16 tokens: someone is preempted
+    rows = [(0.0, 6, 10), (0.0, 6, 10)]
+    trace, _ = check(rows, SchedulerConfig(), (24, 4, 0.0))
+    assert trace.preemptions.sum() >= 1 and lane_steps[0] > 0
+
+
+def test_chunked_prompts_outputs_of_one_token_and_parallel_samples():
+    rows = [(0.0, 300, 1), (0.0, 20, 12), (2 * STEP, 700, 5), (3 * STEP, 4, 1), (9 * STEP, 40, 8)]
+    for config in (SchedulerConfig(), SchedulerConfig(prefill="chunked", token_budget=512, chunk_size=256)):
+        for sampled in (None, 1, 4):
+            check(rows, config, AMPLE, sampled=sampled)
+            check(rows, config, (1024, 16, 0.1), sampled=sampled)
+
+
+def test_other_configurations_keep_the_general_loop(lane_steps):
+    rows = [(k * STEP, 30, 10) for k in range(6)]
+    for config in (SchedulerConfig(order=QueueOrder("sjf")), SchedulerConfig(prefill="prefill_first"),
+                   SchedulerConfig(batching="static")):
+        check(rows, config, AMPLE)
+    assert lane_steps[0] == 0

@@ -2,7 +2,7 @@
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_aggregate.py [--repeats N]
 
-Each case is one `simulate()` (engine, trace and metrics) on the paged system, Llama-3-8B, timed
+Each case is one `simulate()` (engine, trace and metrics) of Llama-3-8B on a system preset, timed
 with the lane on and with `aggregate.applies` answering False (the general loop: planned steps
 and fast-forwarded stretches), runs alternating; user CPU medians, and their ratio. The results
 are checked equal (token times and step log) before anything is timed.
@@ -21,14 +21,17 @@ from batchlab.serving.run import simulate
 from batchlab.serving.systems import PRESETS
 from batchlab.workload import make_workload
 
-MODEL, PAGED = MODEL_PRESETS["Llama-3-8B"], PRESETS["paged"]
-CASES = (   # (label, workload kind, requests, rate req/s, GPU, fixed lengths)
-    ("Vidur's run: fixed 512/128 at 10 req/s, A100-80GB", "fixed", 10_000, 10.0, "A100-80GB", (512, 128)),
-    ("chat at 1 req/s, H100-SXM", "chat", 3_000, 1.0, "H100-SXM", None),
-    ("chat at 10 req/s, H100-SXM", "chat", 3_000, 10.0, "H100-SXM", None),
-    ("chat at 40 req/s, H100-SXM", "chat", 3_000, 40.0, "H100-SXM", None),
-    ("long at 1 req/s, H100-SXM", "long", 500, 1.0, "H100-SXM", None),
-    ("azure-conv at its own rate, H100-SXM", "azure-conv", 10**9, None, "H100-SXM", None),
+MODEL = MODEL_PRESETS["Llama-3-8B"]
+CASES = (   # (label, system, workload kind, requests, rate req/s, GPU, fixed lengths)
+    ("Vidur's run: paged, fixed 512/128 at 10/s, A100", "paged", "fixed", 10_000, 10.0, "A100-80GB", (512, 128)),
+    ("paged, chat at 1 req/s, H100", "paged", "chat", 3_000, 1.0, "H100-SXM", None),
+    ("paged, chat at 10 req/s, H100", "paged", "chat", 3_000, 10.0, "H100-SXM", None),
+    ("paged, chat at 40 req/s, H100", "paged", "chat", 3_000, 40.0, "H100-SXM", None),
+    ("paged, long at 1 req/s, H100", "paged", "long", 500, 1.0, "H100-SXM", None),
+    ("paged, azure-conv at its own rate, H100", "paged", "azure-conv", 10**9, None, "H100-SXM", None),
+    ("orca-oracle, chat at 16 req/s, H100", "orca-oracle", "chat", 3_000, 16.0, "H100-SXM", None),
+    ("orca-max, chat at 64 req/s (overload), H100", "orca-max", "chat", 3_000, 64.0, "H100-SXM", None),
+    ("unlimited, chat at 40 req/s, H100", "unlimited", "chat", 3_000, 40.0, "H100-SXM", None),
 )
 
 
@@ -41,17 +44,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"user CPU, medians of {args.repeats}; general = aggregate.applies answering False")
-    print(f"{'case':<52} {'general':>9} {'lane':>9} {'ratio':>6}")
-    for label, kind, n, rate, gpu_name, lengths in CASES:
+    print(f"{'case':<50} {'general':>9} {'lane':>9} {'ratio':>6}")
+    for label, system, kind, n, rate, gpu_name, lengths in CASES:
         prompt, output = lengths or (None, None)
         workload = make_workload(kind, n, rate, 0, prompt=prompt, output=output)
-        gpu = GPU_PRESETS[gpu_name]
+        gpu, preset = GPU_PRESETS[gpu_name], PRESETS[system]
 
         def run(lane: bool):
             if lane:
-                return simulate(workload, PAGED, MODEL, gpu)
+                return simulate(workload, preset, MODEL, gpu)
             with mock.patch.object(aggregate, "applies", lambda engine: False):
-                return simulate(workload, PAGED, MODEL, gpu)
+                return simulate(workload, preset, MODEL, gpu)
 
         fast, slow = run(True).trace, run(False).trace
         assert fast.token_times.tobytes() == slow.token_times.tobytes()
@@ -63,7 +66,7 @@ def main() -> None:
                 run(lane)
                 times[lane].append(user_cpu() - start)
         general, lane = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{label:<52} {general:>8.3f}s {lane:>8.3f}s {general / lane:>5.2f}x")
+        print(f"{label:<50} {general:>8.3f}s {lane:>8.3f}s {general / lane:>5.2f}x")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from batchlab import aggregate
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import resolve_gpu
-from batchlab.memory import PagedMemory
+from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
 
@@ -53,9 +53,17 @@ def make_requests(rows, sampled: int | None = None) -> list[Request]:
     return requests
 
 
+def build_memory(memory: tuple):
+    """("paged", capacity, block size, watermark) | ("reservation", capacity, policy, max
+    context) | ("unlimited",)."""
+    kind, *args = memory
+    if kind == "paged":
+        return PagedMemory(*args)
+    return ReservationMemory(*args) if kind == "reservation" else UnlimitedMemory()
+
+
 def run(rows, config: SchedulerConfig, memory: tuple, *, fast: bool, max_context=None, sampled=None):
-    capacity, block_size, watermark = memory
-    engine = Engine(config, RooflineExecutor(MODEL, GPU), PagedMemory(capacity, block_size, watermark),
+    engine = Engine(config, RooflineExecutor(MODEL, GPU), build_memory(memory),
                     max_context=max_context, fast_forward=fast)
     requests = make_requests(rows, sampled)
     return engine.run(requests), requests, engine
@@ -73,15 +81,16 @@ def check(rows, config, memory, **kw):
                            r.token_times, r.preemptions)
         assert_same(state(a), state(b), a.id)
     fast_engine.memory.check_integrity()
-    assert fast_engine.memory.empty
+    assert fast_engine.memory.holders() == [] and fast_engine.memory.held_tokens() == 0
     return fast, fast_engine
 
 
 # -- the property -----------------------------------------------------------------------------
 
 @st.composite
-def cases(draw, tight: bool = False):
-    """Requests and a configuration; `tight`: memory a few requests together overflow."""
+def cases(draw, tight: bool = False, kinds: tuple[str, ...] = ("paged", "paged", "reservation", "unlimited")):
+    """Requests and a configuration with memory of one of `kinds`; `tight`: memory a few
+    requests together overflow (paged preempts, reservation keeps a queue waiting)."""
     gaps = st.one_of(st.just(0.0), st.floats(0.0, 4.0), st.integers(1, 30).map(float))
     prompts = st.integers(1, 40) | st.integers(1, 600)
     outputs = st.just(1) | st.integers(1, 40)
@@ -98,12 +107,18 @@ def cases(draw, tight: bool = False):
     config = SchedulerConfig(max_active=draw(st.none() | st.integers(1, 12)), prefill=prefill,
                              preempt=draw(st.sampled_from(["recompute", "swap"])), **chunked)
     need = max(p + o for _, p, o in rows)
-    block_size = draw(st.sampled_from([1, 4, 16]))
-    capacity = max(block_size, draw(st.integers(need, 2 * need) if tight else st.integers(need // 2, 6 * need)))
-    watermark = draw(st.sampled_from([0.0, 0.0, 0.1]))
+    capacity = draw(st.integers(need, 2 * need) if tight else st.integers(need // 2, 6 * need))
+    kind = draw(st.sampled_from(kinds))
+    if kind == "paged":
+        block_size = draw(st.sampled_from([1, 4, 16]))
+        memory = ("paged", max(block_size, capacity), block_size, draw(st.sampled_from([0.0, 0.0, 0.1])))
+    elif kind == "reservation":   # a queue waits behind the head its reservation keeps out
+        memory = ("reservation", max(capacity, need), draw(st.sampled_from(["max", "pow2", "oracle"])), need)
+    else:
+        memory = ("unlimited",)
     max_context = draw(st.none() | st.integers(need - need // 4, 2 * need))
     sampled = draw(st.none() | st.integers(0, len(rows) - 1))
-    return rows, config, (capacity, block_size, watermark), max_context, sampled
+    return rows, config, memory, max_context, sampled
 
 
 @settings(max_examples=400, **PROFILE)
@@ -113,8 +128,14 @@ def test_aggregate_stepping_equals_the_general_loop(case):
 
 
 @settings(max_examples=300, **PROFILE)
-@given(cases(tight=True))
+@given(cases(tight=True, kinds=("paged",)))
 def test_aggregate_stepping_equals_the_general_loop_under_preemption(case):
+    covered(case)
+
+
+@settings(max_examples=200, **PROFILE)
+@given(cases(tight=True, kinds=("reservation",)))
+def test_aggregate_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
     covered(case)
 
 
@@ -141,12 +162,12 @@ def covered(case) -> None:
     event(f"decode runs in one piece: {runs[0] > 0}")
     event(f"preempted: {fast.preemptions.sum() > 0}")
     event(f"rejected: {bool(fast.reject_reasons)}")
-    event(f"prefill: {config.prefill}")
+    event(f"prefill: {config.prefill}, memory: {memory[0]}")
 
 
 # -- hand cases ---------------------------------------------------------------------------------
 
-AMPLE = (1 << 20, 16, 0.0)
+AMPLE = ("paged", 1 << 20, 16, 0.0)
 STEP = ROOFLINE_STEP_S
 
 
@@ -154,7 +175,7 @@ def test_the_whole_of_vidurs_run_is_in_the_lane(lane_steps):
     # 512-token prompts arriving one at a time, ample memory: every step is one the lane runs,
     # and it takes the same blocks in the same order as stepping
     rows = [(k * 8 * STEP, 512, 64) for k in range(40)]
-    for memory in (AMPLE, (40_000, 4, 0.1)):
+    for memory in (AMPLE, ("paged", 40_000, 4, 0.1)):
         trace, engine = check(rows, SchedulerConfig(), memory)
         assert lane_steps[0] == trace.n_steps > 40
         lane_steps[0] = 0
@@ -173,25 +194,25 @@ def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_step
         return runs[-1]
 
     with mock.patch.object(aggregate._Lane, "decode_run", recording):
-        trace, engine = check(rows, SchedulerConfig(), (4096, 4, 0.0))
+        trace, engine = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
     assert lane_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
-    stepped_engine = run(rows, SchedulerConfig(), (4096, 4, 0.0), fast=False)[2]
+    stepped_engine = run(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0), fast=False)[2]
     assert engine.memory.free_list == stepped_engine.memory.free_list
 
 
-def test_the_lane_hands_back_where_someone_waits_and_takes_over_again(lane_steps):
-    # two seats for three requests arriving together: the third waits for a seat, which the
-    # general loop handles; once it runs, the lane takes the rest
+def test_a_queue_behind_the_seats_waits_in_the_lane(lane_steps):
+    # two seats for three requests arriving together: the third waits for a seat and starts
+    # in the step after the first finish, all of it in the lane
     rows = [(0.0, 50, 10), (0.0, 60, 30), (0.0, 70, 20), (40 * STEP, 30, 20)]
     trace, _ = check(rows, SchedulerConfig(max_active=2), AMPLE)
-    assert 0 < lane_steps[0] < trace.n_steps
+    assert lane_steps[0] == trace.n_steps
     assert trace.admitted_at[2] == trace.output_times(0)[-1]   # admitted at the first finish
 
 
 def test_a_block_that_runs_out_is_a_preemption_the_general_loop_makes(lane_steps):
     # 6 blocks of 4 tokens for two requests that each grow to 16 tokens: someone is preempted
     rows = [(0.0, 6, 10), (0.0, 6, 10)]
-    trace, _ = check(rows, SchedulerConfig(), (24, 4, 0.0))
+    trace, _ = check(rows, SchedulerConfig(), ("paged", 24, 4, 0.0))
     assert trace.preemptions.sum() >= 1 and lane_steps[0] > 0
 
 
@@ -200,7 +221,9 @@ def test_chunked_prompts_outputs_of_one_token_and_parallel_samples():
     for config in (SchedulerConfig(), SchedulerConfig(prefill="chunked", token_budget=512, chunk_size=256)):
         for sampled in (None, 1, 4):
             check(rows, config, AMPLE, sampled=sampled)
-            check(rows, config, (1024, 16, 0.1), sampled=sampled)
+            check(rows, config, ("paged", 1024, 16, 0.1), sampled=sampled)
+            check(rows, config, ("reservation", 2000, "pow2", 1000), sampled=sampled)
+            check(rows, config, ("unlimited",), sampled=sampled)
 
 
 def test_other_configurations_keep_the_general_loop(lane_steps):

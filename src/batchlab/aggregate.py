@@ -1,21 +1,22 @@
 """Aggregate stepping: the simulator's steps advanced from running sums while nothing is decided.
 
-While every arrival is admitted at the first step after it comes, with its whole prompt in that
-step, and every decode finds the KV block it needs, each plan is fixed by counts: every running
-request decodes one token and the newcomers prefill. A step's price then needs only sums (the
-batch, the cached tokens, the prompt tokens), and a request's future is known the moment it
-starts: the step it finishes in and the steps at which it takes a new KV block. The lane runs
-such steps with no work per running request in between; a request's counters and token times
-are written when it finishes, and everyone's when the lane hands back to the general loop, at
-the first step where a request would wait, a prompt would be chunked or a block would run out.
+While every request admitted starts with its whole prompt in one step and every decode finds the
+KV block it needs, each plan is fixed by counts: every running request decodes one token and the
+newcomers (the queue's head onward, while seats and memory take them) prefill. A step's price
+then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
+is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
+block. The lane runs such steps with no work per running request in between; a request's
+counters and token times are written when it finishes, and everyone's when the lane hands back
+to the general loop, at the first step where a prompt would be chunked, a decode would find no
+block (a preemption) or a request that is not fresh would be admitted.
 
 The result is the general loop's, bit for bit: the same plans in the same order, the same
 blocks taken from the same free list, the same prices from the executor's own formula, the same
 step log and work counts (tests/test_aggregate.py checks it against the general loop).
 
-It applies to the simulator's loop with paged memory (no prefix cache), the roofline executor,
-continuous batching in arrival order and one batch in flight; requests with parallel samples,
-and every other configuration, take the general loop.
+It applies to the simulator's loop with paged (no prefix cache), reservation or unlimited memory,
+the roofline executor, continuous batching in arrival order and one batch in flight; requests
+with parallel samples, and every other configuration, take the general loop.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ import numpy as np
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import step_totals
 from batchlab.memory.paged import PagedMemory
+from batchlab.memory.reservation import ReservationMemory
+from batchlab.memory.unlimited import UnlimitedMemory
 from batchlab.request import Request, Status
 
-# Waiting requests the lane looks at before leaving a step to the general loop: it admits
-# everyone waiting or nobody, and a long queue means memory or seats are short.
-MAX_NEWCOMERS = 8
+MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: no subclass
 # Pure-decode steps below which a run is stepped one at a time in plain Python rather than
 # priced in one numpy piece (numpy's set-up costs about as much as this many Python steps).
 RUN_MIN = 24
@@ -46,7 +47,7 @@ def applies(engine) -> bool:
     """Whether `engine`'s configuration is one the lane reproduces exactly."""
     c = engine.config
     return (engine.fast_forward and not engine.check_memory and not engine.record_rounds
-            and type(engine.memory) is PagedMemory and type(engine.executor) is RooflineExecutor
+            and type(engine.memory) in MEMORIES and type(engine.executor) is RooflineExecutor
             and c.batching == "continuous" and c.prefill != "prefill_first"
             and c.max_in_flight == 1 and c.order.name == "fcfs"
             and _affine_totals(engine.executor.model) is not None)
@@ -81,7 +82,8 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     for r in running:   # the lane starts only when every running request is decoding
         if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
             return t, next_arrival, 0
-    lane = _Lane(engine, _affine_totals(engine.executor.model))
+    books = BOOKS[type(memory)](memory)
+    lane = _Lane(engine, _affine_totals(engine.executor.model), books)
     computed = 0   # KV tokens of the running requests: what a step reads and the log stores
     for r in running:
         lane.start(r, r.computed, r.emitted, 0)
@@ -90,14 +92,15 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     seats, budget, chunk = config.seats, config.budget, config.chunk
     fn, fe, fa, b0, bn, bp, be = lane.coeffs
     compute_rate, memory_rate, overhead = gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s
-    bs, free_list, tables, total_blocks = memory.block_size, memory.free_list, memory.tables, memory.total_blocks
+    free_list, tables = (memory.free_list, memory.tables) if books.grows else ((), {})
+    held_is_stored = books.held_is_stored   # unlimited memory: what it holds is what is stored
     waiting, finish, add = sched.waiting, engine._finish, engine.add
     live, ends, rows, crossings, finishing = lane.live, lane.ends, lane.rows, lane.crossings, lane.finishing
     n_pending, n_waiting = len(pending), len(waiting)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     decoded = prefilled = 0
     duration = 0.0   # the last step's: how far the next arrival is, in steps
-    held = (total_blocks - len(free_list)) * bs   # KV held: the blocks taken, in tokens
+    held = books.held()   # KV held (but for unlimited memory), in tokens
     s = 0   # steps run by the lane: the index of the next one
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
@@ -111,25 +114,21 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
         batch = len(live)
-        newcomers = ()
-        prompt_sum = attn = 0
-        free = len(free_list)
         if n_waiting:
-            # the plan, checked before anything changes: everyone waiting starts with the
-            # whole prompt (and below, every decode that fills its last block gets a new one)
-            if n_waiting > MAX_NEWCOMERS or batch + n_waiting > seats:
-                break
-            newcomers = waiting.in_order()
-            planned = _admissible(newcomers, memory, free, chunk)
+            planned = _newcomers(waiting, n_waiting, books, seats - batch, chunk, budget - batch)
             if planned is None:
                 break
-            free, prompt_sum, attn = planned
-        elif not batch:   # idle: the clock jumps to the next arrival
-            if next_arrival == n_pending:
-                break
-            t = max(t, next_t)
+            newcomers, prompt_sum, attn, room = planned
+        else:
+            newcomers, prompt_sum, attn, room = [], 0, 0, books.room()
+        if not batch and not newcomers:
+            if n_waiting or next_arrival == n_pending:
+                break   # nothing left, or a head that nothing running could let in
+            t = max(t, next_t)   # idle: the clock jumps to the next arrival
             continue
         if batch + prompt_sum > budget:
+            for r in newcomers:
+                waiting.push(r)
             break
         if not newcomers and s + RUN_MIN <= lane.next_finish(s):
             ran = lane.decode_run(s, t, next_t, batch, computed, duration)
@@ -141,24 +140,25 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 rows = lane.rows   # the run's rows went to the step log with the rows before
                 if s - 1 in finishing:
                     computed -= lane.finish_due(s)
-                held = (total_blocks - len(free_list)) * bs
+                held = books.held()
                 continue
         grow = crossings.pop(s, None)
-        if grow is not None and len(grow) > free:   # someone would be preempted
+        if grow is not None and len(grow) > room:   # someone would be preempted
+            for r in newcomers:
+                waiting.push(r)
             break
         # the step: admissions, then the decodes' new blocks, in the scheduler's order
         if newcomers:
             for r in newcomers:
-                waiting.pop_head()
                 memory.try_admit(r)
                 r.status = Status.RUNNING
                 r.admitted_at = t
-            n_waiting = 0
+            n_waiting -= len(newcomers)
         if grow is not None:
             for r in grow:
                 tables[id(r)].append(free_list.pop())
         if newcomers or grow is not None:
-            held = (total_blocks - len(free_list)) * bs
+            held = books.held()
         # RooflineExecutor.run's sums and roofline: decodes read their cached tokens, prompts
         # start from none; the same integers, the same float operations as step_time
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
@@ -166,7 +166,8 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
         memory_s = float(b0 + bn * n_new + bp * computed + be * emits) / memory_rate
         duration = (compute_s if compute_s > memory_s else memory_s) + overhead
         end = t + duration
-        rows.append((t, duration, emits, prompt_sum, batch, held, computed, emits))
+        rows.append((t, duration, emits, prompt_sum, batch, computed if held_is_stored else held,
+                     computed, emits))
         if len(rows) == FLUSH_ROWS:   # to the step log as a matrix: a long run's rows are many
             lane.flush_rows()
             rows = lane.rows
@@ -188,44 +189,129 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                     single = [r] if single is None else single + [r]
         if s - 1 in finishing:   # the commit's order: decodes first, then prefills that finished
             computed -= lane.finish_due(s)
-            held = (total_blocks - len(free_list)) * bs
+            held = books.held()
         if single is not None:
             for r in single:
                 computed -= r.computed
                 finish(r)
-            held = (total_blocks - len(free_list)) * bs
+            held = books.held()
         t = end
     return lane.hand_back(t, next_arrival, decoded, prefilled)
 
 
-def _admissible(newcomers: list[Request], memory: PagedMemory, free: int, chunk: float):
-    """(free blocks left, prompt tokens, attention units) if every newcomer is fresh, starts now
-    as PagedMemory.can_admit would let it, and prefills its whole prompt in one step; else None."""
-    bs, watermark = memory.block_size, memory.watermark_blocks
-    holds = bool(memory.tables)
+def _newcomers(waiting, n_waiting: int, books, seats: float, chunk: float, budget: float):
+    """Whom the scheduler admits now: from the queue's head while `seats` and the memory take
+    them (taken out of the queue), with their prompt tokens, attention units and the memory room
+    left; None, and the queue as it was, if one of them is not fresh or would not prefill its
+    whole prompt in this step (`chunk`, and the `budget` the decodes leave)."""
+    newcomers: list[Request] = []
+    room, holds = books.room(), books.holds()
     prompt_sum = attn = 0
-    for r in newcomers:
+    while len(newcomers) < n_waiting and len(newcomers) < seats:
+        r = waiting.head()
+        need = books.need(r)
+        if not books.fits(room, need, holds):
+            break   # it waits, and everyone behind it: admission never skips the head
         p = r.prompt_tokens
-        if r.admitted_at is not None or r.emitted or r.samples or p > chunk:   # not fresh, or chunked
+        if r.admitted_at is not None or r.emitted or r.samples or p > chunk or prompt_sum + p > budget:
+            for q in newcomers:
+                waiting.push(q)
             return None
-        need = -(-p // bs)
-        if free - need < (watermark if holds else 0):
-            return None
-        free -= need
+        newcomers.append(waiting.pop_head())
+        room -= need
         holds = True
         prompt_sum += p
         attn += p * (p + 1)
-    return free, prompt_sum, attn
+    return newcomers, prompt_sum, attn, room
+
+
+class _PagedBooks:
+    """Paged memory as the lane counts it: free blocks, as PagedMemory.can_admit does."""
+
+    grows = True             # decodes take blocks as they fill theirs
+    held_is_stored = False
+
+    def __init__(self, memory: PagedMemory) -> None:
+        self.memory = memory
+
+    def room(self) -> int:
+        return len(self.memory.free_list)
+
+    def holds(self) -> bool:
+        return bool(self.memory.tables)
+
+    def need(self, r: Request) -> int:
+        return self.memory.blocks_for(r.known_tokens)
+
+    def fits(self, room: int, need: int, holds: bool) -> bool:
+        return room - need >= (self.memory.watermark_blocks if holds else 0)
+
+    def held(self) -> int:
+        return (self.memory.total_blocks - len(self.memory.free_list)) * self.memory.block_size
+
+
+class _ReservationBooks:
+    """Reservation memory: a request's whole reservation at admission, nothing as it grows."""
+
+    grows = False
+    held_is_stored = False
+
+    def __init__(self, memory: ReservationMemory) -> None:
+        self.memory = memory
+
+    def room(self) -> int:
+        return self.memory.capacity_tokens - self.memory.held_tokens()
+
+    def holds(self) -> bool:
+        return True
+
+    def need(self, r: Request) -> int:
+        return self.memory.reservation(r)
+
+    def fits(self, room: int, need: int, holds: bool) -> bool:
+        return need <= room
+
+    def held(self) -> int:
+        return self.memory.held_tokens()
+
+
+class _UnlimitedBooks:
+    """Unlimited memory: everyone fits; what it holds is what the running requests store."""
+
+    grows = False
+    held_is_stored = True
+
+    def __init__(self, memory: UnlimitedMemory) -> None:
+        self.memory = memory
+
+    def room(self) -> int:
+        return 0
+
+    def holds(self) -> bool:
+        return True
+
+    def need(self, r: Request) -> int:
+        return 0
+
+    def fits(self, room: int, need: int, holds: bool) -> bool:
+        return True
+
+    def held(self) -> int:
+        return 0   # not used: the step log takes the stored tokens
+
+
+BOOKS = {PagedMemory: _PagedBooks, ReservationMemory: _ReservationBooks, UnlimitedMemory: _UnlimitedBooks}
 
 
 class _Lane:
     """The lane's books: running requests with the step they last stood at, and what is due."""
 
-    def __init__(self, engine, coeffs: tuple[int, ...]) -> None:
+    def __init__(self, engine, coeffs: tuple[int, ...], books) -> None:
         self.engine = engine
         self.coeffs = coeffs   # _affine_totals of the engine's model
-        self.bs = engine.memory.block_size
-        self.tables = engine.memory.tables
+        self.books = books
+        self.bs = getattr(engine.memory, "block_size", 1)
+        self.tables = getattr(engine.memory, "tables", {})
         # id -> [request, step, computed then, emitted then], in running (admission) order
         self.live: dict[int, list] = {}
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
@@ -242,6 +328,8 @@ class _Lane:
             heapq.heappush(self.finish_steps, last)
             self.finishing[last] = []
         self.finishing[last].append(r)
+        if not self.books.grows:
+            return
         bs, crossings = self.bs, self.crossings
         at = step + len(self.tables[id(r)]) * bs - computed   # its blocks are full at that step's start
         while at <= last:
@@ -280,6 +368,23 @@ class _Lane:
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
             steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
+        if self.books.grows:
+            steps, held = self._grow_run(s, steps)
+            if not steps:
+                return 0
+        elif self.books.held_is_stored:   # unlimited memory holds what is stored
+            held = (computed + batch * np.arange(steps, dtype=np.int64)).astype(np.float64)
+        else:   # reservations do not change while requests decode
+            held = np.full(steps, float(self.books.held()))
+        self.flush_rows()
+        self.engine.steps.add_run(t, ends[:steps], durations[:steps], batch, held, computed)
+        self.ends.extend(ends[:steps].tolist())
+        return steps
+
+    def _grow_run(self, s: int, steps: int) -> tuple[int, np.ndarray]:
+        """The decodes' new blocks over `steps` lane steps from `s`, step by step in running
+        order, as one step at a time takes them; the steps that can run (short of one where a
+        decode would find no block) and the KV held during each."""
         memory = self.engine.memory
         free_list, tables, crossings = memory.free_list, self.tables, self.crossings
         held0 = memory.total_blocks - len(free_list)
@@ -298,13 +403,7 @@ class _Lane:
             for r in grow:
                 tables[id(r)].append(free_list.pop())
             taken[k - s] = len(grow)
-        if not steps:
-            return 0
-        held = (held0 + np.cumsum(taken[:steps])).astype(np.float64) * self.bs
-        self.flush_rows()
-        self.engine.steps.add_run(t, ends[:steps], durations[:steps], batch, held, computed)
-        self.ends.extend(ends[:steps].tolist())
-        return steps
+        return steps, (held0 + np.cumsum(taken[:steps])).astype(np.float64) * self.bs
 
     def flush_rows(self) -> None:
         self.engine.steps.add_rows(self.rows)

@@ -142,20 +142,19 @@ def test_aggregate_stepping_equals_the_general_loop_with_a_queue_behind_reservat
 def covered(case) -> None:
     rows, config, memory, max_context, sampled = case
     ran, runs = [0], [0]
-    advance, decode_run = aggregate.advance, aggregate._Lane.decode_run
+    advance, apply_run = aggregate.advance, aggregate.Lane.apply_run
 
     def counting(*args):
         out = advance(*args)
         ran[0] += out[2]
         return out
 
-    def counting_runs(*args):
-        out = decode_run(*args)
-        runs[0] += out > 0
-        return out
+    def counting_runs(lane, run, steps):
+        runs[0] += 1
+        return apply_run(lane, run, steps)
 
     with mock.patch.object(aggregate, "advance", counting), \
-            mock.patch.object(aggregate._Lane, "decode_run", counting_runs):
+            mock.patch.object(aggregate.Lane, "apply_run", counting_runs):
         fast, _ = check(rows, config, memory, max_context=max_context, sampled=sampled)
     # what the examples covered (pytest --hypothesis-show-statistics)
     event(f"lane steps: {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
@@ -187,13 +186,13 @@ def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_step
     # sparse arrivals and long outputs: most steps are pure decodes far from any event
     rows = [(0.0, 40, 300), (5 * STEP, 3, 90), (400 * STEP, 100, 250), (401 * STEP, 17, 1)]
     runs = []
-    decode_run = aggregate._Lane.decode_run
+    apply_run = aggregate.Lane.apply_run
 
-    def recording(*args):
-        runs.append(decode_run(*args))
-        return runs[-1]
+    def recording(lane, run, steps):
+        runs.append(steps)
+        return apply_run(lane, run, steps)
 
-    with mock.patch.object(aggregate._Lane, "decode_run", recording):
+    with mock.patch.object(aggregate.Lane, "apply_run", recording):
         trace, engine = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
     assert lane_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
     stepped_engine = run(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0), fast=False)[2]

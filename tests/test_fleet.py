@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab import InputError
+from batchlab import InputError, aggregate
 from batchlab.engine import Engine
 from batchlab.executor import UnitExecutor
 from batchlab.fleet import Handoff, KVLink, Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
@@ -226,6 +229,33 @@ def test_a_router_that_reads_no_replica_runs_them_apart_with_the_shared_clocks_r
         return replicas
 
     assert_same_replicas(run(True), run(False))
+
+
+@pytest.mark.parametrize("router", ["least-outstanding", "least-kv", "power-of-two", "session"])
+@pytest.mark.parametrize("system", ["paged", "paged:max_bs=4", "chunked", "orca-pow2:max_bs=6", "unlimited"])
+def test_replicas_in_the_aggregate_lane_equal_the_general_loop(router, system):
+    # a busy fleet on little memory (paged preempts, reservations queue): the lanes enter,
+    # hand back and enter again, and the fleet is the general loop's, bit for bit
+    workload = make_workload("chat", 400, 120.0, 9)
+    small = dataclasses.replace(GPU, memory=18e9)
+    spec = ReplicaSpec(parse_system(system), MODEL, small)
+    begun = []
+    lane_begin = aggregate.Lane.begin
+
+    def counting(lane, t, plan):
+        begun.append(t)
+        return lane_begin(lane, t, plan)
+
+    def run(lanes):
+        replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
+        with mock.patch.object(aggregate.Lane, "begin", counting), \
+                mock.patch.object(aggregate, "applies", aggregate.applies if lanes else lambda engine: False):
+            run_fleet(build_requests(workload, spec.system, 0), replicas, make_router(router, 4))
+        return replicas
+
+    with_lanes = run(True)
+    assert begun   # the lanes ran
+    assert_same_replicas(with_lanes, run(False))
 
 
 def test_prefix_router_follows_the_cache_that_holds_the_prompt():

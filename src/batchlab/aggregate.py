@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from batchlab.engine import Stretch
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import step_totals
 from batchlab.memory.paged import PagedMemory
@@ -72,131 +73,322 @@ def _affine_totals(model):
 
 
 def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tuple[float, int, int]:
-    """Run steps from `t` while the lane holds: (the clock, the next pending arrival, steps run).
+    """The simulator's loop in the lane from `t`: (the clock, the next pending arrival, steps run).
 
     Arrivals up to each step's start are added to `engine` as the general loop adds them; on
     return every request, the memory, the step log and the work counts are as after stepping.
     """
-    sched, memory = engine.scheduler, engine.memory
-    running = sched.running
-    for r in running:   # the lane starts only when every running request is decoding
-        if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
-            return t, next_arrival, 0
-    books = BOOKS[type(memory)](memory)
-    lane = _Lane(engine, _affine_totals(engine.executor.model), books)
-    computed = 0   # KV tokens of the running requests: what a step reads and the log stores
-    for r in running:
-        lane.start(r, r.computed, r.emitted, 0)
-        computed += r.computed
-    config, gpu = engine.config, engine.executor.gpu
-    seats, budget, chunk = config.seats, config.budget, config.chunk
-    fn, fe, fa, b0, bn, bp, be = lane.coeffs
-    compute_rate, memory_rate, overhead = gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s
-    free_list, tables = (memory.free_list, memory.tables) if books.grows else ((), {})
-    held_is_stored = books.held_is_stored   # unlimited memory: what it holds is what is stored
-    waiting, finish, add = sched.waiting, engine._finish, engine.add
-    live, ends, rows, crossings, finishing = lane.live, lane.ends, lane.rows, lane.crossings, lane.finishing
-    n_pending, n_waiting = len(pending), len(waiting)
+    lane = Lane.enter(engine)
+    if lane is None:
+        return t, next_arrival, 0
+    n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
-    decoded = prefilled = 0
-    duration = 0.0   # the last step's: how far the next arrival is, in steps
-    held = books.held()   # KV held (but for unlimited memory), in tokens
-    s = 0   # steps run by the lane: the index of the next one
+    add, waiting = engine.add, engine.scheduler.waiting
+    plan_step, begin, commit = lane.plan, lane.begin, lane.commit
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
                 if pending[next_arrival].samples:
                     break
-                n_waiting += add(pending[next_arrival]) is None
+                add(pending[next_arrival])
                 next_arrival += 1
             else:
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        batch = len(live)
-        if n_waiting:
-            planned = _newcomers(waiting, n_waiting, books, seats - batch, chunk, budget - batch)
-            if planned is None:
+        if not lane.live and not waiting:
+            if next_arrival == n_pending:
                 break
-            newcomers, prompt_sum, attn, room = planned
-        else:
-            newcomers, prompt_sum, attn, room = [], 0, 0, books.room()
-        if not batch and not newcomers:
-            if n_waiting or next_arrival == n_pending:
-                break   # nothing left, or a head that nothing running could let in
             t = max(t, next_t)   # idle: the clock jumps to the next arrival
             continue
-        if batch + prompt_sum > budget:
-            for r in newcomers:
-                waiting.push(r)
+        plan = plan_step()
+        if plan is None:
             break
-        if not newcomers and s + RUN_MIN <= lane.next_finish(s):
-            ran = lane.decode_run(s, t, next_t, batch, computed, duration)
-            if ran:   # a run of pure decodes, in one numpy piece
-                decoded += batch * ran
-                computed += batch * ran
-                s += ran
-                t = ends[-1]
-                rows = lane.rows   # the run's rows went to the step log with the rows before
-                if s - 1 in finishing:
-                    computed -= lane.finish_due(s)
-                held = books.held()
+        if not plan[0] and lane.s + RUN_MIN <= lane.next_finish():   # a run of pure decodes
+            run = lane.price_run(t, next_t)
+            if run is not None:
+                t = lane.apply_run(run, len(run.ends))
+                lane.finish_due()
                 continue
-        grow = crossings.pop(s, None)
-        if grow is not None and len(grow) > room:   # someone would be preempted
+        t = begin(t, plan)
+        commit()
+    lane.hand_back()
+    return t, next_arrival, lane.s
+
+
+class Lane:
+    """An engine's running set kept as sums, with what is due at which step (module docstring).
+
+    A step is planned (`plan`: nothing changes unless it holds), begun (`begin`: admissions, new
+    blocks, the price and the step log) and committed (`commit`: first tokens and finishes); a
+    run of pure decodes is priced (`price_run`) and applied (`apply_run`, whole or its first
+    steps), its finishes by `finish_due`. `hand_back` writes every request as after stepping.
+    """
+
+    def __init__(self, engine) -> None:
+        memory, config, gpu = engine.memory, engine.config, engine.executor.gpu
+        self.engine, self.memory, self.waiting = engine, memory, engine.scheduler.waiting
+        self.books = BOOKS[type(memory)](memory)
+        self.stored_held = self.books.held_is_stored
+        self.coeffs = _affine_totals(engine.executor.model)
+        self.rates = (gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s)
+        self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
+        self.bs = getattr(memory, "block_size", 1)
+        self.tables = getattr(memory, "tables", {})
+        # id -> [request, step, computed then, emitted then], in running (admission) order
+        self.live: dict[int, list] = {}
+        self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
+        self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
+        self.crossings: dict[int, list[Request]] = {}   # step -> decodes that take a block then
+        self.ends: list[float] = []                     # each lane step's end
+        self.rows: list[tuple] = []                     # step-log rows not yet in the step log
+        self.s = 0              # lane steps run: the index of the next one
+        self.computed = 0       # KV tokens of the running requests: what a step reads
+        self.decoded = self.prefilled = 0    # work not yet in the engine's counts
+        self.duration = 0.0     # the last step's
+        self.begun: tuple | None = None      # the begun step's (end, newcomers)
+        self.held = self.books.held()         # KV held (but on unlimited memory), kept current
+
+    @classmethod
+    def enter(cls, engine) -> Lane | None:
+        """The lane over `engine`'s running set; None unless every running request is decoding."""
+        running = engine.scheduler.running
+        for r in running:
+            if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
+                return None
+        lane = cls(engine)
+        for r in running:
+            lane.start(r, r.computed, r.emitted, 0)
+            lane.computed += r.computed
+        return lane
+
+    @property
+    def idle(self) -> bool:
+        return not self.live and not self.waiting
+
+    # -- one step ------------------------------------------------------------------------
+
+    def plan(self) -> tuple | None:
+        """The next step's (newcomers, prompt tokens, attention units, decodes taking a block),
+        newcomers taken from the queue; None, and nothing changed, if the lane cannot run it."""
+        waiting, batch = self.waiting, len(self.live)
+        if waiting:
+            planned = _newcomers(waiting, len(waiting), self.books, self.seats - batch, self.chunk,
+                                 self.budget - batch)
+            if planned is None:
+                return None
+            newcomers, prompt_sum, attn, room = planned
+        else:
+            newcomers, prompt_sum, attn, room = [], 0, 0, self.books.room()
+        grow = self.crossings.get(self.s)
+        if (not batch and not newcomers) or batch + prompt_sum > self.budget \
+                or (grow is not None and len(grow) > room):   # stuck, chunked, or a preemption
             for r in newcomers:
                 waiting.push(r)
-            break
-        # the step: admissions, then the decodes' new blocks, in the scheduler's order
-        if newcomers:
-            for r in newcomers:
-                memory.try_admit(r)
-                r.status = Status.RUNNING
-                r.admitted_at = t
-            n_waiting -= len(newcomers)
+            return None
+        return newcomers, prompt_sum, attn, grow
+
+    def begin(self, t: float, plan: tuple) -> float:
+        """Begin the planned step at `t`: admissions, then the decodes' new blocks, in the
+        scheduler's order; its price and its step-log row. Its end."""
+        newcomers, prompt_sum, attn, grow = plan
+        memory, batch, computed = self.memory, len(self.live), self.computed
+        for r in newcomers:
+            memory.try_admit(r)
+            r.status = Status.RUNNING
+            r.admitted_at = t
         if grow is not None:
+            del self.crossings[self.s]
+            free_list, tables = memory.free_list, self.tables
             for r in grow:
                 tables[id(r)].append(free_list.pop())
-        if newcomers or grow is not None:
-            held = books.held()
         # RooflineExecutor.run's sums and roofline: decodes read their cached tokens, prompts
         # start from none; the same integers, the same float operations as step_time
+        fn, fe, fa, b0, bn, bp, be = self.coeffs
+        compute_rate, memory_rate, overhead = self.rates
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
         compute_s = float(fn * n_new + fe * emits + fa * (2 * computed + 2 * batch + attn)) / compute_rate
         memory_s = float(b0 + bn * n_new + bp * computed + be * emits) / memory_rate
         duration = (compute_s if compute_s > memory_s else memory_s) + overhead
         end = t + duration
-        rows.append((t, duration, emits, prompt_sum, batch, computed if held_is_stored else held,
-                     computed, emits))
-        if len(rows) == FLUSH_ROWS:   # to the step log as a matrix: a long run's rows are many
-            lane.flush_rows()
-            rows = lane.rows
-        ends.append(end)
-        decoded += batch
-        prefilled += prompt_sum
-        computed += n_new
-        s += 1
+        if newcomers or grow is not None:
+            self.held = self.books.held()
+        held = computed if self.stored_held else self.held
+        self.rows.append((t, duration, emits, prompt_sum, batch, held, computed, emits))
+        if len(self.rows) == FLUSH_ROWS:   # to the step log as a matrix: long runs have many
+            self.flush_rows()
+        self.ends.append(end)
+        self.duration = duration
+        self.decoded += batch
+        self.prefilled += prompt_sum
+        self.computed = computed + n_new
+        self.s += 1
+        self.begun = (end, newcomers)
+        return end
+
+    def commit(self) -> None:
+        """The begun step's end: newcomers' first tokens, then finishes in the commit's order
+        (decodes first, then prefills that emitted their last token)."""
+        end, newcomers = self.begun
+        self.begun = None
+        if not newcomers:
+            if self.s - 1 in self.finishing:
+                self.finish_due()
+            return
         single = None
-        if newcomers:
-            for r in newcomers:
-                p = r.prompt_tokens
-                r.computed = r.peak_computed = p
-                r.emitted = 1
-                r.token_times.append(end)
-                if r.output_tokens > 1:
-                    lane.start(r, p, 1, s)
-                else:
-                    single = [r] if single is None else single + [r]
-        if s - 1 in finishing:   # the commit's order: decodes first, then prefills that finished
-            computed -= lane.finish_due(s)
-            held = books.held()
+        for r in newcomers:
+            p = r.prompt_tokens
+            r.computed = r.peak_computed = p
+            r.emitted = 1
+            r.token_times.append(end)
+            if r.output_tokens > 1:
+                self.start(r, p, 1, self.s)
+            else:
+                single = [r] if single is None else single + [r]
+        self.finish_due()
         if single is not None:
             for r in single:
-                computed -= r.computed
-                finish(r)
-            held = books.held()
-        t = end
-    return lane.hand_back(t, next_arrival, decoded, prefilled)
+                self.computed -= r.computed
+                self.engine._finish(r)
+            self.held = self.books.held()
+
+    # -- runs of pure decodes ------------------------------------------------------------
+
+    def price_run(self, t: float, next_t: float) -> Stretch | None:
+        """Pure-decode steps from `t` up to the next finish, while they start before `next_t`
+        and every decode finds its block, priced in one numpy piece; None if too few.
+
+        The prices are the per-step formula's, in exact int64 and the same float operations
+        (the roofline executor's decode_run does the same)."""
+        s, batch, computed = self.s, len(self.live), self.computed
+        steps = min(self.next_finish() - s + 1, 1 << 20)
+        if self.duration > 0 and next_t < math.inf:   # a guess at the steps before the arrival
+            steps = min(steps, 2 * int((next_t - t) / self.duration) + RUN_MIN)
+        fn, fe, fa, b0, bn, bp, be = self.coeffs
+        last_past = computed + batch * steps
+        if steps < RUN_MIN or max((fn + fe + 2 * fa) * batch + 2 * fa * last_past,
+                                  b0 + (bn + be) * batch + bp * last_past) > INT64_SAFE:
+            return None
+        compute_rate, memory_rate, overhead = self.rates
+        past = computed + batch * np.arange(steps, dtype=np.int64)
+        flops = (fn + fe + 2 * fa) * batch + 2 * fa * past
+        nbytes = (b0 + (bn + be) * batch) + bp * past
+        durations = np.maximum(flops / compute_rate, nbytes / memory_rate) + overhead
+        ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
+        if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
+            steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
+        if self.books.grows:
+            steps, held = self._growth(steps)
+        elif self.books.held_is_stored:   # unlimited memory holds what is stored
+            held = past[:steps].astype(np.float64)
+        else:   # reservations do not change while requests decode
+            held = np.full(steps, float(self.books.held()))
+        if not steps:
+            return None
+        return Stretch(t, durations[:steps], ends[:steps], held[:steps])
+
+    def _growth(self, steps: int) -> tuple[int, np.ndarray]:
+        """The steps of a run from lane step s that find every new block they need (the free
+        list only shrinks in a run), and the KV held during each."""
+        s, crossings = self.s, self.crossings
+        free = len(self.memory.free_list)
+        taken = np.zeros(steps, dtype=np.int64)
+        # the steps with new blocks, in order: every step, or the booked ones when they are fewer
+        # (every booked step is still ahead: the lane takes them as it passes them)
+        due = range(s, s + steps) if steps <= len(crossings) else sorted(k for k in crossings if k < s + steps)
+        for k in due:
+            grow = crossings.get(k)
+            if grow is None:
+                continue
+            if len(grow) > free:   # a preemption: stepped, by the general loop
+                steps = k - s
+                break
+            free -= len(grow)
+            taken[k - s] = len(grow)
+        held0 = self.memory.total_blocks - len(self.memory.free_list)
+        return steps, (held0 + np.cumsum(taken[:steps])).astype(np.float64) * self.bs
+
+    def apply_run(self, run: Stretch, steps: int) -> float:
+        """Apply a run's first `steps` steps (their new blocks, step by step in running order,
+        as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
+        s, batch = self.s, len(self.live)
+        if self.books.grows:
+            crossings, free_list, tables = self.crossings, self.memory.free_list, self.tables
+            for k in range(s, s + steps) if steps <= len(crossings) else sorted(
+                    k for k in crossings if k < s + steps):
+                for r in crossings.pop(k, ()):
+                    tables[id(r)].append(free_list.pop())
+        self.flush_rows()
+        ends = run.ends[:steps]
+        self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, run.held[:steps],
+                                  self.computed)
+        self.ends.extend(ends.tolist())
+        self.held = self.books.held()
+        self.duration = float(run.durations[steps - 1])
+        self.decoded += batch * steps
+        self.computed += batch * steps
+        self.s = s + steps
+        return self.ends[-1]
+
+    # -- the books -----------------------------------------------------------------------
+
+    def start(self, r: Request, computed: int, emitted: int, step: int) -> None:
+        """`r` decodes from lane step `step` on, with `computed` cached tokens and `emitted`
+        outputs: when it finishes and, on paged memory, the steps at which it takes a block."""
+        self.live[id(r)] = [r, step, computed, emitted]
+        last = step + r.output_tokens - emitted - 1
+        if last not in self.finishing:
+            heapq.heappush(self.finish_steps, last)
+            self.finishing[last] = []
+        self.finishing[last].append(r)
+        if not self.books.grows:
+            return
+        bs, crossings = self.bs, self.crossings
+        at = step + len(self.tables[id(r)]) * bs - computed   # its blocks are full at that step's start
+        while at <= last:
+            crossings.setdefault(at, []).append(r)
+            at += bs
+
+    def next_finish(self) -> float:
+        """The first lane step, from the next on, in which someone finishes (inf: none)."""
+        heap = self.finish_steps
+        while heap and heap[0] < self.s:
+            heapq.heappop(heap)
+        return heap[0] if heap else math.inf
+
+    def finish_due(self) -> None:
+        """Finish, in running order, those whose last token came with the last step run."""
+        due = self.finishing.pop(self.s - 1, None)
+        if due is None:
+            return
+        for r in due:
+            self.bring_up(self.live.pop(id(r)))
+            self.computed -= r.computed
+            self.engine._finish(r)
+        self.held = self.books.held()
+
+    def bring_up(self, entry: list) -> Request:
+        """Write a running request's counters and token times as of the steps run."""
+        r, step, computed, emitted = entry
+        k = self.s - step
+        r.computed = r.peak_computed = computed + k
+        r.emitted = emitted + k
+        r.token_times.extend(self.ends[step:self.s])
+        return r
+
+    def flush_rows(self) -> None:
+        self.engine.steps.add_rows(self.rows)
+        self.rows = []
+
+    def hand_back(self) -> None:
+        """Write everything the lane has run into the engine: it may step on its own again."""
+        engine = self.engine
+        if self.s:
+            engine.scheduler.running = [self.bring_up(entry) for entry in self.live.values()]
+            self.flush_rows()
+            engine.work["decode"] += self.decoded
+            engine.work["prefill"] += self.prefilled
+            self.decoded = self.prefilled = 0
 
 
 def _newcomers(waiting, n_waiting: int, books, seats: float, chunk: float, budget: float):
@@ -301,139 +493,3 @@ class _UnlimitedBooks:
 
 
 BOOKS = {PagedMemory: _PagedBooks, ReservationMemory: _ReservationBooks, UnlimitedMemory: _UnlimitedBooks}
-
-
-class _Lane:
-    """The lane's books: running requests with the step they last stood at, and what is due."""
-
-    def __init__(self, engine, coeffs: tuple[int, ...], books) -> None:
-        self.engine = engine
-        self.coeffs = coeffs   # _affine_totals of the engine's model
-        self.books = books
-        self.bs = getattr(engine.memory, "block_size", 1)
-        self.tables = getattr(engine.memory, "tables", {})
-        # id -> [request, step, computed then, emitted then], in running (admission) order
-        self.live: dict[int, list] = {}
-        self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
-        self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
-        self.crossings: dict[int, list[Request]] = {}   # step -> decodes that take a block then
-        self.ends: list[float] = []                     # each lane step's end
-        self.rows: list[tuple] = []                     # each lane step's log row
-
-    def start(self, r: Request, computed: int, emitted: int, step: int) -> None:
-        """`r` decodes from `step` on, with `computed` cached tokens and `emitted` outputs."""
-        self.live[id(r)] = [r, step, computed, emitted]
-        last = step + r.output_tokens - emitted - 1
-        if last not in self.finishing:
-            heapq.heappush(self.finish_steps, last)
-            self.finishing[last] = []
-        self.finishing[last].append(r)
-        if not self.books.grows:
-            return
-        bs, crossings = self.bs, self.crossings
-        at = step + len(self.tables[id(r)]) * bs - computed   # its blocks are full at that step's start
-        while at <= last:
-            crossings.setdefault(at, []).append(r)
-            at += bs
-
-    def next_finish(self, step: int) -> float:
-        """The first lane step, from `step` on, in which someone finishes (inf: none)."""
-        heap = self.finish_steps
-        while heap and heap[0] < step:
-            heapq.heappop(heap)
-        return heap[0] if heap else math.inf
-
-    def decode_run(self, s: int, t: float, next_t: float, batch: int, computed: int,
-                   last_duration: float) -> int:
-        """Pure-decode steps from lane step `s` at `t`, up to the next finish and while they start
-        before the next arrival at `next_t`, priced in one numpy piece and applied; how many
-        (0: too few to be worth it, or a decode would find no block at once).
-
-        The prices are the per-step formula's, in exact int64 and the same float operations
-        (the roofline executor's decode_run does the same); the decodes' new blocks are taken
-        step by step, in running order, as one step at a time takes them."""
-        steps = min(self.next_finish(s) - s + 1, 1 << 20)
-        if last_duration > 0 and next_t < math.inf:   # a guess at the steps before the arrival
-            steps = min(steps, 2 * int((next_t - t) / last_duration) + RUN_MIN)
-        fn, fe, fa, b0, bn, bp, be = self.coeffs
-        last_past = computed + batch * steps
-        if steps < RUN_MIN or max((fn + fe + 2 * fa) * batch + 2 * fa * last_past,
-                                  b0 + (bn + be) * batch + bp * last_past) > INT64_SAFE:
-            return 0
-        gpu = self.engine.executor.gpu
-        past = computed + batch * np.arange(steps, dtype=np.int64)
-        flops = (fn + fe + 2 * fa) * batch + 2 * fa * past
-        nbytes = (b0 + (bn + be) * batch) + bp * past
-        durations = np.maximum(flops / gpu.compute_rate, nbytes / gpu.memory_rate) + gpu.step_overhead_s
-        ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
-        if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
-            steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
-        if self.books.grows:
-            steps, held = self._grow_run(s, steps)
-            if not steps:
-                return 0
-        elif self.books.held_is_stored:   # unlimited memory holds what is stored
-            held = (computed + batch * np.arange(steps, dtype=np.int64)).astype(np.float64)
-        else:   # reservations do not change while requests decode
-            held = np.full(steps, float(self.books.held()))
-        self.flush_rows()
-        self.engine.steps.add_run(t, ends[:steps], durations[:steps], batch, held, computed)
-        self.ends.extend(ends[:steps].tolist())
-        return steps
-
-    def _grow_run(self, s: int, steps: int) -> tuple[int, np.ndarray]:
-        """The decodes' new blocks over `steps` lane steps from `s`, step by step in running
-        order, as one step at a time takes them; the steps that can run (short of one where a
-        decode would find no block) and the KV held during each."""
-        memory = self.engine.memory
-        free_list, tables, crossings = memory.free_list, self.tables, self.crossings
-        held0 = memory.total_blocks - len(free_list)
-        taken = np.zeros(steps, dtype=np.int64)
-        # the steps with new blocks, in order: every step, or the booked ones when they are fewer
-        # (every booked step is still ahead: the lane takes them as it passes them)
-        due = range(s, s + steps) if steps <= len(crossings) else sorted(k for k in crossings if k < s + steps)
-        for k in due:
-            grow = crossings.pop(k, None)
-            if grow is None:
-                continue
-            if len(grow) > len(free_list):   # a preemption: stepped, by the general loop
-                crossings[k] = grow
-                steps = k - s
-                break
-            for r in grow:
-                tables[id(r)].append(free_list.pop())
-            taken[k - s] = len(grow)
-        return steps, (held0 + np.cumsum(taken[:steps])).astype(np.float64) * self.bs
-
-    def flush_rows(self) -> None:
-        self.engine.steps.add_rows(self.rows)
-        self.rows = []
-
-    def finish_due(self, steps_run: int) -> int:
-        """Finish, in running order, those whose last token came at the end of lane step
-        `steps_run` - 1; the KV tokens they held."""
-        freed = 0
-        for r in self.finishing.pop(steps_run - 1):
-            self.bring_up(self.live.pop(id(r)), steps_run)
-            freed += r.computed
-            self.engine._finish(r)
-        return freed
-
-    def bring_up(self, entry: list, steps_run: int) -> Request:
-        """Write a running request's counters and token times as of `steps_run` lane steps."""
-        r, step, computed, emitted = entry
-        k = steps_run - step
-        r.computed = r.peak_computed = computed + k
-        r.emitted = emitted + k
-        r.token_times.extend(self.ends[step:steps_run])
-        return r
-
-    def hand_back(self, t: float, next_arrival: int, decoded: int, prefilled: int) -> tuple[float, int, int]:
-        """Write everything the lane has run into the engine; what `advance` returns."""
-        engine, steps_run = self.engine, len(self.ends)
-        if steps_run:
-            engine.scheduler.running = [self.bring_up(entry, steps_run) for entry in self.live.values()]
-            self.flush_rows()
-            engine.work["decode"] += decoded
-            engine.work["prefill"] += prefilled
-        return t, next_arrival, steps_run

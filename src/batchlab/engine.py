@@ -28,7 +28,6 @@ from operator import attrgetter
 
 import numpy as np
 
-from batchlab import aggregate
 from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.memory.base import MemoryManager
@@ -195,6 +194,8 @@ class Engine:
         pending = sorted(requests, key=Request.order_key)
         if self.config.max_in_flight > 1:
             return self._run_pipelined(pending)
+        from batchlab import aggregate   # it builds on this module (Stretch)
+
         next_arrival, t = 0, 0.0
         lane = aggregate.applies(self)
         while self.unfinished or next_arrival < len(pending):
@@ -504,7 +505,8 @@ class Engine:
 
 @dataclass(slots=True)
 class Stretch:
-    """Identical decode steps of the whole running set, priced from `start`, not yet applied."""
+    """Decode steps of the whole running set, priced from `start`, not yet applied (a lane's
+    run may lose requests at its last step; a stretch's are identical to its end)."""
 
     start: float
     durations: np.ndarray   # [steps] each step's duration

@@ -88,6 +88,8 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
             replica = replicas[k]
             for wake in replica.start(now):
                 heapq.heappush(ends, (wake, k, replica.version))
+    for replica in replicas:
+        replica.hand_back()
 
 
 def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Router) -> None:

@@ -2,17 +2,25 @@
 
 A replica whose scheduler keeps several batches in flight (Orca's pipelined iterations, one per
 pipeline stage) holds a heap of them; any other replica holds at most one step, or one
-fast-forwarded stretch of decode steps.
+fast-forwarded stretch of decode steps. Where its configuration allows, a replica keeps its
+running set in an aggregate lane (batchlab/aggregate.py): a lane step, or a priced run of
+pure decodes, is then what it has under way, cut as a stretch is.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from batchlab import aggregate
 from batchlab.engine import Engine, StepOutput, Stretch
+
+# Begins a replica leaves to the general loop after its lane could not run a step: where the
+# lane keeps failing (memory short), entering it at every step would only add a pass.
+LANE_PAUSE = 8
 
 
 @dataclass(slots=True, eq=False)
@@ -29,6 +37,12 @@ class Replica:
     entered: int = 0                      # pipelined: batches that entered so far
     next_entry: float = 0.0               # pipelined: when the first stage takes the next batch
     pipelined: bool = field(init=False, default=False)   # keeps several batches in flight (the engine's config)
+    lane: aggregate.Lane | None = None    # the running set as sums, while the lane holds
+    run: Stretch | None = None            # a priced run of the lane's decodes under way
+    lane_step: bool = False               # a begun lane step under way
+    run_finishes: bool = False            # a cut run's last step under way: finishes at its end
+    lane_pause: int = 0                   # begins left to the general loop
+    lane_ok: bool | None = None           # the engine's configuration allows a lane (None: not asked)
 
     def __post_init__(self) -> None:
         self.pipelined = self.engine.config.max_in_flight > 1
@@ -36,24 +50,61 @@ class Replica:
     def clear(self) -> None:
         self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
         self.batches, self.entered, self.next_entry = [], 0, 0.0
+        self.lane, self.run, self.lane_step, self.run_finishes, self.lane_pause = None, None, False, False, 0
+        self.lane_ok = None
 
     def start(self, now: float) -> list[float]:
         """Begin what can begin at `now`; the times this replica then needs the clock (none:
         only when something is routed to it)."""
         if self.pipelined:
             return self._start_pipelined(now)
-        if self.busy or self.engine.idle:
+        if self.busy or (self.lane.idle if self.lane is not None else self.engine.idle):
             return []
         return [self.begin(now)]
 
     def begin(self, now: float) -> float:
-        """Start a fast-forwarded stretch, or else one step, at `now`; when it ends."""
+        """Start a lane step or run, a fast-forwarded stretch, or else one step, at `now`; when
+        it ends."""
         self.busy = True
+        end = self._begin_in_lane(now)
+        if end is not None:
+            return end
         self.stretch = self.engine.begin_stretch(now)
         if self.stretch is not None:
             return self.stretch.end
         self.in_flight = self.engine.begin(now)
         return self.in_flight.end
+
+    def _begin_in_lane(self, now: float) -> float | None:
+        """A lane run of pure decodes (up to the next finish) or a lane step from `now`; None,
+        with the lane handed back, where the general loop must step."""
+        if self.lane is None:
+            if self.lane_ok is None:
+                self.lane_ok = aggregate.applies(self.engine)
+            if self.lane_pause or not self.lane_ok:
+                self.lane_pause = max(0, self.lane_pause - 1)
+                return None
+            self.lane = aggregate.Lane.enter(self.engine)
+            if self.lane is None:
+                return None
+        lane = self.lane
+        plan = lane.plan()
+        if plan is None:
+            lane.hand_back()
+            self.lane, self.lane_pause = None, LANE_PAUSE
+            return None
+        if not plan[0] and lane.s + aggregate.RUN_MIN <= lane.next_finish():
+            self.run = lane.price_run(now, math.inf)
+            if self.run is not None:
+                return self.run.end
+        self.lane_step = True
+        return lane.begin(now, plan)
+
+    def hand_back(self) -> None:
+        """Leave the lane (nothing under way): every request as after stepping."""
+        if self.lane is not None:
+            self.lane.hand_back()
+            self.lane = None
 
     def _start_pipelined(self, now: float) -> list[float]:
         """Engine._run_pipelined's rule at one instant: a batch enters when a slot is open and
@@ -81,6 +132,17 @@ class Replica:
                 done.append(self.engine.commit(heapq.heappop(self.batches)[2]))
             return done
         step, self.in_flight, self.busy = self.in_flight, None, False
+        lane = self.lane
+        if self.run is not None:
+            lane.apply_run(self.run, len(self.run.ends))
+            lane.finish_due()
+            self.run = None
+        elif self.run_finishes:
+            lane.finish_due()
+            self.run_finishes = False
+        elif self.lane_step:
+            lane.commit()
+            self.lane_step = False
         if step is not None:
             return [self.engine.commit(step)]
         if self.stretch is not None:
@@ -97,6 +159,13 @@ class Replica:
         end (requests unfinished, KV held during it, the queue, cached prefixes) is the same
         either way. The last step of a stretch goes on as a begun step, committed at its end.
         """
+        if self.run is not None:   # a lane run: as a stretch, its last step's finishes at its end
+            run = self.run
+            steps = min(int(np.searchsorted(run.ends, now, side="right")) + 1, len(run.ends))
+            end = self.lane.apply_run(run, steps)
+            self.run, self.run_finishes = None, steps == len(run.ends)
+            self.version += 1
+            return end
         stretch = self.stretch
         if stretch is None:
             return None
@@ -116,6 +185,8 @@ class Replica:
         """KV tokens held at `now`, a stretch under way included."""
         if self.stretch is not None:
             return self.stretch.held_at(now)
+        if self.run is not None:
+            return self.run.held_at(now)
         return self.engine.memory.held_tokens()
 
     def kv_demand_share(self, now: float) -> float:

@@ -59,7 +59,7 @@ TTFT_METRIC = "vllm:time_to_first_token_seconds"
 class Probe:
     """What to time on the server before each comparison."""
 
-    decode_batches: tuple[int, ...] = (1, 2, 4, 16, 32)
+    decode_batches: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 16, 32)
     decode_input: int = 16
     decode_output: int = 32
     prefill_lens: tuple[int, ...] = (64, 256)

@@ -8,6 +8,8 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fleet.py [--repeat
   is what the fleet must not cost more than;
 - `--million` chat requests (1,000,000) through 64 such replicas at MILLION_RATE req/s
   (round robin): simulated requests per wall second;
+- BUSY_N chat requests through the same 64 replicas at the same rate behind least-outstanding,
+  a router that reads every replica at every arrival (the shared clock);
 - Vidur's best-known run as a whole `batchlab simulate` process: 10,000 requests of 512 prompt
   and 128 output tokens, Poisson 10 req/s, Llama-3-8B on A100-80GB, paged KV.
 Wall time and user CPU (the machine is shared: user CPU moves less with the load) are medians of
@@ -41,6 +43,7 @@ MILLION_RATE = 64 * 20.0     # 20 req/s per replica: busy, within what one paged
 VIDUR_CMD = ["simulate", "--system", "paged", "--model", "Llama-3-8B", "--gpu", "A100-80GB", "--workload", "fixed",
              "--prompt", "512", "--output", "128", "--num-prompts", "10000", "--request-rate", "10"]
 AIM_AZURE_S, AIM_MILLION_S, AIM_VIDUR_S = 5.0, 60.0, 0.4
+BUSY_N = 30_000
 
 
 def measured(fn, repeats: int) -> tuple[float, float, object]:
@@ -113,6 +116,11 @@ def main() -> None:
     print(f"{args.million:,} chat requests at {MILLION_RATE:g} req/s on {MILLION_REPLICAS} replicas: {wall:.1f} s wall, "
           f"{user:.1f} s user, {args.million / wall:,.0f} simulated requests per wall second "
           f"(served {big.metrics.served:,})   (aim < {AIM_MILLION_S:g} s)")
+
+    busy = make_workload("chat", BUSY_N, MILLION_RATE, seed=0)
+    wall, user, _ = measured(lambda: simulate_fleet(busy, [SPEC] * MILLION_REPLICAS, "least-outstanding"), reps)
+    print(f"{BUSY_N:,} chat requests at {MILLION_RATE:g} req/s on {MILLION_REPLICAS} replicas, least-outstanding: "
+          f"{wall:.2f} s wall, {user:.2f} s user, {BUSY_N / wall:,.0f} simulated requests per wall second")
 
     wall, user = process(VIDUR_CMD, reps)
     print(f"process `batchlab {' '.join(VIDUR_CMD)}`: {wall:.2f} s wall, {user:.2f} s user   "

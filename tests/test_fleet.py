@@ -7,7 +7,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from batchlab import InputError, aggregate
@@ -16,6 +16,8 @@ from batchlab.executor import UnitExecutor
 from batchlab.fleet import Handoff, KVLink, Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
 from batchlab.fleet.routers import ROUTERS
 from batchlab.hardware import resolve_gpu, resolve_model
+from batchlab.executor.roofline import RooflineExecutor
+from batchlab.memory import ReservationMemory, UnlimitedMemory
 from batchlab.memory.paged import PagedMemory
 from batchlab.request import Request
 from batchlab.scheduler import SchedulerConfig
@@ -256,6 +258,49 @@ def test_replicas_in_the_aggregate_lane_equal_the_general_loop(router, system):
     with_lanes = run(True)
     assert begun   # the lanes ran
     assert_same_replicas(with_lanes, run(False))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(rows=st.lists(st.tuples(st.floats(0.0, 0.05), st.integers(1, 400), st.integers(1, 80)),
+                     min_size=1, max_size=30),
+       n_replicas=st.integers(1, 4),
+       router=st.sampled_from(["least-outstanding", "least-kv", "power-of-two", "session"]),
+       memory=st.sampled_from([("paged", 600, 16, 0.0), ("paged", 2000, 4, 0.1),
+                               ("reservation", 900, "oracle"), ("unlimited",)]),
+       max_active=st.one_of(st.none(), st.integers(1, 6)))
+def test_random_fleets_in_the_lane_equal_the_general_loop(rows, n_replicas, router, memory, max_active):
+    arrivals = np.cumsum([gap for gap, _, _ in rows])
+
+    def build() -> list[Replica]:
+        kind, *args = memory
+        replicas = []
+        for k in range(n_replicas):
+            mem = (PagedMemory(*args) if kind == "paged" else
+                   ReservationMemory(args[0], args[1], max_context=900) if kind == "reservation" else
+                   UnlimitedMemory())
+            replicas.append(Replica(k, f"r{k}", Engine(SchedulerConfig(max_active=max_active),
+                                                       RooflineExecutor(MODEL, GPU), mem,
+                                                       max_context=900)))
+        return replicas
+
+    begun = [0]
+    lane_begin = aggregate.Lane.begin
+
+    def counting(lane, t, plan):
+        begun[0] += 1
+        return lane_begin(lane, t, plan)
+
+    def run(lanes: bool) -> list[Replica]:
+        requests = [Request(f"q{i}", float(a), p, o, index=i, session=f"s{i % 3}")
+                    for i, (a, (_, p, o)) in enumerate(zip(arrivals, rows))]
+        replicas = build()
+        with mock.patch.object(aggregate, "applies", aggregate.applies if lanes else lambda engine: False), \
+                mock.patch.object(aggregate.Lane, "begin", counting):
+            run_fleet(requests, replicas, make_router(router, 2))
+        return replicas
+
+    assert_same_replicas(run(True), run(False))
+    event(f"lane steps: {begun[0] > 0}, memory: {memory[0]}")
 
 
 def test_prefix_router_follows_the_cache_that_holds_the_prompt():

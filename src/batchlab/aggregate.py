@@ -235,7 +235,7 @@ class Lane:
             if self.s - 1 in self.finishing:
                 self.finish_due()
             return
-        single = None
+        single = []   # outputs of one token: finished by their prefill
         for r in newcomers:
             p = r.prompt_tokens
             r.computed = r.peak_computed = p
@@ -244,12 +244,12 @@ class Lane:
             if r.output_tokens > 1:
                 self.start(r, p, 1, self.s)
             else:
-                single = [r] if single is None else single + [r]
+                single.append(r)
         self.finish_due()
-        if single is not None:
-            for r in single:
-                self.computed -= r.computed
-                self.engine._finish(r)
+        for r in single:
+            self.computed -= r.computed
+            self.engine._finish(r)
+        if single:
             self.held = self.books.held()
 
     # -- runs of pure decodes ------------------------------------------------------------
@@ -258,8 +258,7 @@ class Lane:
         """Pure-decode steps from `t` up to the next finish, while they start before `next_t`
         and every decode finds its block, priced in one numpy piece; None if too few.
 
-        The prices are the per-step formula's, in exact int64 and the same float operations
-        (the roofline executor's decode_run does the same)."""
+        The prices are the roofline executor's own decode_run, equal to pricing each step alone."""
         s, batch, computed = self.s, len(self.live), self.computed
         steps = min(self.next_finish() - s + 1, 1 << 20)
         if self.duration > 0 and next_t < math.inf:   # a guess at the steps before the arrival
@@ -269,18 +268,14 @@ class Lane:
         if steps < RUN_MIN or max((fn + fe + 2 * fa) * batch + 2 * fa * last_past,
                                   b0 + (bn + be) * batch + bp * last_past) > INT64_SAFE:
             return None
-        compute_rate, memory_rate, overhead = self.rates
-        past = computed + batch * np.arange(steps, dtype=np.int64)
-        flops = (fn + fe + 2 * fa) * batch + 2 * fa * past
-        nbytes = (b0 + (bn + be) * batch) + bp * past
-        durations = np.maximum(flops / compute_rate, nbytes / memory_rate) + overhead
+        durations = self.engine.executor.decode_run_sums(batch, computed, steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
             steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
         if self.books.grows:
             steps, held = self._growth(steps)
         elif self.books.held_is_stored:   # unlimited memory holds what is stored
-            held = past[:steps].astype(np.float64)
+            held = (computed + batch * np.arange(steps, dtype=np.int64)).astype(np.float64)
         else:   # reservations do not change while requests decode
             held = np.full(steps, float(self.books.held()))
         if not steps:
@@ -293,10 +288,7 @@ class Lane:
         s, crossings = self.s, self.crossings
         free = len(self.memory.free_list)
         taken = np.zeros(steps, dtype=np.int64)
-        # the steps with new blocks, in order: every step, or the booked ones when they are fewer
-        # (every booked step is still ahead: the lane takes them as it passes them)
-        due = range(s, s + steps) if steps <= len(crossings) else sorted(k for k in crossings if k < s + steps)
-        for k in due:
+        for k in self._booked(steps):
             grow = crossings.get(k)
             if grow is None:
                 continue
@@ -308,14 +300,20 @@ class Lane:
         held0 = self.memory.total_blocks - len(self.memory.free_list)
         return steps, (held0 + np.cumsum(taken[:steps])).astype(np.float64) * self.bs
 
+    def _booked(self, steps: int):
+        """The next `steps` lane steps at which decodes take blocks, in order: every step, or
+        the booked ones when they are fewer (every booked step is still ahead: the lane takes
+        them as it passes them)."""
+        s, crossings = self.s, self.crossings
+        return range(s, s + steps) if steps <= len(crossings) else sorted(k for k in crossings if k < s + steps)
+
     def apply_run(self, run: Stretch, steps: int) -> float:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch = self.s, len(self.live)
         if self.books.grows:
             crossings, free_list, tables = self.crossings, self.memory.free_list, self.tables
-            for k in range(s, s + steps) if steps <= len(crossings) else sorted(
-                    k for k in crossings if k < s + steps):
+            for k in self._booked(steps):
                 for r in crossings.pop(k, ()):
                     tables[id(r)].append(free_list.pop())
         self.flush_rows()

@@ -7,7 +7,8 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fleet.py [--repeat
   its replicas' own runs: each replica's share of the requests served alone (`simulate`), which
   is what the fleet must not cost more than;
 - `--million` chat requests (1,000,000) through 64 such replicas at MILLION_RATE req/s
-  (round robin): simulated requests per wall second;
+  (round robin): simulated requests per wall second, with the run's system time and the
+  process's peak RSS (fresh memory costs this machine about 2 s of system time per GB);
 - BUSY_N chat requests through the same 64 replicas at the same rate behind least-outstanding,
   a router that reads every replica at every arrival (the shared clock);
 - Vidur's best-known run as a whole `batchlab simulate` process: 10,000 requests of 512 prompt
@@ -114,10 +115,12 @@ def main() -> None:
     sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     wall, user, big = measured(lambda: simulate_fleet(million, [SPEC] * MILLION_REPLICAS, "round-robin"),
                                args.million_repeats)
-    system = (resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0) / args.million_repeats
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    system = (usage.ru_stime - sys0) / args.million_repeats
+    peak_gb = usage.ru_maxrss * 1024 / 1e9   # ru_maxrss is in KiB on Linux; the smaller runs before peak lower
     print(f"{args.million:,} chat requests at {MILLION_RATE:g} req/s on {MILLION_REPLICAS} replicas: {wall:.1f} s wall, "
-          f"{user:.1f} s user, {system:.1f} s system (mean), {args.million / wall:,.0f} simulated requests per "
-          f"wall second (served {big.metrics.served:,})   (aim < {AIM_MILLION_S:g} s)")
+          f"{user:.1f} s user, {system:.1f} s system (mean), peak RSS {peak_gb:.2f} GB, {args.million / wall:,.0f} "
+          f"simulated requests per wall second (served {big.metrics.served:,})   (aim < {AIM_MILLION_S:g} s)")
 
     busy = make_workload("chat", BUSY_N, MILLION_RATE, seed=0)
     wall, user, _ = measured(lambda: simulate_fleet(busy, [SPEC] * MILLION_REPLICAS, "least-outstanding"), reps)

@@ -23,6 +23,7 @@ from batchlab.request import Request
 from batchlab.scheduler import SchedulerConfig
 from batchlab.serving.run import build_requests, simulate
 from batchlab.serving.systems import parse_system
+from batchlab.trace import StepLog, Trace
 from batchlab.workload import make_workload
 
 MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
@@ -231,6 +232,46 @@ def test_a_router_that_reads_no_replica_runs_them_apart_with_the_shared_clocks_r
         return replicas
 
     assert_same_replicas(run(True), run(False))
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-outstanding"])
+def test_each_replica_hands_over_its_trace_once_as_soon_as_it_is_done(router):
+    workload = make_workload("chat", 150, 50.0, 7)
+    spec = ReplicaSpec(parse_system("paged"), MODEL, GPU)
+    replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
+    handed = []   # (replica, its trace, whether the next replica had any request yet)
+
+    def served(replica, trace):
+        later = replicas[replica.index + 1:]
+        handed.append((replica.index, trace, any(r.engine.requests for r in later)))
+
+    run_fleet(build_requests(workload, spec.system, 0), replicas, make_router(router), served=served)
+    assert [k for k, _, _ in handed] == [0, 1, 2]
+    # apart (round robin), each replica's trace comes before the next replica runs; on the
+    # shared clock, when every replica is done
+    assert [ahead for _, _, ahead in handed] == ([False] * 3 if router == "round-robin" else [True, True, False])
+    for (_, trace, _), replica in zip(handed, replicas):
+        again = replica.engine.trace()
+        assert trace.ids == again.ids and trace.token_times.tobytes() == again.token_times.tobytes()
+        for column, values in again.steps.items():
+            assert trace.steps[column].tobytes() == values.tobytes(), column
+
+
+def test_a_fleet_run_apart_keeps_every_token_after_its_requests_let_theirs_go():
+    # simulate_fleet empties each replica's request lists once its trace holds their tokens
+    workload = make_workload("chat", 240, 60.0, 8)
+    spec = ReplicaSpec(parse_system("paged"), MODEL, GPU)
+    fleet = simulate_fleet(workload, [spec] * 3, "round-robin")
+    replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
+    requests = build_requests(workload, spec.system, 0)
+    run_fleet(requests, replicas, make_router("round-robin"))
+    whole = Trace.from_requests(requests, StepLog(), [], None, fleet.trace.work, "s")
+    assert fleet.trace.token_times.tobytes() == whole.token_times.tobytes() and whole.token_times.size > 0
+    assert fleet.trace.token_offsets.tobytes() == whole.token_offsets.tobytes()
+    for result, replica in zip(fleet.replicas, replicas):
+        trace = replica.engine.trace()
+        assert result.trace.token_times.tobytes() == trace.token_times.tobytes()
+        assert result.trace.work == trace.work and result.trace.n_steps == trace.n_steps > 0
 
 
 @pytest.mark.parametrize("router", ["least-outstanding", "least-kv", "power-of-two", "session"])

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import batchlab.metrics.latency as latency
 from batchlab.errors import InputError
 from batchlab.metrics import (
     COLUMNS,
@@ -183,6 +184,65 @@ def test_csr_metrics_equal_a_naive_per_request_computation(run):
         steady_span = moment - min(arrival)
         if steady_span > 0:
             assert m.steady_throughput == pytest.approx(sum(t <= moment for t in served_times) / steady_span)
+
+
+# --- passes a block of requests at a time ----------------------------------------------------------
+
+def one_pass_itls(offsets, flat, served):
+    """The ITLs as one pass over the whole run takes them: a per-token owner and one mask."""
+    owner = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    keep = (owner[1:] == owner[:-1]) & np.asarray(served)[owner[1:]]
+    return np.diff(flat)[keep]
+
+
+def aggregates(m):
+    """Every aggregate of a RunMetrics as text (NaN-safe), with the ITLs' bytes."""
+    return repr((m.served, m.output_tokens, m.ttft, m.tpot, m.itl, m.e2e, m.throughput, m.steady_throughput,
+                 m.slo_attainment)), m.itls.tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(run=runs(), block=st.integers(1, 9))
+def test_passes_a_block_at_a_time_equal_one_pass(run, block):
+    """Token passes go a block of requests at a time (temporaries of a block's size, not the
+    run's): any block size gives the bytes of one pass over the whole run."""
+    arrival, counts, times, served = run
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    flat = np.array([t for ts in times for t in ts], dtype=np.float64)
+    mask = np.array(served, dtype=bool)
+    whole = compute_metrics(arrival, offsets, flat, mask, SLO(ttft=5.0))   # one block: a few tokens
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(latency, "BLOCK_TOKENS", block)
+        blocks = latency.request_blocks(offsets)
+        assert [a for a, _ in blocks] == [0, *(b for _, b in blocks[:-1])] and blocks[-1][1] == len(counts)
+        assert all(offsets[b] - offsets[a] < block + max(counts[a:b]) for a, b in blocks if b > a)
+        tt = check_token_times(arrival, offsets, flat, mask)
+        assert inter_token_latencies(tt).tobytes() == one_pass_itls(offsets, flat, served).tobytes()
+        assert aggregates(compute_metrics(arrival, offsets, flat, mask, SLO(ttft=5.0))) == aggregates(whole)
+
+
+@pytest.mark.parametrize("offsets, times, fragment", [
+    ([0, 2, 4, 6], [1.0, 2.0, 2.0, 3.0, 4.0, 3.5],
+     r"record 2: field 'token_times' must be nondecreasing .* token 1 "),
+    ([0, 2, 4, 6], [1.0, 2.0, 2.0, 3.0, 4.0, math.nan], r"field 'token_times' token 5 must be a finite number"),
+])
+@pytest.mark.parametrize("block", [1, 2, 3, 1 << 20])
+def test_bad_token_times_are_found_in_any_block(offsets, times, fragment, block, monkeypatch):
+    monkeypatch.setattr(latency, "BLOCK_TOKENS", block)
+    with pytest.raises(InputError, match=fragment):
+        check_token_times([0.0, 0.0, 0.0], offsets, times)
+
+
+def test_latency_stats_partition_a_private_array_in_place():
+    values = np.random.default_rng(5).exponential(1.0, 1001)
+    values[[3, 700]] = math.nan
+    private = values.copy()
+    assert LatencyStats.of(private, overwrite=True) == LatencyStats.of(values)
+    clean = values[~np.isnan(values)]
+    kept = clean.copy()
+    assert LatencyStats.of(clean) == LatencyStats.of(kept, overwrite=True)
+    assert clean.tobytes() == values[~np.isnan(values)].tobytes()      # without overwrite: untouched
+    assert kept.tobytes() != clean.tobytes() and sorted(kept) == sorted(clean)   # with it: reordered
 
 
 # --- per-request export ---------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Events are taken in time order. At each instant, steps that end now are committed; then the
 arrivals up to now are routed, so a router sees every replica as it is at that instant and
 never a step ahead; then every replica with work and nothing under way begins a step, or a
-fast-forwarded stretch of decode steps that all end before anything could be routed to it. A
+fast-forwarded stretch of decode steps that all end before anything could be routed to it, and
+goes on stepping by itself while its steps end before the next arrival. A
 pipelined replica (Orca: up to pp batches in flight) starts a batch whenever a slot is open
 and its first stage is free, and wakes when a batch returns or the next may enter.
 Replicas act in index order. One replica behind any router is the plain engine, to the bit.
@@ -26,6 +27,7 @@ from batchlab.engine import _check_fresh
 from batchlab.fleet.replica import Replica
 from batchlab.fleet.routers import Router
 from batchlab.request import Request
+from batchlab.trace import Trace
 
 
 @dataclass(slots=True)
@@ -40,19 +42,22 @@ class Handoff:
 
 
 def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Router,
-              handoff: Handoff | None = None) -> None:
+              handoff: Handoff | None = None, served: Callable[[Replica, Trace], None] | None = None) -> None:
     """Serve `requests` (fresh) on `replicas`; each replica's engine then holds its share.
 
     With a handoff, `router` places arrivals on the replicas outside the decode pool.
     A replica in a fast-forwarded stretch is cut where a request is routed to it, so a
     stretch costs one pricing however many arrivals go elsewhere meanwhile.
+    `served(replica, trace)`, if given, is called once per replica with its trace, as soon
+    as nothing more can reach it: where replicas serve apart, right after its share has run
+    (so a caller may drop what the share's requests hold before the next replica runs).
     """
     _check_fresh(requests)
     for replica in replicas:
         replica.engine.reset()
         replica.clear()
     if handoff is None and getattr(router, "oblivious", False) and not any(r.pipelined for r in replicas):
-        _run_apart(requests, replicas, router)
+        _run_apart(requests, replicas, router, served)
         return
     entry, decoders, pool = list(replicas), set(), []
     if handoff is not None:
@@ -84,15 +89,22 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
             i += 1
         while handed and handed[0][0] <= now:
             ready.add(_route(heapq.heappop(handed)[2], pool, handoff.router, now, ends, adopt=True))
+        # Colocated replicas touch one another only through the router, at arrivals: until the
+        # next one each steps on by itself, without the clock between its steps.
+        horizon = (pending[i].arrival if i < n else math.inf) if handoff is None else now
         for k in sorted(ready):
             replica = replicas[k]
-            for wake in replica.start(now):
+            for wake in replica.start(now, horizon):
                 heapq.heappush(ends, (wake, k, replica.version))
     for replica in replicas:
         replica.hand_back()
+    if served is not None:
+        for replica in replicas:
+            served(replica, replica.engine.trace())
 
 
-def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Router) -> None:
+def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Router,
+               served: Callable[[Replica, Trace], None] | None) -> None:
     """A router whose picks never read a replica (round robin, random) places every request
     up front, in arrival order; nothing else passes between colocated replicas, so each serves
     its share alone on the simulator's own loop, exactly as it would on the shared clock."""
@@ -101,9 +113,11 @@ def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Rou
         k = router.pick(request, replicas, request.arrival)
         shares[k].append(request)
         replicas[k].routed.append(request.index)
-    for replica, share in zip(replicas, shares):
-        if share:
-            replica.engine.run(share)
+    for k, replica in enumerate(replicas):
+        share, shares[k] = shares[k], []
+        trace = replica.engine.run(share) if share else replica.engine.trace()
+        if served is not None:
+            served(replica, trace)
 
 
 def _route(request: Request, pool: Sequence[Replica], router: Router, now: float,

@@ -53,14 +53,19 @@ class Replica:
         self.lane, self.run, self.lane_step, self.run_finishes, self.lane_pause = None, None, False, False, 0
         self.lane_ok = None
 
-    def start(self, now: float) -> list[float]:
-        """Begin what can begin at `now`; the times this replica then needs the clock (none:
-        only when something is routed to it)."""
+    def start(self, now: float, horizon: float = -math.inf) -> list[float]:
+        """Begin what can begin at `now`, and go on stepping while what is under way ends
+        before `horizon`, the first moment anything could reach this replica; the times it
+        then needs the clock (none: only when something is routed to it)."""
         if self.pipelined:
             return self._start_pipelined(now)
-        if self.busy or (self.lane.idle if self.lane is not None else self.engine.idle):
-            return []
-        return [self.begin(now)]
+        end = now
+        while not (self.busy or (self.lane.idle if self.lane is not None else self.engine.idle)):
+            end = self.begin(end)
+            if end >= horizon:
+                return [end]
+            self.finish(end)
+        return []
 
     def begin(self, now: float) -> float:
         """Start a lane step or run, a fast-forwarded stretch, or else one step, at `now`; when

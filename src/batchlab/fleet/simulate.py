@@ -130,7 +130,19 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
     workload, _ = limit_context(workload, max_context, context_mode)
     requests = build_requests(workload, specs[0].system, seed)
     replicas = [Replica(k, f"r{k}", spec.engine()) for k, spec in enumerate(every)]
+    traces: dict[int, Trace] = {}
     handoff = None
+
+    def served(replica: Replica, trace: Trace) -> None:
+        """Keep the replica's trace; it holds the token times and the step log now, so the
+        requests' own lists of token times (as much memory again) and the engine's records of
+        its steps go before the next replica runs: a million chat requests emit 230 million tokens."""
+        traces[replica.index] = trace
+        if handoff is None:   # a disaggregated fleet reads its requests' token times at the end
+            for r in replica.engine.requests:
+                r.token_times.clear()
+            replica.engine.reset()
+
     if decode:
         link = link or KVLink.of_gpu(specs[0].gpu)
         model = specs[0].model
@@ -142,15 +154,15 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
         entering = [r if r.prompt_tokens + r.output_tokens > max_context else
                     Request(r.id, r.arrival, r.prompt_tokens, 1, index=r.index,
                             predicted_output=r.predicted_output, session=r.session) for r in requests]
-        run_fleet(entering, replicas, router, handoff)
+        run_fleet(entering, replicas, router, handoff, served)
         final = [handoff.decoded.get(r.id, r) for r in entering]
     else:
-        run_fleet(requests, replicas, router)
+        run_fleet(requests, replicas, router, served=served)
         final = requests
     results = []
     for replica, spec in zip(replicas, every):
+        trace = traces[replica.index]
         role = "colocated" if handoff is None else ("decode" if replica.index in handoff.decode else "prefill")
-        trace = replica.engine.trace()
         results.append(ReplicaResult(replica.name, role, spec, trace, usage_figures(trace), slo))
     work = {key: sum(r.trace.work[key] for r in results) for key in results[0].trace.work}
     if handoff is None:   # every request on one replica: the replicas' traces, interleaved

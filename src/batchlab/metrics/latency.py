@@ -21,6 +21,23 @@ from batchlab.errors import InputError, where
 
 PERCENTILES = (50, 90, 99)  # reported with mean and max; numpy's linear interpolation
 
+# Tokens one pass over the token times takes at a time: its temporaries are this size, not the
+# run's (a million-request fleet holds hundreds of millions of token times; a full-size copy
+# costs gigabytes, and first-touched memory costs system time).
+BLOCK_TOKENS = 1 << 20
+
+
+def request_blocks(offsets: np.ndarray, tokens: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive request ranges [a, b) that cover requests 0..n-1 in order, each holding
+    fewer than `tokens` tokens (BLOCK_TOKENS by default) plus one request's: token passes go a
+    block at a time, and no request's gaps are split between two blocks."""
+    tokens = BLOCK_TOKENS if tokens is None else tokens
+    n = len(offsets) - 1
+    total = int(offsets[-1]) if n >= 0 else 0
+    cuts = np.searchsorted(offsets, np.arange(tokens, total, tokens), side="left").tolist()
+    bounds = sorted({0, n, *cuts})
+    return list(zip(bounds[:-1], bounds[1:]))
+
 
 @dataclass(slots=True, frozen=True)
 class TokenTimes:
@@ -42,10 +59,16 @@ class TokenTimes:
     def gaps(self) -> np.ndarray:
         """[T - 1] each token's time minus the one before it, 0 across a request boundary:
         without a per-token owner array, which a run of millions of tokens pays for in memory."""
-        gaps = np.diff(self.times)
-        boundary = self.offsets[1:-1] - 1          # the gap from request i's last token to i+1's first
+        return self.block_gaps(0, len(self.arrival))[1]
+
+    def block_gaps(self, a: int, b: int) -> tuple[int, np.ndarray]:
+        """The gaps among the tokens of requests a..b-1: the index of their first token, and
+        [their tokens - 1] gaps, 0 across a request boundary (`gaps()` is all requests')."""
+        lo, hi = int(self.offsets[a]), int(self.offsets[b])
+        gaps = np.diff(self.times[lo:hi])
+        boundary = self.offsets[a + 1:b] - lo - 1  # the gap from a request's last token to the next one's first
         gaps[boundary[(boundary >= 0) & (boundary < gaps.size)]] = 0.0
-        return gaps
+        return lo, gaps
 
 
 def check_token_times(arrival, token_offsets, token_times, served=None) -> TokenTimes:
@@ -66,7 +89,9 @@ def check_token_times(arrival, token_offsets, token_times, served=None) -> Token
     if served.shape != (n,) or served.dtype != np.bool_:
         raise InputError(f"field 'served' must be {n} booleans, got shape {served.shape} of {served.dtype}")
     _first_bad(~np.isfinite(arrival), "arrival", "must be a finite number", arrival)
-    _first_bad(~np.isfinite(times), "token_times", "must be a finite number", times, record_is_token=True)
+    for lo in range(0, times.shape[0], BLOCK_TOKENS):   # a block at a time: no full-size mask
+        _first_bad(~np.isfinite(times[lo:lo + BLOCK_TOKENS]), "token_times", "must be a finite number", times,
+                   record_is_token=True, shift=lo)
     if offsets[0] != 0 or offsets[-1] != times.shape[0]:
         raise InputError(f"field 'token_offsets' must start at 0 and end at {times.shape[0]} (the number of "
                          f"token times), got {offsets[0]} and {offsets[-1]}")
@@ -74,20 +99,25 @@ def check_token_times(arrival, token_offsets, token_times, served=None) -> Token
     _first_bad(counts < 0, "token_offsets", "must be nondecreasing: the request has a negative token count", counts)
     _first_bad(served & (counts == 0), "token_times", "is empty, but a served request emits at least one token", counts)
     checked = TokenTimes(arrival, offsets, times, served)
-    back = np.flatnonzero(checked.gaps() < 0)   # a gap inside one request that runs backwards
-    if back.size:
-        i = int(np.searchsorted(offsets, back[0], side="right")) - 1
-        raise InputError(f"{where(i, 'token_times')} must be nondecreasing within a request, "
-                         f"token {back[0] + 1 - offsets[i]} comes before the one before it")
+    for a, b in request_blocks(offsets):
+        lo, gaps = checked.block_gaps(a, b)
+        back = np.flatnonzero(gaps < 0)   # a gap inside one request that runs backwards
+        if back.size:
+            g = lo + int(back[0])
+            i = int(np.searchsorted(offsets, g, side="right")) - 1
+            raise InputError(f"{where(i, 'token_times')} must be nondecreasing within a request, "
+                             f"token {g + 1 - offsets[i]} comes before the one before it")
     first = times[np.minimum(offsets[:-1], max(times.shape[0] - 1, 0))] if times.size else np.zeros(n)
     _first_bad(served & (first < arrival), "token_times", "has a first token before the request's arrival", first)
     return checked
 
 
-def _first_bad(mask: np.ndarray, name: str, message: str, values: np.ndarray, record_is_token: bool = False) -> None:
+def _first_bad(mask: np.ndarray, name: str, message: str, values: np.ndarray, record_is_token: bool = False,
+               shift: int = 0) -> None:
+    """Raise for the first True of `mask`, which covers `values` from index `shift` on."""
     bad = np.flatnonzero(mask)
     if bad.size:
-        i = int(bad[0])
+        i = shift + int(bad[0])
         label = f"field '{name}' token {i}" if record_is_token else where(i, name)
         raise InputError(f"{label} {message}, got {values[i]!r}")
 
@@ -123,14 +153,25 @@ def request_latencies(tt: TokenTimes) -> RequestLatencies:
 
 
 def inter_token_latencies(tt: TokenTimes) -> np.ndarray:
-    """Every gap between consecutive tokens of the same served request, pooled: [T - n_served]."""
-    if tt.served.all():   # the gaps less those across boundaries, with no per-token mask
-        boundary = tt.offsets[1:-1] - 1
-        return np.delete(np.diff(tt.times), boundary[(boundary >= 0) & (boundary < max(tt.times.size - 1, 0))])
-    owner = tt.owner
-    same = owner[1:] == owner[:-1]
-    keep = same & tt.served[owner[1:]] if owner.size else same
-    return np.diff(tt.times)[keep]
+    """Every gap between consecutive tokens of the same served request, pooled, in token
+    order: [T - n_served]. Written into its array a block of requests at a time: the
+    temporaries are a block's, not the size of the run."""
+    counts = tt.counts
+    kept = np.where(tt.served, np.maximum(counts - 1, 0), 0)   # [n] gaps each request adds
+    out = np.empty(int(kept.sum()))
+    at = 0
+    for a, b in request_blocks(tt.offsets):
+        lo, hi = int(tt.offsets[a]), int(tt.offsets[b])
+        size = int(kept[a:b].sum())
+        if size == 0:
+            continue
+        gaps = np.diff(tt.times[lo:hi])                            # [hi - lo - 1]
+        keep = np.repeat(tt.served[a:b], counts[a:b])[1:]          # the later token's request is served
+        boundary = tt.offsets[a + 1:b] - lo - 1                    # ... and the earlier token is its own
+        keep[boundary[(boundary >= 0) & (boundary < gaps.size)]] = False
+        out[at:at + size] = gaps[keep]                             # (np.compress is several times slower)
+        at += size
+    return out
 
 
 @dataclass(slots=True, frozen=True)
@@ -145,15 +186,24 @@ class LatencyStats:
     max: float
 
     @classmethod
-    def of(cls, values: np.ndarray) -> LatencyStats:
+    def of(cls, values: np.ndarray, overwrite: bool = False) -> LatencyStats:
+        """The figures of `values`, NaN entries dropped. With `overwrite` the values are a
+        private temporary: the percentiles partition them in place (numpy's same selection on
+        the same values) instead of copying them, which for millions of ITLs is gigabytes."""
         values = np.asarray(values, dtype=np.float64)
-        nan = np.isnan(values)
-        if nan.any():   # a copy only where there is something to drop: ITLs number in millions
-            values = values[~nan]
+        if any_nan(values):   # a copy only where there is something to drop: ITLs number in millions
+            values, overwrite = values[~np.isnan(values)], True
         if values.size == 0:
             return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-        p50, p90, p99 = np.percentile(values, PERCENTILES)
-        return cls(int(values.size), float(values.mean()), float(p50), float(p90), float(p99), float(values.max()))
+        mean, top = float(values.mean()), float(values.max())   # before a partition reorders them
+        p50, p90, p99 = np.percentile(values, PERCENTILES, overwrite_input=overwrite)
+        return cls(int(values.size), mean, float(p50), float(p90), float(p99), top)
+
+
+def any_nan(values: np.ndarray) -> bool:
+    """Whether `values` hold a NaN, looked for a block at a time (no full-size mask)."""
+    flat = values.reshape(-1)
+    return any(np.isnan(flat[lo:lo + BLOCK_TOKENS]).any() for lo in range(0, flat.size, BLOCK_TOKENS))
 
 
 def none_if_nan(value: float) -> float | None:

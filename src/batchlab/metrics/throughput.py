@@ -14,28 +14,38 @@ import math
 
 import numpy as np
 
-from batchlab.metrics.latency import TokenTimes
+from batchlab.metrics.latency import TokenTimes, request_blocks
 
 
-def _served_times(tt: TokenTimes) -> np.ndarray:
-    return tt.times[tt.served[tt.owner]] if tt.times.size else tt.times
+def _served_blocks(tt: TokenTimes):
+    """The token times of served requests, a block of requests at a time (views where every
+    request of the block is served): never a copy, nor a per-token mask, of the whole run."""
+    counts = tt.counts
+    for a, b in request_blocks(tt.offsets):
+        times = tt.times[tt.offsets[a]:tt.offsets[b]]
+        served = tt.served[a:b]
+        yield times if served.all() else times[np.repeat(served, counts[a:b])]
 
 
 def overall_throughput(tt: TokenTimes) -> float:
     """Tokens per second over the whole run; NaN when no time elapsed or nothing was served."""
-    times = _served_times(tt)
-    if times.size == 0 or tt.arrival.size == 0:
+    size, top = 0, []
+    for times in _served_blocks(tt):
+        if times.size:
+            size += times.size
+            top.append(times.max())
+    if size == 0 or tt.arrival.size == 0:
         return math.nan
-    span = float(times.max() - tt.arrival.min())
-    return times.size / span if span > 0 else math.nan
+    span = float(np.max(top) - tt.arrival.min())
+    return size / span if span > 0 else math.nan
 
 
 def steady_throughput(tt: TokenTimes) -> float:
     """Tokens per second up to the moment the last request emits its first token."""
-    times = _served_times(tt)
-    if times.size == 0:
+    if not tt.counts[tt.served].any():
         return math.nan
     first = tt.times[tt.offsets[:-1][tt.served]]  # first token of each served request
     moment = float(first.max())
     span = moment - float(tt.arrival.min())
-    return int(np.count_nonzero(times <= moment)) / span if span > 0 else math.nan
+    early = sum(int(np.count_nonzero(times <= moment)) for times in _served_blocks(tt))
+    return early / span if span > 0 else math.nan

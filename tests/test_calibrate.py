@@ -300,7 +300,8 @@ CPU_TRUE = dataclasses.replace(
 def _cpu_profile(tmp_path, gpu, mini):
     from batchlab.calibrate.profiles import ProfilePoint
 
-    rows = [(op, r, 1, 0) for op in ("qkv", "o", "up", "down") for r in (1, 2, 4, 8, 16, 64, 256)]
+    rows = [(op, r, 1, 0) for op in ("qkv", "o", "up", "down")
+            for r in (1, 2, 3, 4, 5, 6, 7, 8, 16, 64, 256)]
     rows += [("lm_head", 1, b, 0) for b in (1, 2, 8, 64)]
     rows += [("attn_decode", 1, b, c) for b in (1, 8, 32) for c in (128, 512)]
     rows += [("step", 1, b, 128) for b in (1, 2, 4, 8, 32)]
@@ -325,6 +326,7 @@ def test_fitter_recovers_a_matrix_vector_and_matrix_matrix_profile(tmp_path):
     for field in ("matmul_mfu", "matmul_half_tokens", "matmul_floor_s", "matmul_vector_mbu",
                   "attn_decode_mbu", "attn_decode_floor_s", "step_overhead_s", "seq_overhead_s"):
         assert getattr(result.gpu, field) == pytest.approx(getattr(CPU_TRUE, field), rel=2e-3), field
+    assert result.gpu.matmul_tile_rows is None   # no row block in the data: none is fitted
     assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in result.rows) < 1e-3
     # Without the matrix-vector regime one efficiency curve cannot follow both kernels: the
     # decode steps of one and two sequences come out far off.
@@ -332,6 +334,26 @@ def test_fitter_recovers_a_matrix_vector_and_matrix_matrix_profile(tmp_path):
     assert plain.gpu.matmul_vector_mbu is None
     step_errors = [abs(p - pt.ms) / pt.ms for pt, p, _ in plain.rows if pt.op == "step"]
     assert max(step_errors) > 0.15
+
+
+@pytest.mark.parametrize("rows", [2, 4, 8])
+def test_fitter_recovers_a_cpu_kernels_row_block(tmp_path, rows):
+    """A CPU whose matrix-matrix kernel works `rows` rows at a time (3 rows as dear as 4 on
+    4-row blocks): the fit picks that block and recovers the rest; the smooth curve cannot
+    follow the steps."""
+    from batchlab.model.config import MiniConfig
+
+    mini = MiniConfig(vocab=257).to_model_spec("mini")
+    true = dataclasses.replace(CPU_TRUE, matmul_tile_rows=rows)
+    points = _cpu_profile(tmp_path, true, mini)
+    result = fit(points, CPU_BASE)
+    assert (result.gpu.matmul_tile_rows, result.gpu.matmul_tile_cols) == (rows, None)
+    for field in ("matmul_mfu", "matmul_half_tokens", "matmul_floor_s", "matmul_vector_mbu"):
+        assert getattr(result.gpu, field) == pytest.approx(getattr(true, field), rel=2e-3), field
+    assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in result.rows) < 1e-3
+    own = fit(points, dataclasses.replace(CPU_BASE, matmul_tile_rows=1))  # a base's own is kept
+    assert own.gpu.matmul_tile_rows == 1
+    assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in own.rows if pt.op == "up") > 5e-3
 
 
 def _matmul_profile(tmp_path, gpu, name):

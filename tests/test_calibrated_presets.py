@@ -38,11 +38,9 @@ def test_a_whole_layer_is_priced_within_the_aims(gpu, mlp_file):
     assert errors.mean() < 0.10 and errors.max() < 0.20
 
 
-@pytest.mark.parametrize("gpu, mlp_file, worst", [
-    ("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv", 0.20),
-    # the H100's worst held-out layer is TP 8 at one token, 43 us in all (docs/fidelity.md)
-    ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv", 0.25)])
-def test_layers_at_tp_degrees_the_fit_never_saw(gpu, mlp_file, worst):
+@pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv"),
+                                           ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv")])
+def test_layers_at_tp_degrees_the_fit_never_saw(gpu, mlp_file):
     """Fit on TP 1 and 2, predict TP 4 and 8: every matrix a half or a quarter as wide."""
     from batchlab.calibrate.fit import fit, parse_hold_out, row_sums
 
@@ -50,7 +48,13 @@ def test_layers_at_tp_degrees_the_fit_never_saw(gpu, mlp_file, worst):
                  parse_hold_out(["tp=4,8"]))
     held = next(r for r in row_sums(result.rows) if r["set"] == "held-out")
     assert held["points"] == 522
-    assert held["mean_abs_error_pct"] < 10.0 and held["worst_abs_error_pct"] < 100 * worst
+    assert held["mean_abs_error_pct"] < 10.0 and held["worst_abs_error_pct"] < 20.0
+    # A decode's products (1-32 tokens) at every TP degree: no trend with tp, as when one floor
+    # served every product and TP 8's were 27% too slow on the H100 (docs/fidelity.md).
+    for tp in (1, 2, 4, 8):
+        errors = [(q - p.ms) / p.ms for p, q, _ in result.rows
+                  if p.op in ("qkv", "o", "up", "down") and p.tp == tp and p.tokens <= 32]
+        assert len(errors) == 4 * 7 and abs(np.mean(errors)) < 0.06, tp
 
 
 def test_decode_attention_of_another_model_on_the_a100():

@@ -25,7 +25,7 @@ from batchlab.hardware.opcost import (
     uniform_shape,
 )
 from batchlab.hardware.parallel import Layout
-from batchlab.hardware.specs import GPUSpec
+from batchlab.hardware.specs import ROW_KERNELS, GPUSpec
 from batchlab.request import Request
 from batchlab.scheduler.plan import PlanItem, StepPlan
 
@@ -37,14 +37,19 @@ MIXED = [SeqWork(512, 0), SeqWork(256, 1024, emits=False), SeqWork(1, 2000), Seq
 
 def test_one_matmul_by_hand():
     # qkv of 64 tokens on one A100: 2*64*4096*6144 FLOPs, weights + input + output bytes; 64
-    # rows fill one 64-row tile exactly, so the tiles add nothing.
+    # rows fill one 64-row tile exactly, so the tiles add nothing. The preset prices it on the
+    # smooth roofline, with the floor weighted by the shares of compute and memory time.
     flops, nbytes, rows, cols = op_work("qkv", Dims.of(LLAMA3, 1), uniform_shape(64, 100, 1))
     assert (flops, nbytes, rows, cols) == (2 * 64 * 4096 * 6144,
                                            2 * (4096 * 6144 + 64 * 4096 + 64 * 6144), 64, 6144)
     p = A100
-    compute = flops / (312e12 * p.matmul_mfu) * ((64 + p.matmul_half_tokens) / 64)
+    assert p.matmul_half_tokens is None
+    compute = flops / (312e12 * p.matmul_mfu)
     memory = nbytes / (2.039e12 * p.matmul_mbu)
-    expected = max(compute, memory) + p.matmul_floor_s
+    q = p.matmul_roofline_p
+    floor = (p.matmul_compute_floor_s * compute + p.matmul_floor_s * memory) / (compute + memory)
+    expected = (compute ** q + memory ** q) ** (1 / q) + floor
+    assert max(compute, memory) + p.matmul_floor_s < expected < compute + memory + floor
     assert op_time(class_params(A100)["matmul"], flops, nbytes, rows, cols) == pytest.approx(
         expected, rel=1e-12)
 
@@ -90,7 +95,11 @@ def test_wave_count_sets_the_time_as_the_formula_says():
 def test_a_spec_without_tiles_prices_exactly_as_before():
     """No tile fields (older spec files, uncalibrated presets, the CPU device): the smooth
     curve, bit for bit the formula of the model without tiles, on floats and arrays."""
-    bare = dataclasses.replace(A100, matmul_tile_rows=None, matmul_tile_cols=None)
+    bare = dataclasses.replace(A100, matmul_tile_rows=None, matmul_tile_cols=None,
+                               matmul_half_tokens=60.0, matmul_roofline_p=None,
+                               matmul_compute_floor_s=None,
+                               **{f"{kind}_{f}": None for kind in ROW_KERNELS
+                                  for f in ("row_bandwidth", "rows_per_sm")})
     gemv = GPUSpec("cpu", peak_flops=8e10, mem_bandwidth=1e10, memory=8e9, matmul_mfu=0.6,
                    matmul_mbu=0.5, matmul_half_tokens=3.0, matmul_floor_s=1e-6,
                    matmul_vector_mbu=0.7)

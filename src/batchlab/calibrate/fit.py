@@ -10,7 +10,16 @@ values. The residual is (predicted - measured) / measured, so a 10 us kernel wei
 A GPU's matmul tiles (opcost.py: `matmul_tile_rows`, `matmul_tile_cols`) are discrete: on a base
 spec with an `sm_count` every tile shape of TILE_SIZES, rows alone or rows and columns in waves,
 and no tiles at all, is fitted in turn and the lowest cost wins, so the profiles choose whether
-tile or wave quantisation describes the GPU. A base without `sm_count` (a CPU) keeps its own.
+tile or wave quantisation describes the GPU. A CPU base (no `sm_count`, BLAS's matrix-vector
+regime `matmul_vector_mbu`) without tiles of its own tries none and row tiles alone, of
+REGISTER_TILE_ROWS: a CPU BLAS kernel computes its output a few rows at a time from registers
+and handles the rows left over with narrower kernels (`batchlab calibrate --mini` timed 3 rows
+as dear as 4 and 7 as 8). Any other base keeps its own.
+
+On a GPU base each tile setting is fitted twice, on the hard roofline with the saturation curve
+and on the smooth roofline with a floor by regime, and each per-token kernel (norm, rope, act,
+add, embedding, elementwise) tries no row term and 1, 2, 4 or 8 rows per SM: the profiles
+choose (opcost.py describes both).
 """
 
 from __future__ import annotations
@@ -31,10 +40,12 @@ from batchlab.hardware.opcost import (
     op_time,
     op_work,
     paid_rows,
+    roofline,
+    row_waves,
     uniform_shape,
 )
 from batchlab.hardware.parallel import Layout, allreduce_s, send_s
-from batchlab.hardware.specs import GPUSpec
+from batchlab.hardware.specs import ROW_KERNELS, GPUSpec
 
 US = 1e-6
 GB = 1e9
@@ -81,13 +92,27 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[Param, ...]]] = {
 # A base spec that carries `matmul_vector_mbu` (one-row products in their own matrix-vector
 # regime, opcost.py) has it fitted with the other matmul parameters; the others never grow one.
 VECTOR = Param("matmul_vector_mbu", 1.0, *EFF, (0.5,))
+# A GPU base's matmul fit also tries the smooth roofline with a floor by regime (opcost.py) in
+# place of the saturation curve: matmul_half_tokens gives way to these (`matmul_candidates`).
+GPU_MATMUL = (Param("matmul_roofline_p", 1.0, 1.0, 64.0, (1.5, 4.0)),
+              Param("matmul_compute_floor_s", US, 0.0, 1e5, (5.0,)))
+# A GPU base's per-token kernels try each count of rows per SM (and none): the thread blocks
+# of one row each that an SM holds at once (one to eight for kernels of 256-1,024 threads).
+ROWS_PER_SM = (1, 2, 4, 8)
 STEP_FIELDS = ("step_overhead_s", "seq_overhead_s")
 # GEMM tile edges tried by the fit: the thread-block tiles CUTLASS ships for Ampere and Hopper
 # tensor cores (64, 128, 256 rows or columns; cuBLAS picks among the same kernels).
 TILE_SIZES = (64, 128, 256)
 TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols")
+# Row blocks of CPU GEMM micro-kernels (OpenBLAS and BLIS register blocks run 2 to 16 rows).
+REGISTER_TILE_ROWS = (2, 4, 8, 16)
 GROUP_OF = {op: group for group, (ops, _) in GROUPS.items() for op in ops}
 GROUP_OF["step"] = "step"
+# Fields chosen with a group beside its own parameters, by group.
+CHOSEN_WITH = {**{f: "matmul" for f in (*TILE_FIELDS, VECTOR.field,
+                                       *(p.field for p in GPU_MATMUL))},
+               **{f"{kind}_{f}": kind for kind in ROW_KERNELS
+                  for f in ("row_bandwidth", "rows_per_sm")}}
 HOLD_OUT_FIELDS = ("op", "tp", "tokens", "batch", "context", "source")
 
 
@@ -105,10 +130,15 @@ def predict_ms(point: ProfilePoint, gpu: GPUSpec) -> float:
 
 
 def group_params(group: str, gpu: GPUSpec) -> tuple[Param, ...]:
-    """The parameters fitted for `group` from a base spec `gpu`."""
+    """The parameters fitted for `group` from a base spec `gpu` (a per-token kernel's row
+    bandwidth comes with its rows per SM: `row_candidates`)."""
     params = GROUPS[group][1]
+    if group == "matmul" and gpu.matmul_roofline_p is not None:
+        params = (*(p for p in params if p.field != "matmul_half_tokens"), *GPU_MATMUL)
     if group == "matmul" and gpu.matmul_vector_mbu is not None:
         params = (*params, dataclasses.replace(VECTOR, starts=(gpu.matmul_vector_mbu,)))
+    if group in ROW_KERNELS and getattr(gpu, f"{group}_rows_per_sm") is not None:
+        params = (*params, Param(f"{group}_row_bandwidth", GB, 1e-3, 1e5, (10.0, 50.0)))
     return params
 
 
@@ -122,12 +152,38 @@ def _works(points: list[ProfilePoint]):
 
 
 def tile_candidates(gpu: GPUSpec) -> list[dict]:
-    """The tile settings the matmul fit tries: without an SM count only the base's own."""
+    """The tile settings the matmul fit tries (module docstring)."""
     if gpu.sm_count is None:
-        return [{f: getattr(gpu, f) for f in TILE_FIELDS}]
+        if gpu.matmul_vector_mbu is None or gpu.matmul_tile_rows is not None:
+            return [{f: getattr(gpu, f) for f in TILE_FIELDS}]
+        return [dict.fromkeys(TILE_FIELDS)] + [
+            {"matmul_tile_rows": rows, "matmul_tile_cols": None} for rows in REGISTER_TILE_ROWS]
     return [dict.fromkeys(TILE_FIELDS)] + [
         {"matmul_tile_rows": rows, "matmul_tile_cols": cols}
         for rows in TILE_SIZES for cols in (None, *TILE_SIZES)]
+
+
+def matmul_candidates(gpu: GPUSpec) -> list[dict]:
+    """Every tile setting, on a GPU base each twice: on the hard roofline with the saturation
+    curve and one floor, and on the smooth roofline with the floor by regime (GPU_MATMUL; the
+    values set here only mark the candidate, the fit replaces them). The lowest cost wins."""
+    tiles = tile_candidates(gpu)
+    if gpu.sm_count is None:
+        return tiles
+    hard = {"matmul_roofline_p": None, "matmul_compute_floor_s": None}
+    smooth = {"matmul_roofline_p": 2.0, "matmul_compute_floor_s": 0.0, "matmul_half_tokens": None}
+    return [{**t, **hard} for t in tiles] + [{**t, **smooth} for t in tiles]
+
+
+def row_candidates(group: str, gpu: GPUSpec) -> list[dict]:
+    """The rows per SM a per-token kernel's fit tries: on a GPU base none and ROWS_PER_SM, the
+    profiles choosing; on any other base its own."""
+    if group not in ROW_KERNELS:
+        return [{}]
+    field = f"{group}_rows_per_sm"
+    if gpu.sm_count is None:
+        return [{field: getattr(gpu, field)}]
+    return [{field: None}] + [{field: n} for n in ROWS_PER_SM]
 
 
 def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: tuple[Param, ...]):
@@ -147,13 +203,16 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
             tiles = ClassParams(1.0, 1.0, 0.0, 0.0, 0.0, float(gpu.matmul_tile_rows),
                                 float(gpu.matmul_tile_cols or 0), float(gpu.sm_count or 0))
             paid = paid_rows(tiles, rows, cols)
+        per_sm = getattr(gpu, f"{group}_rows_per_sm", None)
+        # A per-token kernel's waves of rows (cols holds its bytes per row).
+        waves = row_waves(rows, float(per_sm * gpu.sm_count)) if per_sm else None
         names = [p.field for p in params]
 
         def predict(x):
             v = dict(zip(names, x))
             if group == "matmul":
                 mfu, mbu, half, floor = v["matmul_mfu"], v["matmul_mbu"], \
-                    v["matmul_half_tokens"], v["matmul_floor_s"]
+                    v.get("matmul_half_tokens", 0.0), v["matmul_floor_s"]
             elif group == "attn_prefill":
                 mfu, mbu, half, floor = v["attn_prefill_mfu"], v["attn_prefill_mbu"], 0.0, \
                     v["attn_prefill_floor_s"]
@@ -163,7 +222,14 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
             else:
                 mfu, mbu, half, floor = gpu.mfu, v[f"{group}_mbu"], 0.0, v[f"{group}_floor_s"]
             compute = flops / (peak * mfu) * ((paid + half) / rows)
-            time = np.maximum(compute, nbytes / (bw * mbu)) + floor * US
+            memory = nbytes / (bw * mbu)
+            if waves is not None:
+                memory = np.maximum(memory, waves * cols / (v[f"{group}_row_bandwidth"] * GB))
+            fixed = floor * US
+            if "matmul_compute_floor_s" in v:  # the floor by regime (opcost.kernel_floor)
+                fixed = (v["matmul_compute_floor_s"] * compute + floor * memory) \
+                    / (compute + memory) * US
+            time = roofline(compute, memory, v.get("matmul_roofline_p", 0.0)) + fixed
             if "matmul_vector_mbu" in v:  # one row: the matrix-vector kernel
                 vector = np.maximum(flops / (peak * mfu), nbytes / (bw * v["matmul_vector_mbu"]))
                 time = np.where(rows == 1, vector + floor * US, time)
@@ -177,19 +243,23 @@ def _fit_group(group: str, points: list[ProfilePoint], gpu: GPUSpec) -> dict[str
 
     from scipy.optimize import least_squares
 
-    params = group_params(group, gpu)
-    low = np.asarray([p.low for p in params])
-    high = np.asarray([p.high for p in params])
-    best, best_tiles = None, {}
-    for tiles in tile_candidates(gpu) if group == "matmul" else [{}]:
-        residual = _residual_fn(group, points, dataclasses.replace(gpu, **tiles), params)
+    best, best_tiles, best_params = None, {}, ()
+    for tiles in matmul_candidates(gpu) if group == "matmul" else row_candidates(group, gpu):
+        trial = dataclasses.replace(gpu, **tiles)
+        params = group_params(group, trial)
+        low = np.asarray([p.low for p in params])
+        high = np.asarray([p.high for p in params])
+        residual = _residual_fn(group, points, trial, params)
         for start in product(*(p.starts for p in params)):
             result = least_squares(residual, np.clip(np.asarray(start, dtype=np.float64), low,
                                                      high),
                                    bounds=(low, high), x_scale="jac", method="trf")
             if best is None or result.cost < best.cost:
-                best, best_tiles = result, tiles
-    return {**best_tiles, **{p.field: float(x) * p.scale for p, x in zip(params, best.x)}}
+                best, best_tiles, best_params = result, tiles, params
+    out = {**best_tiles, **{p.field: float(x) * p.scale for p, x in zip(best_params, best.x)}}
+    if group in ROW_KERNELS and out.get(f"{group}_rows_per_sm") is None:
+        out[f"{group}_row_bandwidth"] = None
+    return out
 
 
 def _fit_overhead(points: list[ProfilePoint], gpu: GPUSpec) -> dict[str, float]:

@@ -30,8 +30,10 @@ from batchlab.model.weights import MiniModel, init_model
 SOURCE = "mini"
 # Rows of the per-token operators: decode batches up to a prefill chunk. BLAS multiplies one
 # row by a matrix-vector kernel and two or more by a matrix-matrix one, 2-3 times slower for a
-# few rows here: the small batches pin both regimes down (`matmul_vector_mbu`, opcost.py).
-ROWS = (1, 2, 4, 8, 16, 64, 256)
+# few rows here: the small batches pin both regimes down (`matmul_vector_mbu`, opcost.py). The
+# matrix-matrix kernel works a few rows at a time, so every batch up to 8 is timed: odd ones
+# show the row block (`REGISTER_TILE_ROWS`, fit.py).
+ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 64, 256)
 # (batch, context): the keys a step reads run from a hundred to 8,000, the range the server's
 # decode steps span.
 DECODES = ((1, 128), (4, 128), (8, 128), (32, 128), (4, 512), (8, 512), (16, 512))

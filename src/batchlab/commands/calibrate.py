@@ -147,11 +147,13 @@ def _tables(out: dict, show_points: bool):
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("fitted from", justify="left")
-    from batchlab.calibrate.fit import GROUPS, STEP_FIELDS, TILE_FIELDS
+    from batchlab.calibrate.fit import CHOSEN_WITH, GROUPS, STEP_FIELDS
 
     group_of = {p.field: g for g, (_, params) in GROUPS.items() for p in params}
     group_of.update({f: "step" for f in STEP_FIELDS})
-    group_of.update({f: "matmul" for f in TILE_FIELDS})  # chosen with the matmul fit
+    # Chosen with a group's fit: the matmul tiles, the vector regime of a base that carries it,
+    # a GPU's smooth roofline, the row figures of per-token kernels.
+    group_of.update(CHOSEN_WITH)
     for field, value in out["parameters"].items():
         group = group_of.get(field, "")
         n = out["fitted"].get(group)

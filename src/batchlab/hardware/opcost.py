@@ -33,8 +33,33 @@ count (`sm_count`) too, the ceil(R / tile_m) * ceil(n / tile_n) tiles run in wav
 (wave quantisation, same guide); a grid of fewer tiles than SMs is split along k
 into floor(sm_count / tiles) parts, as cuBLAS's split-K does, so it fills the GPU. R_paid is then
 waves * sm_count * tile_m * tile_n / n. n and k come from the model (tp splits them), so the
-same tile sizes price any model on the GPU. Without tile sizes the product takes the smooth
-curve above, as every uncalibrated spec does. The parameters describe the GPU's
+same tile sizes price any model on the GPU. A product of fewer rows than one tile runs the
+smallest tile of 64, 128, ... rows that holds them (`tile_height`): a decode's few rows do not
+pay for a prefill's 128-row tile. Without tile sizes the product takes the smooth curve
+above, as every uncalibrated spec does.
+
+Two refinements of a GPU's products (calibrated presets; None leaves the formula above):
+
+- A smooth roofline, max -> (compute^p + memory^p)^(1/p) with p = `matmul_roofline_p` >= 1:
+  a kernel near the ridge cannot hide all of its loads behind its math, so a thin product
+  (tp splits a layer's matrices: o and down keep their output width and lose depth) costs more
+  than its larger term; far from the ridge the smaller term fades.
+- A floor by regime: with `matmul_compute_floor_s` the fixed time is
+  (compute_floor * compute + floor * memory) / (compute + memory): a streaming product (a
+  decode's few rows) pays the launch and first-load latency `matmul_floor_s`, a compute-bound
+  one also fills and drains its pipeline of tiles. Vidur's H100 profiles put the first at
+  2.1 us and the second at 9.7 us; with one floor for both, the products of a one-token
+  TP 8 layer were priced 11-77% above their measured 4-12 us (docs/fidelity.md).
+
+Per-token kernels (norm, rope, kv_write, add, act, embedding) run one thread block per token.
+With `<kernel>_rows_per_sm` and `<kernel>_row_bandwidth` a block streams its row's bytes at
+the row bandwidth, rows_per_sm * sm_count rows at a time, so the memory term is
+
+    max(B / (bandwidth * mbu_c),  ceil(R / (rows_per_sm * sm_count)) * row_bytes / row_bandwidth)
+
+A decode's few rows take one row's time, however few: the profiled norm takes 4 us from 1 to
+264 tokens on an H100 (two rows per SM, 132 SMs) and 7 us from 272, and an activation's time
+follows its row width, which tp divides. The parameters describe the GPU's
 kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPERATOR_FIELDS) and
 a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
 up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,
@@ -72,7 +97,7 @@ from batchlab.hardware.parallel import (
     send_s,
     stage_layers,
 )
-from batchlab.hardware.specs import GPUSpec, ModelSpec
+from batchlab.hardware.specs import ROW_KERNELS, GPUSpec, ModelSpec
 
 OP_CLASSES = ("matmul", "attn_prefill", "attn_decode", "norm", "elementwise", "rope", "act",
               "add", "embedding")
@@ -103,6 +128,10 @@ class ClassParams:
     tile_rows: float = 0.0    # GEMM tile height (0: no tile quantisation)
     tile_cols: float = 0.0    # GEMM tile width (0: no wave quantisation)
     sms: float = 0.0          # SMs a wave of tiles fills
+    roofline_p: float = 0.0   # p of the smooth roofline (0: the hard max)
+    compute_floor: float | None = None  # floor of a compute-bound kernel (None: `floor` always)
+    row_rate: float = 0.0     # bytes/s one thread block streams of its row (0: no row term)
+    row_slots: float = 0.0    # rows in flight on the whole GPU: rows_per_sm * sm_count
 
 
 def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
@@ -114,18 +143,18 @@ def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
                               0.0 if gpu.matmul_vector_mbu is None
                               else gpu.mem_bandwidth * gpu.matmul_vector_mbu,
                               float(p("matmul_tile_rows")), float(p("matmul_tile_cols")),
-                              float(p("sm_count"))),
+                              float(p("sm_count")), p("matmul_roofline_p"),
+                              gpu.matmul_compute_floor_s),
         "attn_prefill": ClassParams(gpu.peak_flops * p("attn_prefill_mfu"),
                                     gpu.mem_bandwidth * p("attn_prefill_mbu"), 0.0,
                                     p("attn_prefill_floor_s")),
         "attn_decode": ClassParams(gpu.peak_flops * p("attn_prefill_mfu"),
                                    gpu.mem_bandwidth * p("attn_decode_mbu"), 0.0,
                                    p("attn_decode_floor_s")),
-        "norm": ClassParams(gpu.peak_flops * gpu.mfu, gpu.mem_bandwidth * p("norm_mbu"), 0.0,
-                            p("norm_floor_s")),
         **{kind: ClassParams(gpu.peak_flops * gpu.mfu, gpu.mem_bandwidth * p(f"{kind}_mbu"), 0.0,
-                             p(f"{kind}_floor_s"))
-           for kind in ("elementwise", "rope", "act", "add", "embedding")},
+                             p(f"{kind}_floor_s"), row_rate=p(f"{kind}_row_bandwidth"),
+                             row_slots=float(p(f"{kind}_rows_per_sm") * p("sm_count")))
+           for kind in ROW_KERNELS},
     }
 
 
@@ -210,8 +239,9 @@ def _matmul(rows: float, k: float, n: float, b: float):
 
 
 def op_work(name: str, d: Dims, s: Shape):
-    """(FLOPs, bytes, rows[, cols]) of one instance of operator `name`, or None when it does not
-    run; a matrix product adds its output columns n (what its tiles cover)."""
+    """(FLOPs, bytes, rows[, width]) of one instance of operator `name`, or None when it does not
+    run; a matrix product adds its output columns n (what its tiles cover), a per-token kernel
+    the bytes one row's thread block moves."""
     t = s.tokens
     if name == "qkv":
         return _matmul(t, d.hidden, d.q_width + 2.0 * d.kv_width, d.b)
@@ -223,20 +253,23 @@ def op_work(name: str, d: Dims, s: Shape):
         return _matmul(t, d.ffn, d.hidden, d.b)
     if name == "lm_head":
         return _matmul(s.emits, d.hidden, d.vocab, d.b) if s.emits > 0 else None
+    # Every block of a norm reads the gain too (from cache: HBM sees it once per kernel).
     if name == "norm":  # read and write T x H, read the gain
-        return 0.0, d.b * (2.0 * t * d.hidden + d.hidden), t
+        return 0.0, d.b * (2.0 * t * d.hidden + d.hidden), t, d.b * 3.0 * d.hidden
     if name == "final_norm":
-        return (0.0, d.b * (2.0 * s.emits * d.hidden + d.hidden), s.emits) if s.emits > 0 else None
+        return (0.0, d.b * (2.0 * s.emits * d.hidden + d.hidden), s.emits,
+                d.b * 3.0 * d.hidden) if s.emits > 0 else None
     if name == "rope":  # read and write the new tokens' Q and K
-        return 0.0, d.b * 2.0 * t * (d.q_width + d.kv_width), t
+        row = d.b * 2.0 * (d.q_width + d.kv_width)
+        return 0.0, t * row, t, row
     if name == "kv_write":  # read the new K and V, write them into the cache
-        return 0.0, d.b * 4.0 * t * d.kv_width, t
+        return 0.0, d.b * 4.0 * t * d.kv_width, t, d.b * 4.0 * d.kv_width
     if name == "add":  # residual: read two T x H, write one
-        return 0.0, d.b * 3.0 * t * d.hidden, t
+        return 0.0, d.b * 3.0 * t * d.hidden, t, d.b * 3.0 * d.hidden
     if name == "act":
-        return 0.0, d.b * d.act_arrays * t * d.ffn, t
+        return 0.0, d.b * d.act_arrays * t * d.ffn, t, d.b * d.act_arrays * d.ffn
     if name == "embedding":  # gather T rows of the table, write them
-        return 0.0, d.b * 2.0 * t * d.hidden, t
+        return 0.0, d.b * 2.0 * t * d.hidden, t, d.b * 2.0 * d.hidden
     if name == "attn_decode":
         if s.decodes <= 0:
             return None
@@ -260,25 +293,83 @@ def _max(a, b):
     return a if a > b else b
 
 
+# The smallest tile height of a GPU GEMM kernel: Hopper's warpgroup MMA is 64 rows, and the
+# smallest CUTLASS tensor-core tiles for Ampere are 64 rows (fit.TILE_SIZES starts there).
+MIN_TILE_ROWS = 64.0
+
+
+def tile_height(tile_rows: float, rows):
+    """The tile height a product of `rows` runs on: its tile, or for fewer rows than one tile
+    the smallest of 64, 128, ... rows that holds them (cuBLAS picks a narrower kernel for a thin
+    product: a decode's few rows do not pay for a 128-row tile). Tiles of 64 rows or fewer (a
+    CPU's register blocks) stay as they are."""
+    if isinstance(rows, np.ndarray):
+        height = MIN_TILE_ROWS * 2.0 ** np.ceil(np.log2(np.maximum(rows / MIN_TILE_ROWS, 1.0)))
+        return np.where(rows < tile_rows, np.minimum(height, tile_rows), tile_rows)
+    if rows >= tile_rows or tile_rows <= MIN_TILE_ROWS:
+        return tile_rows
+    height = MIN_TILE_ROWS
+    while height < rows:
+        height *= 2.0
+    return min(height, tile_rows)
+
+
 def paid_rows(p: ClassParams, rows, cols):
-    """The rows a tiled GEMM pays for: whole tiles of tile_rows, and with tile_cols whole waves
-    of sm_count tiles, a grid smaller than the GPU split along k to fill it (module docstring).
-    Floats take the plain-Python path (a step prices five products: it stays cheap)."""
+    """The rows a tiled GEMM pays for: whole tiles (`tile_height`), and with tile_cols whole
+    waves of sm_count tiles, a grid smaller than the GPU split along k to fill it (module
+    docstring). Floats take the plain-Python path (a step prices five products: it stays
+    cheap)."""
     if isinstance(rows, np.ndarray) or isinstance(cols, np.ndarray):
-        row_tiles = np.ceil(rows / p.tile_rows)
+        rows = np.asarray(rows, dtype=np.float64)
+        tile_m = tile_height(p.tile_rows, rows)
+        row_tiles = np.ceil(rows / tile_m)
         if p.tile_cols <= 0:
-            return row_tiles * p.tile_rows
+            return row_tiles * tile_m
         tiles = row_tiles * np.ceil(cols / p.tile_cols)
         split = np.maximum(1.0, np.floor(p.sms / tiles))
         waves = np.ceil(tiles * split / p.sms) / split
-        return waves * (p.sms * p.tile_rows * p.tile_cols) / cols
-    row_tiles = float(math.ceil(rows / p.tile_rows))
+        return waves * (p.sms * tile_m * p.tile_cols) / cols
+    tile_m = tile_height(p.tile_rows, rows)
+    row_tiles = float(math.ceil(rows / tile_m))
     if p.tile_cols <= 0:
-        return row_tiles * p.tile_rows
+        return row_tiles * tile_m
     tiles = row_tiles * math.ceil(cols / p.tile_cols)
     split = max(1.0, float(math.floor(p.sms / tiles)))
     waves = math.ceil(tiles * split / p.sms) / split
-    return waves * (p.sms * p.tile_rows * p.tile_cols) / cols
+    return waves * (p.sms * tile_m * p.tile_cols) / cols
+
+
+def roofline(compute, memory, p: float):
+    """The larger of the two terms (p = 0), or their smooth maximum (c^p + m^p)^(1/p), written
+    as high * (1 + (low/high)^p)^(1/p) so that tiny times neither underflow nor overflow."""
+    high = _max(compute, memory)
+    if p <= 0:
+        return high
+    return high * (1.0 + ((compute + memory - high) / high) ** p) ** (1.0 / p)
+
+
+def kernel_floor(p: ClassParams, compute, memory):
+    """The fixed time of one kernel: `floor`, or with a compute floor the two weighted by the
+    shares of compute and memory time (a streaming kernel pays the first, a compute-bound one
+    the second)."""
+    if p.compute_floor is None:
+        return p.floor
+    return (p.compute_floor * compute + p.floor * memory) / (compute + memory)
+
+
+def row_waves(rows, slots: float):
+    """Waves of `slots` rows a per-token kernel runs (float, or an array for arrays)."""
+    if isinstance(rows, np.ndarray):
+        return np.ceil(rows / slots)
+    return float(math.ceil(rows / slots))
+
+
+def _memory(p: ClassParams, nbytes, rows, width):
+    """Memory time: bandwidth, or for a per-token kernel with row figures, its waves of rows."""
+    memory = nbytes / p.byte_rate
+    if p.row_rate > 0 and p.row_slots > 0 and width is not None:
+        memory = _max(memory, row_waves(rows, p.row_slots) * width / p.row_rate)
+    return memory
 
 
 def _compute(p: ClassParams, flops, rows, cols):
@@ -291,10 +382,14 @@ def _compute(p: ClassParams, flops, rows, cols):
     return compute
 
 
-def op_time(p: ClassParams, flops, nbytes, rows, cols=None):
-    """One operator instance: max(compute with its saturation and tiles, memory) + floor; a
-    one-row product in its matrix-vector regime when the class has one."""
-    time = _max(_compute(p, flops, rows, cols), nbytes / p.byte_rate) + p.floor
+def op_time(p: ClassParams, flops, nbytes, rows, width=None):
+    """One operator instance: max(compute with its saturation and tiles, memory) + floor (the
+    smooth roofline and the floor by regime when the class has them); a one-row product in its
+    matrix-vector regime when the class has one. `width`: a product's output columns, a
+    per-token kernel's bytes per row."""
+    compute = _compute(p, flops, rows, width)
+    memory = _memory(p, nbytes, rows, width)
+    time = roofline(compute, memory, p.roofline_p) + kernel_floor(p, compute, memory)
     if p.vector_rate > 0:
         vector = _max(flops / p.flop_rate, nbytes / p.vector_rate) + p.floor
         if isinstance(rows, np.ndarray) or isinstance(time, np.ndarray):
@@ -303,11 +398,11 @@ def op_time(p: ClassParams, flops, nbytes, rows, cols=None):
     return time
 
 
-def op_bound(p: ClassParams, flops, nbytes, rows, cols=None) -> str:
+def op_bound(p: ClassParams, flops, nbytes, rows, width=None) -> str:
     if p.vector_rate > 0 and rows == 1:
         return "compute" if flops / p.flop_rate > nbytes / p.vector_rate else "memory"
-    compute = _compute(p, flops, rows, cols)
-    return "compute" if compute > nbytes / p.byte_rate else "memory"
+    compute = _compute(p, flops, rows, width)
+    return "compute" if compute > _memory(p, nbytes, rows, width) else "memory"
 
 
 @dataclass(slots=True)

@@ -87,26 +87,36 @@ _MODELS = (
 #       network/vidur_h100_dgx_send_recv.csv --gpu H100-SXM
 # rounded to 4 digits; the fit errors are in docs/fidelity.md. The matmul tiles are the fit's
 # choice among 64/128/256-row tiles, with or without waves of the SM count below: on the A100
-# 64-row tiles alone, on the H100 64 x 64 tiles in waves of 132 SMs. The profiles hold no CPU time,
-# so the CPU overheads stay 0 (fit them from a real server's steps: docs/fidelity.md), and no
-# H100 attention, so H100 attention falls back to mfu / mbu.
+# 64-row tiles, on the H100 128-row tiles (a product of fewer rows runs a 64-row tile),
+# neither in waves. Products are priced on the smooth
+# roofline with a floor by regime (opcost.py): a streaming product pays matmul_floor_s, a
+# compute-bound one matmul_compute_floor_s; the per-token kernels (norm, rope, act, add and the
+# A100's embedding) run rows_per_sm rows per SM, each row at row_bandwidth, as the fit chose
+# among 1, 2, 4 and 8 rows or none. The profiles hold no CPU time, so the CPU overheads stay 0
+# (fit them from a real server's steps: docs/fidelity.md), and no H100 attention, so H100
+# attention falls back to mfu / mbu.
 _A100_FIT = dict(
-    matmul_mfu=0.7562, matmul_mbu=0.8287, matmul_half_tokens=59.89, matmul_floor_s=5.739e-06,
-    matmul_tile_rows=64,
+    matmul_mfu=0.7518, matmul_mbu=0.9354, matmul_floor_s=3.799e-06,
+    matmul_compute_floor_s=6.302e-06, matmul_roofline_p=1.587, matmul_tile_rows=64,
     attn_prefill_mfu=0.4798, attn_prefill_mbu=0.7, attn_prefill_floor_s=7.735e-05,
     attn_decode_mbu=0.8479, attn_decode_floor_s=2.051e-05,
-    norm_mbu=0.4193, norm_floor_s=2.571e-06, rope_mbu=0.4923, rope_floor_s=2.179e-06,
-    act_mbu=0.4868, act_floor_s=2.02e-06, add_mbu=1.0, add_floor_s=1.122e-06,
-    embedding_mbu=0.1573, embedding_floor_s=2.865e-06,
+    norm_mbu=0.3804, norm_floor_s=5.654e-07, norm_row_bandwidth=6.506e9, norm_rows_per_sm=2,
+    rope_mbu=0.4792, rope_floor_s=1.855e-06, rope_row_bandwidth=7.669e9, rope_rows_per_sm=2,
+    act_mbu=0.475, act_floor_s=1.557e-06, act_row_bandwidth=10.38e9, act_rows_per_sm=2,
+    add_mbu=0.9925, add_floor_s=3.457e-07, add_row_bandwidth=12.89e9, add_rows_per_sm=2,
+    embedding_mbu=0.1544, embedding_floor_s=2.219e-06, embedding_row_bandwidth=9.001e9,
+    embedding_rows_per_sm=1,
     allreduce_bandwidth=153.9e9, allreduce_latency_s=3.359e-05,
     p2p_bandwidth=285.8e9, p2p_latency_s=1.316e-05,
     source="datasheet peaks; operators and NVLink fitted from Vidur's A100 profiles "
            "(Azure NC96ads A100 v4, A100 80GB PCIe; DGX A100 for the network), see presets.py")
 _H100_FIT = dict(
-    matmul_mfu=0.7856, matmul_mbu=1.0, matmul_half_tokens=141.1, matmul_floor_s=5.54e-06,
-    matmul_tile_rows=64, matmul_tile_cols=64,
-    norm_mbu=0.4247, norm_floor_s=2.422e-06, rope_mbu=0.5374, rope_floor_s=1.719e-06,
-    act_mbu=0.5594, act_floor_s=1.488e-06, add_mbu=1.0, add_floor_s=7.168e-07,
+    matmul_mfu=0.7738, matmul_mbu=0.8384, matmul_floor_s=2.133e-06,
+    matmul_compute_floor_s=9.698e-06, matmul_roofline_p=1.967, matmul_tile_rows=128,
+    norm_mbu=0.3842, norm_floor_s=9.804e-07, norm_row_bandwidth=8.615e9, norm_rows_per_sm=2,
+    rope_mbu=0.5257, rope_floor_s=1.517e-06, rope_row_bandwidth=15.16e9, rope_rows_per_sm=1,
+    act_mbu=0.5461, act_floor_s=1.163e-06, act_row_bandwidth=16.94e9, act_rows_per_sm=1,
+    add_mbu=1.0, add_floor_s=3.393e-07, add_row_bandwidth=28.92e9, add_rows_per_sm=1,
     embedding_mbu=0.185, embedding_floor_s=2.509e-06,
     allreduce_bandwidth=323.8e9, allreduce_latency_s=2.259e-05,
     p2p_bandwidth=357.5e9, p2p_latency_s=7.591e-06,

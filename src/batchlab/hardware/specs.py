@@ -40,16 +40,23 @@ NVLINK4_BYTES_S = 450e9
 DEFAULT_LINK_LATENCY_S = 10e-6
 COST_MODELS = ("roofline", "operators")
 INTERCONNECTS = ("nvlink", "pcie")
+# Per-token kernels: one thread block per token (row), see opcost.py.
+ROW_KERNELS = ("norm", "elementwise", "rope", "act", "add", "embedding")
 # The operators model's GPU parameters, by operator class (see opcost.py).
 OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s",
+                   "matmul_compute_floor_s", "matmul_roofline_p",
                    "matmul_vector_mbu", "matmul_tile_rows", "matmul_tile_cols", "sm_count",
                    "attn_prefill_mfu", "attn_prefill_mbu", "attn_prefill_floor_s",
                    "attn_decode_mbu", "attn_decode_floor_s", "norm_mbu", "norm_floor_s",
                    "elementwise_mbu", "elementwise_floor_s", "rope_mbu", "rope_floor_s",
                    "act_mbu", "act_floor_s", "add_mbu", "add_floor_s", "embedding_mbu",
-                   "embedding_floor_s")
-# Integer operator parameters: tile sizes of matrix products and the SMs a wave of tiles fills.
-TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols", "sm_count")
+                   "embedding_floor_s",
+                   *(f"{kind}_{field}" for kind in ROW_KERNELS
+                     for field in ("row_bandwidth", "rows_per_sm")))
+# Integer operator parameters: tile sizes of matrix products, the SMs a wave of tiles fills and
+# the rows a per-token kernel keeps on one SM at a time.
+TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols", "sm_count",
+               *(f"{kind}_rows_per_sm" for kind in ROW_KERNELS))
 # Elementwise kernels without their own figures take the generic elementwise ones.
 ELEMENTWISE_KERNELS = ("rope", "act", "add", "embedding")
 
@@ -180,6 +187,14 @@ class GPUSpec:
     matmul_mbu: float | None = None          # share of mem_bandwidth a thin matmul reaches
     matmul_half_tokens: float | None = None  # rows at which a matmul reaches half of matmul_mfu
     matmul_floor_s: float | None = None      # fixed time of one matmul kernel
+    # With matmul_compute_floor_s the fixed time depends on what bounds the kernel: a
+    # streaming (memory-bound) product pays matmul_floor_s, a compute-bound one, which also
+    # fills and drains its pipeline of tiles, matmul_compute_floor_s, weighted by the shares
+    # of compute and memory time (opcost.py). None: matmul_floor_s for every product.
+    matmul_compute_floor_s: float | None = None
+    # p of the smooth roofline (compute^p + memory^p)^(1/p), p >= 1: near the ridge a kernel
+    # cannot hide all of its loads behind its math. None: the hard max (p infinite).
+    matmul_roofline_p: float | None = None
     # A one-row product runs a matrix-vector kernel (BLAS gemv), which streams the weight
     # without the tiling a matrix-matrix kernel pays: when set, a matmul of one row costs
     # max(F / (peak * matmul_mfu), B / (bandwidth * matmul_vector_mbu)) + matmul_floor_s,
@@ -211,6 +226,22 @@ class GPUSpec:
     add_floor_s: float | None = None
     embedding_mbu: float | None = None       # embedding gather
     embedding_floor_s: float | None = None
+    # Per-token kernels run one thread block per row: `<kernel>_rows_per_sm` blocks fit on an
+    # SM at once, and one block streams its row at `<kernel>_row_bandwidth` bytes/s, so a few
+    # rows take one row's time and more take waves of rows_per_sm * sm_count (opcost.py).
+    # None: bandwidth alone (every uncalibrated spec).
+    norm_row_bandwidth: float | None = None
+    norm_rows_per_sm: int | None = None
+    elementwise_row_bandwidth: float | None = None
+    elementwise_rows_per_sm: int | None = None
+    rope_row_bandwidth: float | None = None
+    rope_rows_per_sm: int | None = None
+    act_row_bandwidth: float | None = None
+    act_rows_per_sm: int | None = None
+    add_row_bandwidth: float | None = None
+    add_rows_per_sm: int | None = None
+    embedding_row_bandwidth: float | None = None
+    embedding_rows_per_sm: int | None = None
     seq_overhead_s: float = 0.0              # CPU time per sequence in a step (operators model)
     # GPU-to-GPU links for tensor and pipeline parallelism (parallel.py): an all-reduce of S
     # bytes over t GPUs costs allreduce_latency_s + 2(t-1)/t * S / allreduce_bandwidth (NCCL's
@@ -240,7 +271,9 @@ class GPUSpec:
                                                             zero_ok=True))
         for field in OPERATOR_FIELDS:
             value = getattr(self, field)
-            if value is not None and field not in TILE_FIELDS:
+            if field == "matmul_roofline_p" and value is not None:
+                object.__setattr__(self, field, _positive_float(rec, field, value, at_least=1.0))
+            elif value is not None and field not in TILE_FIELDS:
                 share = field.endswith(("_mfu", "_mbu"))
                 object.__setattr__(self, field, _positive_float(
                     rec, field, value, zero_ok=not share, at_most_one=share))
@@ -251,6 +284,10 @@ class GPUSpec:
                                                   or self.sm_count is None):
             raise InputError(f"{rec}: field 'matmul_tile_cols' needs matmul_tile_rows and "
                              f"sm_count (tiles run in waves of sm_count)")
+        for kind in ROW_KERNELS:
+            if getattr(self, f"{kind}_rows_per_sm") is not None and self.sm_count is None:
+                raise InputError(f"{rec}: field '{kind}_rows_per_sm' needs sm_count (rows run "
+                                 f"in waves of rows_per_sm * sm_count)")
         for field, allowed in (("cost_model", COST_MODELS), ("interconnect", INTERCONNECTS)):
             if getattr(self, field) not in allowed:
                 raise InputError(f"{rec}: field '{field}' must be one of {', '.join(allowed)}, "

@@ -1,0 +1,159 @@
+"""A GPU's kernels in the operators model: the smooth roofline of matrix products with a floor by
+regime, and per-token kernels that run one thread block per row in waves (opcost.py); the
+fitter recovers both from profiles made with known values."""
+
+import dataclasses
+
+import pytest
+
+from batchlab.calibrate.fit import fit, predict_ms
+from batchlab.calibrate.profiles import ProfilePoint
+from batchlab.calibrate.specfile import write_spec
+from batchlab.errors import InputError
+from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, resolve_gpu
+from batchlab.hardware.opcost import Dims, class_params, op_time, op_work, uniform_shape
+from batchlab.hardware.specs import GPUSpec
+
+LLAMA2 = MODEL_PRESETS["Llama-2-7B"]
+BARE = GPUSpec("bare", peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9, sm_count=132)
+SMOOTH = dataclasses.replace(BARE, matmul_mfu=0.8, matmul_mbu=0.9, matmul_floor_s=1.5e-6,
+                             matmul_compute_floor_s=9e-6, matmul_roofline_p=1.7)
+ROWS = dataclasses.replace(BARE, norm_mbu=0.9, norm_floor_s=1e-6, norm_rows_per_sm=2,
+                           norm_row_bandwidth=8e9, act_mbu=0.55, act_floor_s=1e-6,
+                           act_rows_per_sm=1, act_row_bandwidth=17e9)
+
+
+def _time(gpu, op, tokens, tp=1):
+    work = op_work(op, Dims.of(LLAMA2, tp), uniform_shape(1, 0, tokens))
+    return op_time(class_params(gpu)["matmul" if op in ("qkv", "o", "up", "down") else op], *work)
+
+
+def test_smooth_roofline_and_floor_by_regime_by_hand():
+    # o of Llama-2-7B at tp 8: k = 512, n = 4096. No tiles: compute is FLOPs at peak * mfu.
+    for tokens in (1, 64, 4096):
+        flops, nbytes, _, _ = op_work("o", Dims.of(LLAMA2, 8), uniform_shape(1, 0, tokens))
+        c, m = flops / (989e12 * 0.8), nbytes / (3.35e12 * 0.9)
+        floor = (9e-6 * c + 1.5e-6 * m) / (c + m)
+        assert _time(SMOOTH, "o", tokens, tp=8) == pytest.approx(
+            (c ** 1.7 + m ** 1.7) ** (1 / 1.7) + floor, rel=1e-12)
+        # both terms are paid in part: more than the larger, less than their sum
+        assert max(c, m) + floor < _time(SMOOTH, "o", tokens, tp=8) < c + m + floor
+    # A decode's product streams its weight and pays the streaming floor; a prefill's is
+    # compute bound and pays the pipeline's.
+    one = op_work("o", Dims.of(LLAMA2, 8), uniform_shape(1, 0, 1))
+    big = op_work("up", Dims.of(LLAMA2, 1), uniform_shape(1, 0, 8192))
+    p = class_params(SMOOTH)["matmul"]
+    from batchlab.hardware.opcost import kernel_floor
+    assert kernel_floor(p, one[0] / p.flop_rate, one[1] / p.byte_rate) < 1.6e-6
+    assert kernel_floor(p, big[0] / p.flop_rate, big[1] / p.byte_rate) > 7e-6
+
+
+def test_without_the_new_fields_a_product_keeps_the_hard_roofline():
+    hard = dataclasses.replace(SMOOTH, matmul_roofline_p=None, matmul_compute_floor_s=None)
+    flops, nbytes, _, _ = op_work("qkv", Dims.of(LLAMA2, 2), uniform_shape(1, 0, 300))
+    assert _time(hard, "qkv", 300, tp=2) == max(flops / (989e12 * 0.8),
+                                                nbytes / (3.35e12 * 0.9)) + 1.5e-6
+
+
+def test_a_per_token_kernel_takes_one_row_time_until_the_gpu_is_full():
+    # 2 rows per SM on 132 SMs: 264 rows in flight. The norm block moves 3 * 4096 * 2 bytes.
+    row = 8e9
+    one = 1e-6 + 3 * 4096 * 2 / row
+    assert _time(ROWS, "norm", 1) == pytest.approx(one, rel=1e-12)
+    assert _time(ROWS, "norm", 264) == pytest.approx(one, rel=1e-12)
+    assert _time(ROWS, "norm", 265) == pytest.approx(1e-6 + 2 * 3 * 4096 * 2 / row, rel=1e-12)
+    # Far beyond, the waves of rows or the bandwidth, whichever is slower.
+    work = op_work("norm", Dims.of(LLAMA2, 1), uniform_shape(1, 0, 1 << 20))
+    assert _time(ROWS, "norm", 1 << 20) == pytest.approx(
+        max(work[1] / (3.35e12 * 0.9), 3972 * 3 * 4096 * 2 / row) + 1e-6, rel=1e-12)
+    fast = dataclasses.replace(ROWS, norm_row_bandwidth=1e12)
+    assert _time(fast, "norm", 1 << 20) == pytest.approx(work[1] / (3.35e12 * 0.9) + 1e-6,
+                                                         rel=1e-12)
+
+
+def test_the_activation_row_time_follows_the_width_tp_divides():
+    # act reads gate and up and writes one array of I / tp values per token.
+    for tp in (1, 2, 4, 8):
+        assert _time(ROWS, "act", 4, tp=tp) == pytest.approx(
+            1e-6 + 3 * 11008 / tp * 2 / 17e9, rel=1e-12)
+    without = dataclasses.replace(ROWS, act_rows_per_sm=None, act_row_bandwidth=None)
+    assert _time(without, "act", 4) == pytest.approx(3 * 4 * 11008 * 2 / (3.35e12 * 0.55) + 1e-6)
+
+
+def test_a_product_smaller_than_its_tile_runs_a_narrower_one():
+    """128-row tiles: a decode's few rows pay for 64 rows, 65-128 rows for 128, more for whole
+    tiles; 64-row tiles and smaller (a CPU's register blocks) are untouched; floats and arrays
+    agree exactly."""
+    import numpy as np
+
+    from batchlab.hardware.opcost import ClassParams, paid_rows, tile_height
+
+    p = ClassParams(1.0, 1.0, 0.0, 0.0, tile_rows=128.0)
+    rows = [1, 2, 63, 64, 65, 127, 128, 129, 256, 257]
+    paid = [64, 64, 64, 64, 128, 128, 128, 256, 256, 384]
+    assert [paid_rows(p, float(r), 4096.0) for r in rows] == paid
+    assert paid_rows(p, np.asarray(rows, dtype=np.float64), 4096.0).tolist() == paid
+    assert tile_height(256.0, 100.0) == 128.0 and tile_height(64.0, 3.0) == 64.0
+    assert tile_height(4.0, 3.0) == 4.0
+    waves = ClassParams(1.0, 1.0, 0.0, 0.0, tile_rows=128.0, tile_cols=128.0, sms=132.0)
+    for r in (1.0, 64.0, 100.0, 300.0):
+        assert paid_rows(waves, np.asarray([r]), 4096.0)[0] == paid_rows(waves, r, 4096.0)
+
+
+def test_new_fields_are_checked():
+    with pytest.raises(InputError, match="matmul_roofline_p"):
+        dataclasses.replace(SMOOTH, matmul_roofline_p=0.5)
+    with pytest.raises(InputError, match="norm_rows_per_sm"):
+        dataclasses.replace(ROWS, sm_count=None)
+    with pytest.raises(InputError, match="act_rows_per_sm"):
+        dataclasses.replace(ROWS, act_rows_per_sm=1.5)
+    with pytest.raises(InputError, match="norm_row_bandwidth"):
+        dataclasses.replace(ROWS, norm_row_bandwidth=-1.0)
+
+
+def test_a_spec_file_carries_the_new_fields(tmp_path):
+    for name in ("A100-80GB", "H100-SXM"):
+        path = write_spec(tmp_path / f"{name}.toml", GPU_PRESETS[name])
+        assert resolve_gpu(str(path)) == GPU_PRESETS[name]
+
+
+def _profile(gpu):
+    """Vidur-like points: four products and two per-token kernels, tokens 1-4096, tp 1-8."""
+    points = []
+    for op in ("qkv", "o", "up", "down", "norm", "act"):
+        for tokens in (1, 2, 8, 16, 48, 64, 100, 136, 200, 264, 265, 300, 528, 529, 700, 1024,
+                       2048, 4096, 8192):
+            for tp in (1, 2, 4, 8):
+                point = ProfilePoint("synthetic", 0, op, tokens, 1, 0, tp, 1.0, LLAMA2)
+                point.ms = predict_ms(point, gpu)
+                points.append(point)
+    return points
+
+
+def test_fitter_recovers_the_smooth_roofline_and_the_rows_per_sm():
+    # Rows and bandwidth both bind somewhere between 1 and 4,096 tokens, so both are pinned.
+    true = dataclasses.replace(SMOOTH, matmul_tile_rows=64, norm_mbu=0.38, norm_floor_s=1e-6,
+                               norm_rows_per_sm=2, norm_row_bandwidth=8.6e9, **{
+        f: getattr(ROWS, f) for f in ("act_mbu", "act_floor_s", "act_rows_per_sm",
+                                      "act_row_bandwidth")})
+    result = fit(_profile(true), BARE)
+    gpu = result.gpu
+    # The discrete choices: tiles, the smooth candidate, rows per SM.
+    assert (gpu.matmul_tile_rows, gpu.matmul_tile_cols, gpu.matmul_half_tokens) == (64, None, None)
+    assert (gpu.norm_rows_per_sm, gpu.act_rows_per_sm) == (2, 1)
+    for field in ("matmul_mfu", "matmul_mbu", "matmul_floor_s", "matmul_compute_floor_s",
+                  "matmul_roofline_p", "norm_mbu", "norm_floor_s", "norm_row_bandwidth",
+                  "act_mbu", "act_row_bandwidth"):
+        assert getattr(gpu, field) == pytest.approx(getattr(true, field), rel=1e-3), field
+    assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in result.rows) < 1e-4
+
+
+def test_fitter_keeps_the_hard_roofline_when_the_profile_says_so():
+    true = dataclasses.replace(BARE, matmul_mfu=0.75, matmul_mbu=0.85, matmul_half_tokens=40.0,
+                               matmul_floor_s=5e-6, matmul_tile_rows=128, norm_mbu=0.4,
+                               norm_floor_s=3e-6, act_mbu=0.5, act_floor_s=2e-6)
+    gpu = fit(_profile(true), BARE).gpu
+    assert (gpu.matmul_roofline_p, gpu.matmul_compute_floor_s) == (None, None)
+    assert gpu.matmul_half_tokens == pytest.approx(40.0, rel=1e-3)
+    assert (gpu.norm_rows_per_sm, gpu.norm_row_bandwidth) == (None, None)
+    assert gpu.norm_floor_s == pytest.approx(3e-6, rel=1e-3)

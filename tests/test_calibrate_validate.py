@@ -260,13 +260,66 @@ def test_fit_server_without_prefills_keeps_the_factors_at_one():
         fit_server(points[:2], CPU_OPS)
 
 
+def test_spread_lengths_take_evenly_spaced_quantiles():
+    from batchlab.calibrate.live import spread_lengths
+
+    assert spread_lengths(range(100), 4) == [12, 37, 62, 87]
+    assert spread_lengths([5, 1, 9], 1) == [5]                 # one request: the median
+    assert spread_lengths([40, 10, 30, 20], 4) == [10, 20, 30, 40]
+    assert spread_lengths([7], 3) == [7, 7, 7]
+
+
+def test_late_step_leaves_out_the_first_half_of_each_stream():
+    """Early gaps carry the prompts still prefilling; late ones are the decode step. A client
+    that read two tokens at once (a gap of 0, then one of two steps) keeps its mean; failed and
+    silent requests count for nothing."""
+    from batchlab.calibrate.live import late_step_ms
+
+    result = {"errors": ["", "", "", "boom", ""],
+              "itls": [[0.030, 0.025, 0.010, 0.010], [0.028, 0.022, 0.012, 0.012],
+                       [0.030, 0.030, 0.0, 0.022], [0.001] * 4, []]}
+    assert late_step_ms(result) == pytest.approx(11.0)   # median of 10, 12 and 11 ms
+    assert late_step_ms({"errors": ["", ""], "itls": [[], [0.0, 0.0]]}) is None
+
+
+def test_step_summary_between_two_readings():
+    from batchlab.calibrate.live import STEP_METRICS, step_summary
+
+    duration, batch = STEP_METRICS
+    before = {duration: (1.0, 100.0), batch: (500.0, 100.0)}
+    after = {duration: (2.5, 200.0), batch: (1300.0, 200.0)}
+    assert step_summary(before, after) == {"count": 100, "mean_ms": pytest.approx(15.0),
+                                           "mean_batch": pytest.approx(8.0)}
+    assert step_summary(None, after) is None              # /metrics could not be read
+    assert step_summary({duration: (1.0, 100.0)}, after) is None   # a histogram missing
+    assert step_summary(before, before) is None           # no step in between
+
+
+def test_decode_probes_send_the_spread_prompts_all_at_once(tmp_path):
+    """The probe's trace file, read by bench's own dataset code: `batch` requests at t = 0
+    with the spread prompts and the probe's output length."""
+    from batchlab.calibrate.live import Probe, _decode_probe, spread_lengths
+
+    lengths = tuple(range(32, 97))
+    probe = Probe(decode_output=24, decode_prompts=lengths)
+    flags, mean_prompt = _decode_probe(probe, 4, tmp_path, "probe.csv")
+    assert flags[flags.index("--max-concurrency") + 1] == "4"
+    sent = load_requests(DatasetSpec(name="trace", path=tmp_path / "probe.csv", num_prompts=4))
+    assert sent.prompt.tolist() == spread_lengths(lengths, 4)
+    assert sent.output.tolist() == [24] * 4 and not sent.arrival.any()
+    assert mean_prompt == round(sum(spread_lengths(lengths, 4)) / 4)
+    plain, prompt = _decode_probe(Probe(decode_input=16), 4, tmp_path, "unused.csv")
+    assert plain[:2] == ["--dataset-name", "fixed"] and prompt == 16
+    assert not (tmp_path / "unused.csv").exists()
+
+
 def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
     """The real server, tiny model, one light rate: the tables are complete and the simulator
     ran the very requests bench sent (send times, prompt and output lengths). No timing is
     asserted: the machine is shared."""
     import json
 
-    from batchlab.calibrate.live import Probe
+    from batchlab.calibrate.live import Probe, spread_lengths
     from batchlab.calibrate.validate import AIMS, validate
 
     spec = DatasetSpec(num_prompts=6, random_input_len=16, random_output_len=6,
@@ -295,6 +348,14 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert set(fit["slowdown"]) == {"memory", "compute"}
         assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
         assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0
+        # The server's steps over the run beside the replay's.
+        measured, predicted = run["steps"]["measured"], run["steps"]["predicted"]
+        assert measured["count"] > 0 and measured["mean_ms"] > 0 and measured["mean_batch"] >= 1
+        assert predicted["count"] > 0 and predicted["mean_batch"] >= 1
+        # Decode probes spread their prompts as the compared dataset's.
+        probe_file = tmp_path / f"decode-1-{i}-3.csv"
+        prompts = [int(line.split(",")[1]) for line in probe_file.read_text().splitlines()[1:]]
+        assert prompts == spread_lengths(load_requests(spec).prompt, 3)
         # The bench run that was compared, as the client saved it.
         sent = json.loads((tmp_path / f"bench-1-{i}.json").read_text())
         assert sent["failed"] == 0 and sent["completed"] == 6 and run["refused"] == 0

@@ -6,10 +6,15 @@ generator on the same cores, and on a shared machine at another moment. So befor
 comparison the server's own steps are timed with `batchlab bench`, and the spec is refitted to
 them (`fit_server`):
 
-- decode steps: B short requests sent at once; their median TPOT (each request's mean gap
-  between tokens) is the time of one decode step of B sequences, everything the server does
-  per step included (vLLM's performance CI measures the same with the median gap, which a
-  client descheduled now and then on a loaded machine pulls down: two tokens in one read);
+- decode steps: B short requests sent at once; the median over them of each one's mean gap
+  between tokens in the second half of its stream (`late_step_ms`) is the time of one decode
+  step of B sequences, everything the server does per step included (vLLM's performance CI
+  measures the same with the median gap, which a client descheduled now and then on a loaded
+  machine pulls down: two tokens in one read).
+  Their prompts spread as the compared traffic's do (`spread_lengths`): a decode step costs
+  more when its sequences' lengths differ (the mini server's paged kernel runs one batched
+  product per bucket of lengths, 5-12% of a step of 3-32 sequences here), so a probe of equal
+  lengths would time a step the traffic never has;
 - prefill steps: requests of P prompt tokens sent one at a time; the server's own mean TTFT
   (its Prometheus histogram `vllm:time_to_first_token_seconds`, which batchlab serve and vLLM
   both export) is the time of one prefill step of P tokens, from the request's arrival in the
@@ -26,7 +31,7 @@ steps of a few sequences are made of, and FLOPs, which prefill steps are made of
 machine the server runs both slower (or faster) than when the spec was calibrated, and not
 alike: with its HTTP loop and the load generator on the same two cores, its decode steps ran
 1.4-1.9 times their in-process time while its prefills ran 1.1-1.2 times. Prefill steps pin
-the compute factor, decode steps of 1, 2, 4, 16 and 32 sequences the memory factor and the two
+the compute factor, decode steps of 1 to 32 sequences the memory factor and the two
 overheads; without prefill points (a server without the TTFT histogram) both factors stay 1.
 A separate factor for one-row products (the matrix-vector regime) is not identifiable from
 these steps: only the one-sequence decode carries it, and the fixed overhead trades off
@@ -62,6 +67,9 @@ class Probe:
     decode_batches: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 16, 32)
     decode_input: int = 16
     decode_output: int = 32
+    # Prompt lengths of the traffic to be compared: decode probes take theirs from its spread
+    # (`spread_lengths`); empty: every probe prompt is decode_input long.
+    decode_prompts: tuple[int, ...] = ()
     prefill_lens: tuple[int, ...] = (64, 256)
     prefill_requests: int = 3
 
@@ -99,6 +107,49 @@ def _fixed(prompt: int, output: int, n: int, concurrency: int) -> list[str]:
             "--num-prompts", str(n), "--max-concurrency", str(concurrency)]
 
 
+def spread_lengths(lengths, n: int) -> list[int]:
+    """n lengths at evenly spaced quantiles ((i + 1/2) / n) of `lengths`: n requests whose
+    lengths spread as the whole list's do (n = 1: its median)."""
+    ordered = np.sort(np.asarray(lengths, dtype=np.int64))
+    at = ((np.arange(n) + 0.5) * len(ordered) / n).astype(np.int64)
+    return ordered[at].tolist()
+
+
+def _decode_probe(probe: Probe, batch: int, directory: Path, name: str) -> tuple[list[str], int]:
+    """(bench flags, mean prompt length) of the decode probe of `batch` sequences: the fixed
+    dataset, or a trace file of the spread prompts, all sent at once."""
+    if not probe.decode_prompts:
+        return _fixed(probe.decode_input, probe.decode_output, batch, batch), probe.decode_input
+    prompts = spread_lengths(probe.decode_prompts, batch)
+    path = directory / name
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    + "".join(f"0,{p},{probe.decode_output}\n" for p in prompts))
+    flags = ["--dataset-name", "trace", "--dataset-path", str(path), "--num-prompts",
+             str(batch), "--max-concurrency", str(batch)]
+    return flags, round(sum(prompts) / batch)
+
+
+# Where in its stream a decode probe's request is, on average, over the second half of its gaps.
+LATE_CONTEXT = 0.75
+
+
+def late_step_ms(result: dict) -> float | None:
+    """A decode probe's step in ms: each request's mean gap between tokens over the second half
+    of its stream, median over the batch; None when no stream shows a step.
+
+    The first half is left out: requests sent at once reach the engine over a few steps, and
+    the prompts still prefilling, chunked beside the first decodes, make those steps dearer
+    (prompts of 32-96 tokens for 32 requests do not fit one step's budget). A mean over gaps,
+    not their median: a client descheduled for a moment reads two tokens at once, a gap of 0
+    and one of two steps, which moves the median gap but not the mean."""
+    steps = []
+    for error, gaps in zip(result["errors"], result["itls"]):
+        late = [] if error or not gaps else gaps[len(gaps) // 2:]
+        if late and sum(late) > 0:
+            steps.append(1e3 * sum(late) / len(late))
+    return float(np.median(steps)) if steps else None
+
+
 def warm_up(url: str, directory: Path) -> None:
     bench(url, _fixed(16, 8, WARMUP_PROMPTS, WARMUP_PROMPTS), directory, "warmup.json", "warm-up")
 
@@ -106,24 +157,50 @@ def warm_up(url: str, directory: Path) -> None:
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 
-def server_ttft(url: str) -> tuple[float, float] | None:
-    """(sum in s, count) of the server's TTFT histogram, or None when it exports none."""
+# The server's own histograms of its steps (batchlab serve's; a server without them gives none).
+STEP_METRICS = ("batchlab:step_duration_seconds", "batchlab:step_batch_size")
+
+
+def server_histograms(url: str, names) -> dict[str, tuple[float, float]] | None:
+    """(sum, count) of each named Prometheus histogram the server exports at /metrics, summed
+    over its labels; None when /metrics cannot be read. A name it does not export is left out."""
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
             text = r.read().decode("utf-8", errors="replace")
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
         return None
-    total = count = None
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
     for line in text.splitlines():
         m = _SAMPLE.match(line)
         if m is None:
             continue
-        name, value = m.group(1), m.group(3)
-        if name == f"{TTFT_METRIC}_sum":
-            total = (total or 0.0) + float(value)
-        elif name == f"{TTFT_METRIC}_count":
-            count = (count or 0.0) + float(value)
-    return None if total is None or count is None else (total, count)
+        name, value = m.group(1), float(m.group(3))
+        base, _, part = name.rpartition("_")
+        if base in names and part in ("sum", "count"):
+            into = sums if part == "sum" else counts
+            into[base] = into.get(base, 0.0) + value
+    return {n: (sums[n], counts[n]) for n in names if n in sums and n in counts}
+
+
+def server_ttft(url: str) -> tuple[float, float] | None:
+    """(sum in s, count) of the server's TTFT histogram, or None when it exports none."""
+    found = server_histograms(url, (TTFT_METRIC,))
+    return None if not found else found[TTFT_METRIC]
+
+
+def step_summary(before: dict | None, after: dict | None) -> dict | None:
+    """The server's steps between two readings of STEP_METRICS: how many, their mean wall time
+    (ms) and mean batch (requests computed in one); None without both histograms."""
+    if not before or not after or any(n not in before or n not in after for n in STEP_METRICS):
+        return None
+    duration, batch = STEP_METRICS
+    count = after[duration][1] - before[duration][1]
+    if count <= 0:
+        return None
+    return {"count": int(count),
+            "mean_ms": 1e3 * (after[duration][0] - before[duration][0]) / count,
+            "mean_batch": (after[batch][0] - before[batch][0]) / count}
 
 
 @dataclass(slots=True)
@@ -156,17 +233,13 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
         points.append(ProfilePoint("server", len(points) + 1, "step", prompt, 1, 0, 1,
                                    server_mean * 1e3, model))
     for batch in probe.decode_batches:
-        result = bench(url, _fixed(probe.decode_input, probe.decode_output, batch, batch),
-                       directory, f"decode{tag}-{batch}.json", f"decode, batch {batch}")
-        # Each request's mean gap between tokens (its TPOT), median over the batch: a client
-        # descheduled for a moment reads two tokens at once, a gap of 0 and one of two steps,
-        # which moves the median gap but not the mean. (A stream that came in one read shows
-        # no step at all: no point.)
-        step = result.get("median_tpot_ms") or result.get("median_itl_ms")
-        if not step or not step > 0:
+        flags, prompt = _decode_probe(probe, batch, directory, f"decode{tag}-{batch}.csv")
+        result = bench(url, flags, directory, f"decode{tag}-{batch}.json", f"decode, batch {batch}")
+        step = late_step_ms(result)
+        if step is None:
             continue
         points.append(ProfilePoint("server", len(points) + 1, "step", 1, batch,
-                                   probe.decode_input + probe.decode_output // 2, 1, float(step),
+                                   round(prompt + LATE_CONTEXT * probe.decode_output), 1, step,
                                    model))
     if not served:
         return ServerSteps(points, 0.0)

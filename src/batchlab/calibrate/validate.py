@@ -25,7 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from batchlab.calibrate.live import Probe, bench, fit_server, measure_server, mini_server, warm_up
+from batchlab.calibrate.live import (
+    STEP_METRICS,
+    Probe,
+    bench,
+    fit_server,
+    measure_server,
+    mini_server,
+    server_histograms,
+    step_summary,
+    warm_up,
+)
 from batchlab.errors import InputError
 
 # Light, near saturation and over it, as shares of the server's measured saturation rate.
@@ -227,6 +237,8 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         raise InputError(f"field '--repeats' must be a whole number >= 1, got {repeats!r}")
     if model is None:
         model = served_model(cfg)[1]
+    if not probe.decode_prompts:  # decode probes spread their prompts as the compared requests do
+        probe = replace(probe, decode_prompts=tuple(dataset(cfg, math.inf).prompt.tolist()))
     runs, saturation = [], None
     with contextlib.ExitStack() as stack:
         directory = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -262,7 +274,9 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         for repeat in range(1, repeats + 1):
             for i, rate in enumerate(rates):
                 spec, front, fitted = prepare(f"-{repeat}-{i}")
+                before = server_histograms(url, STEP_METRICS)
                 result = run_bench(url, cfg, rate, directory, f"bench-{repeat}-{i}.json")
+                served_steps = step_summary(before, server_histograms(url, STEP_METRICS))
                 workload = replay_workload(result)
                 metrics, trace = simulate_requests(workload, cfg, model, spec, front)
                 predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)
@@ -272,6 +286,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                              "requests": len(workload),
                              "refused": len(result["errors"]) - len(workload), "fit": fitted,
                              "replay": replayed(trace), "rows": compare(measured, predicted),
+                             "steps": {"measured": served_steps, "predicted": simulated_steps(trace)},
                              "samples": {"measured": {k: v.tolist() for k, v in
                                                       measured_samples(result).items()},
                                          "predicted": {k: v.tolist() for k, v in
@@ -300,6 +315,15 @@ def spread(runs: list[dict]) -> list[dict]:
                         "worst": max(known) if known else None,
                         "met": bool(known) and len(known) == len(errors) and max(known) <= aim})
     return out
+
+
+def simulated_steps(trace) -> dict:
+    """The replay's steps as `step_summary` gives the server's: how many, mean ms, mean batch."""
+    duration = np.asarray(trace.steps["duration"], dtype=np.float64)
+    if duration.size == 0:
+        return {"count": 0, "mean_ms": None, "mean_batch": None}
+    return {"count": int(duration.size), "mean_ms": 1e3 * float(duration.mean()),
+            "mean_batch": float(np.mean(trace.steps["batch"]))}
 
 
 def replayed(trace) -> dict:

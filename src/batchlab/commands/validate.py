@@ -129,6 +129,17 @@ def _fit_line(fit: dict | None) -> str:
             f"{fit['front_end_ms']:.1f} ms per request")
 
 
+def _steps_line(steps: dict) -> str:
+    def one(who, summary):
+        if not summary or not summary["count"]:
+            return f"{who}: not known"
+        return (f"{who}: {summary['count']:,} of {summary['mean_ms']:.2f} ms, "
+                f"batch {summary['mean_batch']:.2f}")
+
+    return f"steps (count, mean time, mean batch), {one('server', steps['measured'])}; " \
+           f"{one('simulator', steps['predicted'])}"
+
+
 def _tables(out: dict):
     from rich.table import Table
 
@@ -141,7 +152,8 @@ def _tables(out: dict):
             load += f": {run['rate']:.3g} req/s"
         refused = f", {run['refused']} refused by the server" if run["refused"] else ""
         t = Table(title=f"{load}{which}, {run['requests']} requests{refused} "
-                        f"({out['model']}, {out['system']})", caption=_fit_line(run["fit"]))
+                        f"({out['model']}, {out['system']})",
+                  caption=f"{_steps_line(run['steps'])}\n{_fit_line(run['fit'])}")
         for col in ("metric", "measured", "predicted", "error"):
             t.add_column(col, justify="left" if col == "metric" else "right")
         for row in run["rows"]:

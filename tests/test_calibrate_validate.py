@@ -282,6 +282,19 @@ def test_late_step_leaves_out_the_first_half_of_each_stream():
     assert late_step_ms({"errors": ["", ""], "itls": [[], [0.0, 0.0]]}) is None
 
 
+def test_pooled_probe_sets_keep_every_point_and_average_the_front_end():
+    from batchlab.calibrate.live import ServerSteps, pooled
+
+    a = ServerSteps(["a1", "a2"], 0.002, 30.0, 28.0)
+    b = ServerSteps(["b1"], 0.004, 34.0, 30.0)
+    silent = ServerSteps(["c1"], 0.0)   # no TTFT histogram: no front end measured
+    both = pooled(a, b, silent)
+    assert both.points == ["a1", "a2", "b1", "c1"]
+    assert both.front_end_s == pytest.approx(0.003)
+    assert (both.client_ttft_ms, both.server_ttft_ms) == (pytest.approx(32.0), pytest.approx(29.0))
+    assert pooled(silent).front_end_s == 0.0 and pooled(silent).client_ttft_ms is None
+
+
 def test_step_summary_between_two_readings():
     from batchlab.calibrate.live import STEP_METRICS, step_summary
 
@@ -345,6 +358,8 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert all(row["measured"] > 0 for row in run["rows"]
                    if row["key"].endswith(("ttft_ms", "e2el_ms", "throughput")))
         fit = run["fit"]
+        # Fitted to the probes on both sides of the run: every point twice.
+        assert len(fit["points"]) == 2 * 3 and fit["points"][:3] != fit["points"][3:]
         assert set(fit["slowdown"]) == {"memory", "compute"}
         assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
         assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0
@@ -353,7 +368,7 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert measured["count"] > 0 and measured["mean_ms"] > 0 and measured["mean_batch"] >= 1
         assert predicted["count"] > 0 and predicted["mean_batch"] >= 1
         # Decode probes spread their prompts as the compared dataset's.
-        probe_file = tmp_path / f"decode-1-{i}-3.csv"
+        probe_file = tmp_path / f"decode-{i}-3.csv"   # the sets before and after run 0: -0, -1
         prompts = [int(line.split(",")[1]) for line in probe_file.read_text().splitlines()[1:]]
         assert prompts == spread_lengths(load_requests(spec).prompt, 3)
         # The bench run that was compared, as the client saved it.

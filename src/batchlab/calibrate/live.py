@@ -2,9 +2,9 @@
 
 The device spec from `batchlab calibrate --mini` was measured on operators in a quiet loop; the
 server runs the same forward inside its engine loop, with its HTTP front end and the load
-generator on the same cores, and on a shared machine at another moment. So before each
-comparison the server's own steps are timed with `batchlab bench`, and the spec is refitted to
-them (`fit_server`):
+generator on the same cores, and on a shared machine at another moment. So just before and
+just after each comparison the server's own steps are timed with `batchlab bench`, and the spec
+is refitted to both sets (`pooled`, `fit_server`):
 
 - decode steps: B short requests sent at once; the median over them of each one's mean gap
   between tokens in the second half of its stream (`late_step_ms`) is the time of one decode
@@ -245,6 +245,19 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
         return ServerSteps(points, 0.0)
     front = max(0.0, (client_sum - server_sum) / served)
     return ServerSteps(points, front, 1e3 * client_sum / served, 1e3 * server_sum / served)
+
+
+def pooled(*sets: ServerSteps) -> ServerSteps:
+    """Probe sets taken at different moments as one: every point, and the front end and TTFTs
+    averaged over the sets that measured them."""
+    def mean(values):
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    fronts = [s.front_end_s for s in sets if s.client_ttft_ms is not None]
+    return ServerSteps([p for s in sets for p in s.points], mean(fronts) or 0.0,
+                       mean([s.client_ttft_ms for s in sets]),
+                       mean([s.server_ttft_ms for s in sets]))
 
 
 @dataclass(frozen=True, slots=True)

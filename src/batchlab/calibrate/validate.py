@@ -5,9 +5,9 @@ serve` (started here unless a base URL is given) and saves every request's send 
 and output lengths, TTFT, inter-token gaps and latency; the simulator then replays exactly those
 requests (the client's send times as arrivals, the lengths the server actually produced) through
 the same system (scheduler, memory manager, KV capacity, context limit) on the device spec,
-refitted just before to the server's own steps (`live.py`); the two sets of figures are compared
-metric by metric. With repeats, the whole sequence of rates runs again on the same server, so
-the spread of the errors shows how much of them is the machine's noise.
+refitted to the server's own steps timed just before and just after (`live.py`); the two sets
+of figures are compared metric by metric. With repeats, the whole sequence of rates runs again
+on the same server, so the spread of the errors shows how much of them is the machine's noise.
 
 The default rates are fractions of the server's saturation rate, measured first (every request
 of the dataset at once: the requests per second it sustains; the simulator's prediction of it
@@ -32,6 +32,7 @@ from batchlab.calibrate.live import (
     fit_server,
     measure_server,
     mini_server,
+    pooled,
     server_histograms,
     step_summary,
     warm_up,
@@ -226,11 +227,11 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
              progress=None, refit: bool = True, repeats: int = 1, probe: Probe = Probe()) -> dict:
     """Bench the server at each rate, replay each run in the simulator, compare; one dict.
 
-    With `refit`, before each run the spec's speed (memory and compute work apart, `live.py`)
-    and CPU overheads are refitted to the
-    server's own steps and the front end's per-request latency is measured (`live.py`), from short
-    requests of their own, never from the requests compared afterwards. Without `cfg.rates`,
-    the server's throughput with every request at once sets the three loads."""
+    With `refit`, for each run the spec's speed (memory and compute work apart, `live.py`) and
+    CPU overheads are refitted to the server's own steps, timed just before and just after the
+    run, and the front end's per-request latency is measured (`live.py`), from short requests
+    of their own, never from the requests compared. Without `cfg.rates`, the server's
+    throughput with every request at once sets the three loads."""
     from batchlab.metrics.vllm import vllm_result
 
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -246,20 +247,35 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                                               cfg.seed, cfg.base_url))
         warm_up(url, directory)
 
-        def prepare(tag: str):
-            """The spec for the next run (refitted to the server now) and the front end."""
+        taken: list = []   # the probe sets measured so far
+
+        def bracketed(run):
+            """`run()` between the server's probes just before it (the last set taken) and a
+            new set just after it: (its result, the spec refitted to both sets, the front end,
+            the fit's record). The machine drifts during a run; probes on both sides centre
+            the fit on it, and each set serves the runs on both of its sides."""
             if not refit:
-                return gpu, 0.0, None
-            steps = measure_server(url, model, directory, probe, tag=tag)
+                return run(), gpu, 0.0, None
+            if not taken:
+                taken.append(measure_server(url, model, directory, probe, tag="-0"))
+            result = run()
+            taken.append(measure_server(url, model, directory, probe, tag=f"-{len(taken)}"))
+            steps = pooled(taken[-2], taken[-1])
             spec, slowdown = fit_server(steps.points, gpu)
-            return spec, steps.front_end_s, _fit_record(steps, spec, slowdown)
+            return result, spec, steps.front_end_s, _fit_record(steps, spec, slowdown)
+
+        def bench_with_steps(rate: float, name: str):
+            """`run_bench`, and the server's steps over it (`step_summary`)."""
+            before = server_histograms(url, STEP_METRICS)
+            result = run_bench(url, cfg, rate, directory, name)
+            return result, step_summary(before, server_histograms(url, STEP_METRICS))
 
         rates, names = cfg.rates, None
         if rates is None:
             # The loads are shares of what the server sustains with every request at once;
             # the simulator's prediction of that is compared too.
-            spec, front, fitted = prepare("-saturation")
-            result = run_bench(url, cfg, math.inf, directory, "bench-saturation.json")
+            result, spec, front, fitted = bracketed(
+                lambda: run_bench(url, cfg, math.inf, directory, "bench-saturation.json"))
             metrics, trace = simulate_requests(replay_workload(result), cfg, model, spec, front)
             predicted = vllm_result(metrics, trace.prompt)["request_throughput"]
             measured = result.get("request_throughput")
@@ -273,10 +289,8 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         names = names or tuple(f"{r:g} req/s" for r in rates)
         for repeat in range(1, repeats + 1):
             for i, rate in enumerate(rates):
-                spec, front, fitted = prepare(f"-{repeat}-{i}")
-                before = server_histograms(url, STEP_METRICS)
-                result = run_bench(url, cfg, rate, directory, f"bench-{repeat}-{i}.json")
-                served_steps = step_summary(before, server_histograms(url, STEP_METRICS))
+                (result, served_steps), spec, front, fitted = bracketed(
+                    lambda: bench_with_steps(rate, f"bench-{repeat}-{i}.json"))
                 workload = replay_workload(result)
                 metrics, trace = simulate_requests(workload, cfg, model, spec, front)
                 predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)

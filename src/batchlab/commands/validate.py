@@ -25,9 +25,10 @@ def register(subparsers) -> None:
                     "rate, replay exactly the requests it sent (send times, prompt and output "
                     "lengths) in the simulator with the same system on a calibrated device spec, "
                     "and print predicted against measured TTFT, TPOT, ITL and E2E (mean, p50, "
-                    "p90, p99) and throughput with relative errors. Before each rate the "
-                    "spec's speed and CPU overheads are refitted to the server's own steps and "
-                    "its front end's per-request latency measured. Default rates: 0.3, 0.9 and 1.5 x "
+                    "p90, p99) and throughput with relative errors. For each rate the "
+                    "spec's speed and CPU overheads are refitted to the server's own steps, "
+                    "timed just before and just after it, and its front end's per-request "
+                    "latency measured. Default rates: 0.3, 0.9 and 1.5 x "
                     "the server's measured saturation rate (light, near saturation, over it). "
                     "See docs/fidelity.md.")
     parser.add_argument("--model", default="mini", metavar="MINI-SPEC",
@@ -58,7 +59,7 @@ def register(subparsers) -> None:
     parser.add_argument("--no-refit", dest="refit", action="store_false",
                         help="predict with the device spec as it is, instead of refitting its "
                              "speed and CPU overheads to the server's own steps (and measuring "
-                             "its front end) before each rate")
+                             "its front end) around each rate")
     parser.add_argument("--plot", metavar="DIR",
                         help="write the predicted and measured CDFs (PNG and SVG) into DIR")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -358,8 +358,9 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert all(row["measured"] > 0 for row in run["rows"]
                    if row["key"].endswith(("ttft_ms", "e2el_ms", "throughput")))
         fit = run["fit"]
-        # Fitted to the probes on both sides of the run: every point twice.
-        assert len(fit["points"]) == 2 * 3 and fit["points"][:3] != fit["points"][3:]
+        # Fitted to the probes on both sides of the run: the prefill probe of each set (a
+        # tiny model's decode probe may show no step: tokens read at once).
+        assert [p["tokens"] for p in fit["points"]].count(24) == 2
         assert set(fit["slowdown"]) == {"memory", "compute"}
         assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
         assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0

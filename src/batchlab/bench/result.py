@@ -62,7 +62,7 @@ def measure(outcome: RunOutcome, workload: Workload, slo: SLO | None = None) -> 
     arrival = np.array([r.start for r in results], dtype=np.float64)
     metrics = compute_metrics(arrival, offsets, flat, served, slo)
     chunk_gaps = np.concatenate(itls) if n else np.empty(0)
-    metrics = dataclasses.replace(metrics, itls=chunk_gaps, itl=LatencyStats.of(chunk_gaps))
+    metrics = dataclasses.replace(metrics, measured_itls=chunk_gaps, itl=LatencyStats.of(chunk_gaps))
     input_lens = np.array([r.prompt_tokens if r.prompt_tokens is not None else int(workload.prompt[r.index])
                            for r in results], dtype=np.int64)
     return Measured(metrics, input_lens, lens, times, itls)

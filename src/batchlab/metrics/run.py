@@ -9,9 +9,10 @@ import numpy as np
 from batchlab.metrics.latency import (
     LatencyStats,
     RequestLatencies,
+    TokenTimes,
+    check_token_times,
     inter_token_latencies,
     request_latencies,
-    check_token_times,
 )
 from batchlab.metrics.slo import SLO, slo_attainment
 from batchlab.metrics.throughput import overall_throughput, steady_throughput
@@ -37,7 +38,19 @@ class RunMetrics:
     slo: SLO | None
     slo_attainment: float | None
     requests: RequestLatencies
-    itls: np.ndarray  # [T - n_served] s: every gap between consecutive tokens of a served request
+    token_times: TokenTimes  # the run's checked token times (its arrays, not a copy)
+    # ITLs measured apart from the token times (a client's gaps between the chunks it read);
+    # None: the token times' own gaps.
+    measured_itls: np.ndarray | None = None
+
+    @property
+    def itls(self) -> np.ndarray:
+        """[T - n_served] s: every gap between consecutive tokens of a served request, in token
+        order (or `measured_itls`). Made on each use from `token_times`: a run of hundreds of
+        millions of tokens would otherwise keep a second array of their size."""
+        if self.measured_itls is not None:
+            return self.measured_itls
+        return inter_token_latencies(self.token_times)
 
 
 def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO | None = None) -> RunMetrics:
@@ -49,10 +62,8 @@ def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO |
     tt = check_token_times(arrival, token_offsets, token_times, served)
     lat = request_latencies(tt)
     served_count = int(tt.served.sum())
-    # The ITL figures from an array of their own, partitioned in place for the percentiles; the
-    # kept ITLs are made once it is gone: at most one run-sized array of gaps at a time.
+    # The ITL figures from an array of their own, partitioned in place for the percentiles.
     itl = LatencyStats.of(inter_token_latencies(tt), overwrite=True)
-    itls = inter_token_latencies(tt)
     return RunMetrics(
         requests_total=int(tt.arrival.shape[0]),
         served=served_count,
@@ -67,5 +78,5 @@ def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO |
         slo=slo,
         slo_attainment=slo_attainment(lat, slo) if slo is not None and tt.arrival.size else None,
         requests=lat,
-        itls=itls,
+        token_times=tt,
     )

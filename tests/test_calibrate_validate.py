@@ -392,3 +392,19 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert len(run["samples"]["measured"]["ttft"]) == len(run["samples"]["predicted"]["ttft"])
     assert {(s["load"], s["key"]) for s in out["spread"]} == {
         ("4 req/s", k) for k in AIMS}
+
+
+def test_the_fit_line_shows_each_probe_shape_once_with_both_readings():
+    from batchlab.commands.validate import _fit_line
+
+    def point(tokens, batch, measured, predicted):
+        return {"tokens": tokens, "batch": batch, "context": 0 if tokens > 1 else 40,
+                "measured_ms": measured, "predicted_ms": predicted}
+
+    fit = {"points": [point(64, 1, 20.0, 21.0), point(1, 4, 8.0, 7.5),
+                      point(64, 1, 22.0, 21.0), point(1, 4, 9.0, 7.5)],
+           "slowdown": {"memory": 1.2, "compute": 1.0}, "step_overhead_s": 0.0005,
+           "seq_overhead_s": 0.0001, "front_end_ms": 2.0}
+    line = _fit_line(fit)
+    assert "prefill 64 20.0, 22.0/21.0 ms, decode B=4 8.0, 9.0/7.5 ms;" in line
+    assert _fit_line(None) == "device spec as given (--no-refit)"

@@ -121,9 +121,16 @@ def _fit_line(fit: dict | None) -> str:
     def name(p):
         return f"prefill {p['tokens']}" if p["tokens"] > 1 else f"decode B={p['batch']}"
 
-    steps = ", ".join(f"{name(p)} {p['measured_ms']:.1f}/{p['predicted_ms']:.1f} ms"
-                      for p in fit["points"])
-    return (f"server steps measured/predicted: {steps}; refitted slowdown "
+    shapes: dict[tuple, list] = {}   # the probes before and after the run, shape by shape
+    for p in fit["points"]:
+        shapes.setdefault((p["tokens"], p["batch"], p["context"]), []).append(p)
+
+    def shape(same):
+        measured = ", ".join(f"{p['measured_ms']:.1f}" for p in same)
+        return f"{name(same[0])} {measured}/{same[0]['predicted_ms']:.1f} ms"
+
+    steps = ", ".join(shape(same) for same in shapes.values())
+    return (f"server steps measured (before, after)/predicted: {steps}; refitted slowdown "
             f"{fit['slowdown']['memory']:.2f} (memory) / {fit['slowdown']['compute']:.2f} "
             f"(compute), CPU {fit['step_overhead_s'] * 1e3:.2f} ms per step + "
             f"{fit['seq_overhead_s'] * 1e3:.3f} ms per sequence; front end "

@@ -57,7 +57,8 @@ def latency_keys(selected: Sequence[str] = DEFAULT_METRICS,
 def _values(metrics: RunMetrics, name: str) -> np.ndarray:
     """Seconds, without the undefined (NaN) entries of unserved requests or TPOT of O = 1."""
     lat = metrics.requests
-    raw = {"ttft": lat.ttft, "tpot": lat.tpot, "itl": metrics.itls, "e2el": lat.e2e}[name]
+    # metrics.itls is made on use: only for the ITL figures
+    raw = metrics.itls if name == "itl" else {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2e}[name]
     raw = np.asarray(raw, dtype=np.float64)
     return raw[~np.isnan(raw)] if any_nan(raw) else raw   # no copy of millions of ITLs for nothing
 

@@ -13,8 +13,8 @@ is refitted to both sets (`pooled`, `fit_server`):
   machine pulls down: two tokens in one read).
   Their prompts spread as the compared traffic's do (`spread_lengths`): a decode step costs
   more when its sequences' lengths differ (the mini server's paged kernel runs one batched
-  product per bucket of lengths, 5-12% of a step of 3-32 sequences here), so a probe of equal
-  lengths would time a step the traffic never has;
+  product per bucket of lengths), so a probe of equal lengths would time a step the traffic
+  never has;
 - prefill steps: requests of P prompt tokens sent one at a time; the server's own mean TTFT
   (its Prometheus histogram `vllm:time_to_first_token_seconds`, which batchlab serve and vLLM
   both export) is the time of one prefill step of P tokens, from the request's arrival in the

@@ -21,12 +21,6 @@ _EXPORTS = {
                      "fit_profile"), "profiles"),
 }
 
-__all__ = [
-    "AdaptiveBatcher", "BatcherMetrics", "BatchFunctionError", "OverloadError", "batched",
-    "AIMDController", "BatchController", "FixedController", "QuantileController",
-    "fit_quantile_line", "DelayedConfig", "DelayedResult", "simulate_delayed",
-    "FAST_LOW_FIXED", "HIGH_FIXED", "LOW_FIXED", "MEDIUM", "TOY_MODELS", "LatencyProfile",
-    "fit_profile",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

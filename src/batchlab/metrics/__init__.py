@@ -20,13 +20,6 @@ _EXPORTS = {
                      "percentile_key", "run_duration", "vllm_result"), "vllm"),
 }
 
-__all__ = [
-    "COLUMNS", "PERCENTILES", "SLO", "GoodputResult", "LatencyStats", "RequestLatencies", "RunMetrics",
-    "TokenTimes", "check_token_times", "compute_metrics", "find_goodput", "inter_token_latencies", "none_if_nan",
-    "request_latencies", "request_rows", "requests_csv", "requests_json", "slo_attainment", "slo_met",
-    "overall_throughput", "steady_throughput", "time_weighted_mean", "write_requests",
-    "METRICS", "latency_keys", "parse_goodput", "parse_metric_percentiles", "parse_percentile_metrics",
-    "percentile_key", "run_duration", "vllm_result",
-]
+__all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

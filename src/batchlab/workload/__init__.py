@@ -25,12 +25,6 @@ _EXPORTS = {
     **dict.fromkeys(("AZURE_COLUMNS", "TraceColumns", "load_builtin_trace", "load_trace"), "traces"),
 }
 
-__all__ = [
-    "ARRIVAL_PROCESSES", "AZURE_COLUMNS", "BUILTIN_MOONCAKE", "BUILTIN_TRACES", "CONTEXT_MODES",
-    "DISTRIBUTIONS", "ChatSessions", "Clipped", "Content", "ContextReport", "FewShot", "FixedLengths",
-    "LengthDistribution", "LogNormalLengths", "TraceColumns", "UniformLengths", "Workload", "arrivals",
-    "distribution", "gamma_arrivals", "limit_context", "load_builtin_mooncake", "load_builtin_trace",
-    "load_mooncake", "load_trace", "make_workload", "poisson_arrivals", "summarize", "workload_kinds",
-]
+__all__ = sorted({*_EXPORTS, "ARRIVAL_PROCESSES", "arrivals", "gamma_arrivals", "poisson_arrivals"})
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -44,8 +44,8 @@ def test_smooth_roofline_and_floor_by_regime_by_hand():
     big = op_work("up", Dims.of(LLAMA2, 1), uniform_shape(1, 0, 8192))
     p = class_params(SMOOTH)["matmul"]
     from batchlab.hardware.opcost import kernel_floor
-    assert kernel_floor(p, one[0] / p.flop_rate, one[1] / p.byte_rate) < 1.6e-6
-    assert kernel_floor(p, big[0] / p.flop_rate, big[1] / p.byte_rate) > 7e-6
+    assert kernel_floor(p.floor, p.compute_floor, one[0] / p.flop_rate, one[1] / p.byte_rate) < 1.6e-6
+    assert kernel_floor(p.floor, p.compute_floor, big[0] / p.flop_rate, big[1] / p.byte_rate) > 7e-6
 
 
 def test_without_the_new_fields_a_product_keeps_the_hard_roofline():

@@ -37,6 +37,7 @@ from batchlab.hardware.opcost import (
     Dims,
     OperatorCost,
     class_params,
+    kernel_floor,
     op_time,
     op_work,
     paid_rows,
@@ -225,10 +226,9 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
             memory = nbytes / (bw * mbu)
             if waves is not None:
                 memory = np.maximum(memory, waves * cols / (v[f"{group}_row_bandwidth"] * GB))
-            fixed = floor * US
-            if "matmul_compute_floor_s" in v:  # the floor by regime (opcost.kernel_floor)
-                fixed = (v["matmul_compute_floor_s"] * compute + floor * memory) \
-                    / (compute + memory) * US
+            compute_floor = v.get("matmul_compute_floor_s")   # the floor by regime, when fitted
+            fixed = kernel_floor(floor * US, None if compute_floor is None else compute_floor * US,
+                                 compute, memory)
             time = roofline(compute, memory, v.get("matmul_roofline_p", 0.0)) + fixed
             if "matmul_vector_mbu" in v:  # one row: the matrix-vector kernel
                 vector = np.maximum(flops / (peak * mfu), nbytes / (bw * v["matmul_vector_mbu"]))

@@ -348,13 +348,13 @@ def roofline(compute, memory, p: float):
     return high * (1.0 + ((compute + memory - high) / high) ** p) ** (1.0 / p)
 
 
-def kernel_floor(p: ClassParams, compute, memory):
+def kernel_floor(floor, compute_floor, compute, memory):
     """The fixed time of one kernel: `floor`, or with a compute floor the two weighted by the
     shares of compute and memory time (a streaming kernel pays the first, a compute-bound one
     the second)."""
-    if p.compute_floor is None:
-        return p.floor
-    return (p.compute_floor * compute + p.floor * memory) / (compute + memory)
+    if compute_floor is None:
+        return floor
+    return (compute_floor * compute + floor * memory) / (compute + memory)
 
 
 def row_waves(rows, slots: float):
@@ -389,7 +389,8 @@ def op_time(p: ClassParams, flops, nbytes, rows, width=None):
     per-token kernel's bytes per row."""
     compute = _compute(p, flops, rows, width)
     memory = _memory(p, nbytes, rows, width)
-    time = roofline(compute, memory, p.roofline_p) + kernel_floor(p, compute, memory)
+    time = (roofline(compute, memory, p.roofline_p)
+            + kernel_floor(p.floor, p.compute_floor, compute, memory))
     if p.vector_rate > 0:
         vector = _max(flops / p.flop_rate, nbytes / p.vector_rate) + p.floor
         if isinstance(rows, np.ndarray) or isinstance(time, np.ndarray):

@@ -200,9 +200,7 @@ class PagedMemory(MemoryManager):
                 grown.append((table, need))
                 total += need
         if total > self.free_blocks():   # someone is refused: exactly as one grow after another
-            for r in requests:
-                self.grow(r, n_tokens)
-            return
+            return super().grow_run(requests, n_tokens)
         taken, at = self._allocate(total), 0
         for table, need in grown:
             table += taken[at:at + need]

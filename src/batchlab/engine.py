@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 import numpy as np
 
@@ -32,13 +31,11 @@ from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.unlimited import UnlimitedMemory
-from batchlab.request import Request, Status
+from batchlab.request import Request, Status, computed_of
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler
 from batchlab.trace import RoundRecord, StepLog, Trace
-
-_computed = attrgetter("computed")   # cheaper than a generator in the per-step sums
 
 
 class Engine:
@@ -390,7 +387,7 @@ class Engine:
         decodes = len(plan.decodes)
         self.steps.add(t, duration, decodes + len(plan.prefills), plan.prefill_tokens, decodes,
                        self.memory.held_tokens(),
-                       sum(map(_computed, self.scheduler.running)) - self.memory.shared_tokens(),
+                       sum(map(computed_of, self.scheduler.running)) - self.memory.shared_tokens(),
                        len(self.scheduler.running))
 
     def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
@@ -453,7 +450,7 @@ class Engine:
         return StepOutput(start, float(stretch.ends[done]), plan, [])
 
     def _stretch(self, t: float, steps: int, held: np.ndarray) -> Stretch:
-        durations = self.executor.decode_run(list(map(_computed, self.scheduler.running)), steps)
+        durations = self.executor.decode_run(list(map(computed_of, self.scheduler.running)), steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
         return Stretch(t, durations, ends, held)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -97,3 +98,7 @@ class Request:
     def order_key(self) -> tuple[float, int]:
         """Arrival order: (arrival, input order), never the id."""
         return (self.arrival, self.index)
+
+
+# Each request's `computed`, for C-level sums over a batch (they run every step).
+computed_of = attrgetter("computed")

@@ -7,16 +7,11 @@ bandwidth, serialised with the step (no overlap is assumed, a pessimistic but si
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 import numpy as np
 
 from batchlab.hardware import GPUSpec, ModelSpec, step_time, step_totals
-from batchlab.request import Request
+from batchlab.request import Request, computed_of
 from batchlab.scheduler.plan import StepPlan
-
-
-_computed = attrgetter("computed")   # a C-level sum: this runs every step
 
 
 class RooflineExecutor:
@@ -30,7 +25,7 @@ class RooflineExecutor:
         duration = 0.0
         if plan:
             decodes = len(plan.decodes)
-            decode_past = sum(map(_computed, plan.decodes))
+            decode_past = sum(map(computed_of, plan.decodes))
             # a decode is SeqWork(1, n_past): attention units 1*(2*n_past + 2)
             sum_new, sum_past, n_emit = decodes, decode_past, decodes
             attn_units = 2 * decode_past + 2 * decodes

@@ -61,13 +61,20 @@ class TokenTimes:
         without a per-token owner array, which a run of millions of tokens pays for in memory."""
         return self.block_gaps(0, len(self.arrival))[1]
 
+    def block_diff(self, a: int, b: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """Requests a..b-1: the index of their first token, the [their tokens - 1] differences
+        between consecutive tokens, and the positions of those that cross from one request's
+        last token to the next one's first."""
+        lo, hi = int(self.offsets[a]), int(self.offsets[b])
+        diff = np.diff(self.times[lo:hi])
+        boundary = self.offsets[a + 1:b] - lo - 1
+        return lo, diff, boundary[(boundary >= 0) & (boundary < diff.size)]
+
     def block_gaps(self, a: int, b: int) -> tuple[int, np.ndarray]:
         """The gaps among the tokens of requests a..b-1: the index of their first token, and
         [their tokens - 1] gaps, 0 across a request boundary (`gaps()` is all requests')."""
-        lo, hi = int(self.offsets[a]), int(self.offsets[b])
-        gaps = np.diff(self.times[lo:hi])
-        boundary = self.offsets[a + 1:b] - lo - 1  # the gap from a request's last token to the next one's first
-        gaps[boundary[(boundary >= 0) & (boundary < gaps.size)]] = 0.0
+        lo, gaps, boundary = self.block_diff(a, b)
+        gaps[boundary] = 0.0
         return lo, gaps
 
 
@@ -161,14 +168,12 @@ def inter_token_latencies(tt: TokenTimes) -> np.ndarray:
     out = np.empty(int(kept.sum()))
     at = 0
     for a, b in request_blocks(tt.offsets):
-        lo, hi = int(tt.offsets[a]), int(tt.offsets[b])
         size = int(kept[a:b].sum())
         if size == 0:
             continue
-        gaps = np.diff(tt.times[lo:hi])                            # [hi - lo - 1]
+        _, gaps, boundary = tt.block_diff(a, b)
         keep = np.repeat(tt.served[a:b], counts[a:b])[1:]          # the later token's request is served
-        boundary = tt.offsets[a + 1:b] - lo - 1                    # ... and the earlier token is its own
-        keep[boundary[(boundary >= 0) & (boundary < gaps.size)]] = False
+        keep[boundary] = False                                     # ... and the earlier token is its own
         out[at:at + size] = gaps[keep]                             # (np.compress is several times slower)
         at += size
     return out

@@ -56,11 +56,6 @@ class TokenTimes:
     def owner(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.arrival)), self.counts)  # [T] request of each token
 
-    def gaps(self) -> np.ndarray:
-        """[T - 1] each token's time minus the one before it, 0 across a request boundary:
-        without a per-token owner array, which a run of millions of tokens pays for in memory."""
-        return self.block_gaps(0, len(self.arrival))[1]
-
     def block_diff(self, a: int, b: int) -> tuple[int, np.ndarray, np.ndarray]:
         """Requests a..b-1: the index of their first token, the [their tokens - 1] differences
         between consecutive tokens, and the positions of those that cross from one request's
@@ -72,7 +67,7 @@ class TokenTimes:
 
     def block_gaps(self, a: int, b: int) -> tuple[int, np.ndarray]:
         """The gaps among the tokens of requests a..b-1: the index of their first token, and
-        [their tokens - 1] gaps, 0 across a request boundary (`gaps()` is all requests')."""
+        [their tokens - 1] gaps, 0 across a request boundary."""
         lo, gaps, boundary = self.block_diff(a, b)
         gaps[boundary] = 0.0
         return lo, gaps

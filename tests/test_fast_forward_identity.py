@@ -366,3 +366,15 @@ def test_a_request_swapped_back_in_under_a_prefix_cache_is_fast_forwarded_as_ste
                  prefill="prefill_first", preempt="swap")
     stepped, stretches, _ = check_identity(setup)
     assert stepped.work["swapped_out"] > 0 and stretches >= 1
+
+
+def test_an_lpm_head_reads_the_blocks_the_last_step_keyed():
+    # r5's first block is the one r3's prompt fills in the first step; it is keyed at the next
+    # look at the cache. Then r5 leads the lpm queue ahead of r4, which does not fit: stepping
+    # admits r5 at t=1, and the fast-forward check, which reads the queue's head first, must
+    # see the same head instead of one chosen before the keying.
+    unique = [(0, 0, 1)] * 3 + [(0, 1, 1), (0, 0, 10), (0, 1, 2)]
+    rows = [(0, 1, 4, None, c) for c in unique[:4]] + [(0, 10, 4, None, unique[4]), (0, 2, 4, None, unique[5])]
+    setup = hand(rows, ("prefix", 14, 1, 0.1, 0, None), order=QueueOrder("lpm"))
+    stepped, _, _ = check_identity(setup)
+    assert stepped.admitted_at.tolist()[4:] == [6.0, 1.0]

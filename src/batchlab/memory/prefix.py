@@ -78,6 +78,7 @@ class PrefixCacheMemory(PagedMemory):
         self._keys: dict[int, tuple[Request, list[int]]] = {}     # (request, key of each full known block)
         self._registered: dict[int, int] = {}      # leading blocks keyed or reused
         self._next_key_at: dict[int, int] = {}     # computed tokens that fill the next keyable block
+        self._version = 0   # cache_version's count
         self._pending: dict[int, tuple[Request, int]] = {}   # (request, tokens) whose blocks to key at `_flush`
         self._reused: dict[int, tuple[Request, int, int]] = {}    # (request, tokens reused, of them from host)
         self._memo: dict[int, tuple[Request, int, int, int]] = {}  # (request, version, limit, hit blocks)
@@ -109,7 +110,7 @@ class PrefixCacheMemory(PagedMemory):
         keys = self._keys_of(request)
         limit = min(len(keys), (request.known_tokens - 1) // self.block_size)
         memo = self._memo.get(id(request))
-        if memo is not None and memo[0] is request and memo[1] == self.cache_version and memo[2] == limit:
+        if memo is not None and memo[0] is request and memo[1] == self._version and memo[2] == limit:
             return memo[3]
         cached, host, n = self.cached, self.host_cache, 0
         if host:
@@ -118,8 +119,15 @@ class PrefixCacheMemory(PagedMemory):
         else:
             while n < limit and keys[n] in cached:
                 n += 1
-        self._memo[id(request)] = (request, self.cache_version, limit, n)
+        self._memo[id(request)] = (request, self._version, limit, n)
         return n
+
+    @property
+    def cache_version(self) -> int:
+        """Changes whenever `cached_tokens` may answer differently: read after keying what growth
+        has filled (`_flush`), so that a reader holding an answer sees the change a lookup would."""
+        self._flush()
+        return self._version
 
     def cached_tokens(self, request: Request) -> int:
         return self._hit_blocks(request) * self.block_size
@@ -182,7 +190,7 @@ class PrefixCacheMemory(PagedMemory):
         reused, loaded = hits * self.block_size, len(loads) * self.block_size
         self._reused[key] = (request, reused, loaded)
         if loads:
-            self.cache_version += 1
+            self._version += 1
         if request.swapped:
             pass   # its own KV comes back from host memory: no lookup to count
         elif not request.preemptions:    # its first admission: a request is re-admitted only after one
@@ -260,7 +268,7 @@ class PrefixCacheMemory(PagedMemory):
                 if k is not None and j >= done:   # keyed for a step a preemption cancelled
                     del self.cached[k]
                     key_of[b] = k = None
-                    self.cache_version += 1
+                    self._version += 1
                 if k is None:
                     self.free_list.append(b)
                 else:
@@ -370,7 +378,7 @@ class PrefixCacheMemory(PagedMemory):
                 key_of[b] = k
         self._registered[key] = stop
         self._set_next_key(key, stop, len(keys))
-        self.cache_version += 1
+        self._version += 1
 
     def _allocate(self, n: int) -> list[int]:
         """n blocks for a table (reference 1): plain free blocks first, then the LRU's oldest."""
@@ -405,7 +413,7 @@ class PrefixCacheMemory(PagedMemory):
                 if len(host) > host_limit:
                     host.popitem(last=False)
         self.evictions += n
-        self.cache_version += 1
+        self._version += 1
         return out
 
     def _trim(self) -> None:

@@ -83,8 +83,10 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
         return t, next_arrival, 0
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
-    add, waiting = engine.add, engine.scheduler.waiting
-    plan_step, begin, commit = lane.plan, lane.begin, lane.commit
+    # engine.run checked every request before the first was added: each is accepted as it is
+    add, queued = engine._accept, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
+    plan_step, begin, commit, decode = lane.plan, lane.begin, lane.commit, lane.decode
+    live, finishing = lane.live, lane.finishing
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -96,20 +98,28 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        if not lane.live and not waiting:
-            if next_arrival == n_pending:
+        if not queued:   # pure decodes: a run of them in one numpy piece, or one step
+            if not live:
+                if next_arrival == n_pending:
+                    break
+                t = max(t, next_t)   # idle: the clock jumps to the next arrival
+                continue
+            if t + RUN_MIN * lane.duration <= next_t and lane.s + RUN_MIN <= lane.next_finish():
+                run = lane.price_run(t, next_t)
+                if run is not None:
+                    t = lane.apply_run(run, len(run.ends))
+                    lane.finish_due()
+                    continue
+            end = decode(t, next_t)
+            if end is None:
                 break
-            t = max(t, next_t)   # idle: the clock jumps to the next arrival
+            t = end
+            if lane.s - 1 in finishing:
+                lane.finish_due()
             continue
         plan = plan_step()
         if plan is None:
             break
-        if not plan[0] and lane.s + RUN_MIN <= lane.next_finish():   # a run of pure decodes
-            run = lane.price_run(t, next_t)
-            if run is not None:
-                t = lane.apply_run(run, len(run.ends))
-                lane.finish_due()
-                continue
         t = begin(t, plan)
         commit()
     lane.hand_back()
@@ -120,9 +130,11 @@ class Lane:
     """An engine's running set kept as sums, with what is due at which step (module docstring).
 
     A step is planned (`plan`: nothing changes unless it holds), begun (`begin`: admissions, new
-    blocks, the price and the step log) and committed (`commit`: first tokens and finishes); a
-    run of pure decodes is priced (`price_run`) and applied (`apply_run`, whole or its first
-    steps), its finishes by `finish_due`. `hand_back` writes every request as after stepping.
+    blocks, the price and the step log) and committed (`commit`: first tokens and finishes).
+    While nobody waits, `decode` runs steps of pure decodes one after another with the sums in
+    local variables, and a longer run of them is priced in one numpy piece (`price_run`) and
+    applied (`apply_run`, whole or its first steps); finishes come by `finish_due`.
+    `hand_back` writes every request as after stepping.
     """
 
     def __init__(self, engine) -> None:
@@ -130,11 +142,16 @@ class Lane:
         self.engine, self.memory, self.waiting = engine, memory, engine.scheduler.waiting
         self.books = BOOKS[type(memory)](memory)
         self.stored_held = self.books.held_is_stored
-        self.coeffs = _affine_totals(engine.executor.model)
+        self.coeffs = fn, fe, fa, b0, bn, bp, be = _affine_totals(engine.executor.model)
+        # a step of decodes only: flops (fn + fe + 2 fa)·batch + 2 fa·cached, bytes b0 + (bn + be)·batch + bp·cached
+        self.decode_coeffs = (fn + fe + 2 * fa, 2 * fa, b0, bn + be, bp)
         self.rates = (gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s)
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
         self.bs = getattr(memory, "block_size", 1)
         self.tables = getattr(memory, "tables", {})
+        # paged memory's free list, block tables, total blocks and block size (decode's)
+        self.memory_lists = (getattr(memory, "free_list", []), self.tables, getattr(memory, "total_blocks", 0),
+                             self.bs)
         # id -> [request, step, computed then, emitted then], in running (admission) order
         self.live: dict[int, list] = {}
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
@@ -251,6 +268,52 @@ class Lane:
             self.engine._finish(r)
         if single:
             self.held = self.books.held()
+
+    def decode(self, t: float, until: float) -> float | None:
+        """Steps of pure decodes from `t` while nobody waits: plan and begin's work for that
+        case, one step after another until one ends at or after `until`, a run would price the
+        rest in one piece, or the lane cannot go on; the last one's end (its finishes wait for
+        finish_due), or None, and nothing changed, if the lane cannot run the first."""
+        live, finishing, crossings = self.live, self.finishing, self.crossings
+        free_list, tables, total_blocks, bs = self.memory_lists
+        per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
+        compute_rate, memory_rate, overhead = self.rates
+        stored_held, budget, ends = self.stored_held, self.budget, self.ends
+        s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
+        while batch <= budget:   # else the decodes alone are over the budget: the general loop's
+            grow = crossings.pop(s, None)
+            if grow is not None:   # paged: these take a block each, in running order
+                if len(grow) > len(free_list):   # a preemption: the general loop's
+                    crossings[s] = grow
+                    break
+                for r in grow:
+                    tables[id(r)].append(free_list.pop())
+                held = (total_blocks - len(free_list)) * bs
+            # begin's sums with no prompts: the same integers, so the same floats
+            compute_s = float(per_batch_f * batch + per_cached_f * computed) / compute_rate
+            memory_s = float(b0 + per_batch_b * batch + per_cached_b * computed) / memory_rate
+            duration = (compute_s if compute_s > memory_s else memory_s) + overhead
+            end = t + duration
+            rows = self.rows
+            rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
+            if len(rows) == FLUSH_ROWS:
+                self.flush_rows()
+            ends.append(end)
+            computed += batch
+            s += 1
+            self.decoded += batch
+            if end >= until:
+                break
+            t = end
+            if s - 1 in finishing:   # finishes: the sums change, and a run may now pay
+                self.s, self.computed, self.held, self.duration = s, computed, held, duration
+                self.finish_due()
+                batch, computed, held = len(live), self.computed, self.held
+                if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
+                    return end
+        if end is not None:
+            self.s, self.computed, self.held, self.duration = s, computed, held, duration
+        return end
 
     # -- runs of pure decodes ------------------------------------------------------------
 

@@ -197,7 +197,7 @@ class Engine:
         lane = aggregate.applies(self)
         while self.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
-                self.add(pending[next_arrival])
+                self._accept(pending[next_arrival])   # _check_fresh checked them all
                 next_arrival += 1
             if self.idle:
                 if next_arrival == len(pending):
@@ -230,7 +230,7 @@ class Engine:
             while in_flight and in_flight[0][0] <= t:
                 self.commit(heapq.heappop(in_flight)[2])
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
-                self.add(pending[next_arrival])
+                self._accept(pending[next_arrival])
                 next_arrival += 1
             open_slot = len(in_flight) < self.config.max_in_flight
             if open_slot and t >= next_entry and not self.idle:

@@ -40,7 +40,8 @@ class Replica:
     lane: aggregate.Lane | None = None    # the running set as sums, while the lane holds
     run: Stretch | None = None            # a priced run of the lane's decodes under way
     lane_step: bool = False               # a begun lane step under way
-    run_finishes: bool = False            # a cut run's last step under way: finishes at its end
+    lane_decode: bool = False             # a lane step of decodes only (or a cut run's last one)
+                                          # under way: its finishes come at its end
     lane_pause: int = 0                   # begins left to the general loop
     lane_ok: bool | None = None           # the engine's configuration allows a lane (None: not asked)
 
@@ -50,7 +51,7 @@ class Replica:
     def clear(self) -> None:
         self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
         self.batches, self.entered, self.next_entry = [], 0, 0.0
-        self.lane, self.run, self.lane_step, self.run_finishes, self.lane_pause = None, None, False, False, 0
+        self.lane, self.run, self.lane_step, self.lane_decode, self.lane_pause = None, None, False, False, 0
         self.lane_ok = None
 
     def start(self, now: float, horizon: float = -math.inf) -> list[float]:
@@ -61,17 +62,17 @@ class Replica:
             return self._start_pipelined(now)
         end = now
         while not (self.busy or (self.lane.idle if self.lane is not None else self.engine.idle)):
-            end = self.begin(end)
+            end = self.begin(end, horizon)
             if end >= horizon:
                 return [end]
             self.finish(end)
         return []
 
-    def begin(self, now: float) -> float:
+    def begin(self, now: float, horizon: float = -math.inf) -> float:
         """Start a lane step or run, a fast-forwarded stretch, or else one step, at `now`; when
-        it ends."""
+        it ends. Lane steps of decodes go on one after another while they end before `horizon`."""
         self.busy = True
-        end = self._begin_in_lane(now)
+        end = self._begin_in_lane(now, horizon)
         if end is not None:
             return end
         self.stretch = self.engine.begin_stretch(now)
@@ -80,9 +81,10 @@ class Replica:
         self.in_flight = self.engine.begin(now)
         return self.in_flight.end
 
-    def _begin_in_lane(self, now: float) -> float | None:
-        """A lane run of pure decodes (up to the next finish) or a lane step from `now`; None,
-        with the lane handed back, where the general loop must step."""
+    def _begin_in_lane(self, now: float, horizon: float) -> float | None:
+        """A lane run of pure decodes (up to the next finish), lane steps of decodes (up to
+        `horizon`) or a lane step from `now`; None, with the lane handed back, where the general
+        loop must step."""
         if self.lane is None:
             if self.lane_ok is None:
                 self.lane_ok = aggregate.applies(self.engine)
@@ -93,17 +95,23 @@ class Replica:
             if self.lane is None:
                 return None
         lane = self.lane
-        plan = lane.plan()
-        if plan is None:
-            lane.hand_back()
-            self.lane, self.lane_pause = None, LANE_PAUSE
-            return None
-        if not plan[0] and lane.s + aggregate.RUN_MIN <= lane.next_finish():
-            self.run = lane.price_run(now, math.inf)
-            if self.run is not None:
-                return self.run.end
-        self.lane_step = True
-        return lane.begin(now, plan)
+        if not lane.waiting:   # pure decodes: up to the next finish in one numpy piece, or one step
+            if lane.s + aggregate.RUN_MIN <= lane.next_finish():
+                self.run = lane.price_run(now, math.inf)
+                if self.run is not None:
+                    return self.run.end
+            end = lane.decode(now, horizon)
+            if end is not None:
+                self.lane_decode = True
+                return end
+        else:
+            plan = lane.plan()
+            if plan is not None:
+                self.lane_step = True
+                return lane.begin(now, plan)
+        lane.hand_back()
+        self.lane, self.lane_pause = None, LANE_PAUSE
+        return None
 
     def hand_back(self) -> None:
         """Leave the lane (nothing under way): every request as after stepping."""
@@ -142,9 +150,9 @@ class Replica:
             lane.apply_run(self.run, len(self.run.ends))
             lane.finish_due()
             self.run = None
-        elif self.run_finishes:
+        elif self.lane_decode:
             lane.finish_due()
-            self.run_finishes = False
+            self.lane_decode = False
         elif self.lane_step:
             lane.commit()
             self.lane_step = False
@@ -168,7 +176,7 @@ class Replica:
             run = self.run
             steps = min(int(np.searchsorted(run.ends, now, side="right")) + 1, len(run.ends))
             end = self.lane.apply_run(run, steps)
-            self.run, self.run_finishes = None, steps == len(run.ends)
+            self.run, self.lane_decode = None, steps == len(run.ends)
             self.version += 1
             return end
         stretch = self.stretch

@@ -61,23 +61,23 @@ class WaitingQueue:
 
     def __init__(self, order: QueueOrder) -> None:
         self.order = order
-        self._heap: list[tuple[tuple, Request]] = []
+        self.heap: list[tuple[tuple, Request]] = []
 
     def push(self, r: Request) -> None:
-        heapq.heappush(self._heap, (self.order.key(r), r))
+        heapq.heappush(self.heap, (self.order.key(r), r))
 
     def head(self) -> Request:
-        return self._heap[0][1]
+        return self.heap[0][1]
 
     def pop_head(self) -> Request:
-        return heapq.heappop(self._heap)[1]
+        return heapq.heappop(self.heap)[1]
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def __iter__(self):
         """The waiting requests in no particular order (cheap: for totals)."""
-        return (r for _, r in self._heap)
+        return (r for _, r in self.heap)
 
     @property
     def arrivals_go_last(self) -> bool:
@@ -86,16 +86,16 @@ class WaitingQueue:
 
     def remove(self, request_id: str) -> Request | None:
         """Take a request out of the queue by id (an abort); None if it is not waiting."""
-        for k, (_, r) in enumerate(self._heap):
+        for k, (_, r) in enumerate(self.heap):
             if r.id == request_id:
-                self._heap[k] = self._heap[-1]
-                self._heap.pop()
-                heapq.heapify(self._heap)
+                self.heap[k] = self.heap[-1]
+                self.heap.pop()
+                heapq.heapify(self.heap)
                 return r
         return None
 
     def in_order(self) -> list[Request]:
-        return [r for _, r in sorted(self._heap, key=lambda entry: entry[0])]
+        return [r for _, r in sorted(self.heap, key=lambda entry: entry[0])]
 
 
 class LpmQueue(WaitingQueue):
@@ -115,7 +115,7 @@ class LpmQueue(WaitingQueue):
         return (self.order.aging_rate * r.arrival - self.memory.cached_tokens(r), r.arrival, r.index)
 
     def _head_slot(self) -> int:
-        heap = self._heap
+        heap = self.heap
         if len(heap) > LPM_MAX_QUEUE:
             return 0
         stamp = (self.memory.cache_version, self._changes)
@@ -126,14 +126,14 @@ class LpmQueue(WaitingQueue):
         return slot
 
     def head(self) -> Request:
-        return self._heap[self._head_slot()][1]
+        return self.heap[self._head_slot()][1]
 
     def pop_head(self) -> Request:
         slot = self._head_slot()
         self._changes += 1
         if slot == 0:
-            return heapq.heappop(self._heap)[1]
-        heap = self._heap
+            return heapq.heappop(self.heap)[1]
+        heap = self.heap
         request = heap[slot][1]
         heap[slot] = heap[-1]
         heap.pop()
@@ -149,9 +149,9 @@ class LpmQueue(WaitingQueue):
         return super().remove(request_id)
 
     def in_order(self) -> list[Request]:
-        if len(self._heap) > LPM_MAX_QUEUE:
+        if len(self.heap) > LPM_MAX_QUEUE:
             return super().in_order()
-        return sorted((r for _, r in self._heap), key=self._lpm_key)
+        return sorted((r for _, r in self.heap), key=self._lpm_key)
 
 
 def make_queue(order: QueueOrder, memory: MemoryManager) -> WaitingQueue:

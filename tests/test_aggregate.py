@@ -25,6 +25,7 @@ from batchlab.hardware import resolve_gpu
 from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
+from batchlab.trace import StepLog, Trace
 
 GPU = resolve_gpu("A100-80GB")
 
@@ -231,3 +232,17 @@ def test_other_configurations_keep_the_general_loop(lane_steps):
                    SchedulerConfig(batching="static")):
         check(rows, config, AMPLE)
     assert lane_steps[0] == 0
+
+
+def test_the_trace_gathers_sliced_token_times_and_reads_the_others_from_their_lists():
+    ends = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    requests = [Request(f"r{k}", 0.0, 1, 4, index=k) for k in range(4)]
+    requests[0].token_times = [2.0, 3.0, 4.0]          # ends[1:4]
+    requests[1].token_times = [7.0, 8.0]               # stepped elsewhere: no slice
+    requests[2].token_times = [3.0, 4.0, 5.0, 9.0]     # its slice ends[2:5], then one more token
+    requests[3].token_times = [1.0, 2.0]               # ends[0:2]
+    sliced = np.array([[3, 0, 2], [0, 1, 4], [2, 2, 5]], dtype=np.int64)   # in finishing order
+    work = dict.fromkeys(("prefill", "decode", "recomputed", "swapped_out", "swapped_in"), 0)
+    trace = Trace.from_requests(requests[::-1], StepLog(), [], None, work, "s", [(ends, sliced)])
+    assert trace.token_offsets.tolist() == [0, 3, 5, 9, 11]
+    assert trace.token_times.tolist() == [2.0, 3.0, 4.0, 7.0, 8.0, 3.0, 4.0, 5.0, 9.0, 1.0, 2.0]

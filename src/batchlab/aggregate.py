@@ -152,13 +152,15 @@ class Lane:
         # paged memory's free list, block tables, total blocks and block size (decode's)
         self.memory_lists = (getattr(memory, "free_list", []), self.tables, getattr(memory, "total_blocks", 0),
                              self.bs)
-        # id -> [request, step, computed then, emitted then], in running (admission) order
+        # id -> [request, step, computed then, emitted then, index in ends of its first token
+        # (-1: it came in running)], in running (admission) order
         self.live: dict[int, list] = {}
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
         self.crossings: dict[int, list[Request]] = {}   # step -> decodes that take a block then
         self.ends: list[float] = []                     # each lane step's end
         self.rows: list[tuple] = []                     # step-log rows not yet in the step log
+        self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
         self.s = 0              # lane steps run: the index of the next one
         self.computed = 0       # KV tokens of the running requests: what a step reads
         self.decoded = self.prefilled = 0    # work not yet in the engine's counts
@@ -259,7 +261,7 @@ class Lane:
             r.emitted = 1
             r.token_times.append(end)
             if r.output_tokens > 1:
-                self.start(r, p, 1, self.s)
+                self.start(r, p, 1, self.s, self.s - 1)
             else:
                 single.append(r)
         self.finish_due()
@@ -393,10 +395,11 @@ class Lane:
 
     # -- the books -----------------------------------------------------------------------
 
-    def start(self, r: Request, computed: int, emitted: int, step: int) -> None:
+    def start(self, r: Request, computed: int, emitted: int, step: int, first: int = -1) -> None:
         """`r` decodes from lane step `step` on, with `computed` cached tokens and `emitted`
-        outputs: when it finishes and, on paged memory, the steps at which it takes a block."""
-        self.live[id(r)] = [r, step, computed, emitted]
+        outputs (from ends[first] on if all are this lane's): when it finishes and, on paged
+        memory, the steps at which it takes a block."""
+        self.live[id(r)] = [r, step, computed, emitted, first]
         last = step + r.output_tokens - emitted - 1
         if last not in self.finishing:
             heapq.heappush(self.finish_steps, last)
@@ -423,14 +426,17 @@ class Lane:
         if due is None:
             return
         for r in due:
-            self.bring_up(self.live.pop(id(r)))
+            entry = self.live.pop(id(r))
+            self.bring_up(entry)
+            if entry[4] >= 0:   # its token times, whole, are a slice of this lane's step ends
+                self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
             self.engine._finish(r)
         self.held = self.books.held()
 
     def bring_up(self, entry: list) -> Request:
         """Write a running request's counters and token times as of the steps run."""
-        r, step, computed, emitted = entry
+        r, step, computed, emitted, _ = entry
         k = self.s - step
         r.computed = r.peak_computed = computed + k
         r.emitted = emitted + k
@@ -450,6 +456,9 @@ class Lane:
             engine.work["decode"] += self.decoded
             engine.work["prefill"] += self.prefilled
             self.decoded = self.prefilled = 0
+        if self.sliced:   # the trace gathers those token times from the ends as an array
+            engine.token_slices.append((np.array(self.ends), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
+            self.sliced = []
 
 
 def _newcomers(waiting, n_waiting: int, books, seats: float, chunk: float, budget: float):

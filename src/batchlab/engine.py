@@ -70,6 +70,9 @@ class Engine:
         self._ids: set[str] = set()
         self.unfinished = 0
         self.steps = StepLog()
+        # an aggregate lane's step ends, and (index, first, stop) of the requests whose token
+        # times are ends[first:stop]: the trace gathers those in numpy (aggregate.py)
+        self.token_slices: list[tuple[np.ndarray, np.ndarray]] = []
         self.rounds: list[RoundRecord] = []
         self.work = {"prefill": 0, "decode": 0, "recomputed": 0, "swapped_out": 0, "swapped_in": 0}
         self._parked: dict[str, Request] = {}   # parallel samples waiting for their prompt's first token
@@ -181,7 +184,7 @@ class Engine:
     def trace(self) -> Trace:
         """Everything added so far, in input order, with the per-step log."""
         return Trace.from_requests(self.requests, self.steps, self.rounds, self.memory.capacity_tokens,
-                                   self.work, self.time_unit)
+                                   self.work, self.time_unit, self.token_slices)
 
     # -- the simulator: the same steps on a virtual clock ----------------------------------------
 

@@ -99,6 +99,35 @@ class StepLog:
         return cols
 
 
+def _token_times(ordered: list[Request], offsets: np.ndarray,
+                 token_slices: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Every request's token times, in order, into one array: the sliced ones gathered from
+    their ends, the others read from their lists (the same floats either way)."""
+    total = int(offsets[-1])
+    index = np.array([r.index for r in ordered], dtype=np.int64) if token_slices else None
+    if index is None or (index[1:] <= index[:-1]).any():   # a slice names its request by index
+        return np.fromiter(chain.from_iterable(r.token_times for r in ordered), dtype=np.float64, count=total)
+    counts = np.diff(offsets)
+    times = np.empty(total)
+    covered = np.zeros(len(ordered), dtype=bool)
+    for ends, sliced in token_slices:
+        rows = np.searchsorted(index, sliced[:, 0])
+        first, stop = sliced[:, 1], sliced[:, 2]
+        whole = (rows < len(index)) & (index[np.minimum(rows, len(index) - 1)] == sliced[:, 0])
+        whole[whole] &= counts[rows[whole]] == (stop - first)[whole]   # its list is that slice, still
+        rows, first, lengths = rows[whole], first[whole], (stop - first)[whole]
+        src = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        times[np.repeat(offsets[rows] - first, lengths) + src] = ends[src]
+        covered[rows] = True
+    rest = np.flatnonzero(~covered)
+    if rest.size:
+        lengths = counts[rest]
+        listed = np.fromiter(chain.from_iterable(ordered[k].token_times for k in rest.tolist()), dtype=np.float64,
+                             count=int(lengths.sum()))
+        times[np.repeat(offsets[rest] - (np.cumsum(lengths) - lengths), lengths) + np.arange(listed.size)] = listed
+    return times
+
+
 def _matrix(row_lists: list[list[tuple]]) -> np.ndarray:
     """[rows, columns] float64 from lists of row tuples, in order."""
     n = sum(map(len, row_lists))
@@ -129,13 +158,15 @@ class Trace:
 
     @classmethod
     def from_requests(cls, requests: list[Request], steps: StepLog, rounds: list[RoundRecord],
-                      kv_capacity: int | None, work: dict[str, int], time_unit: str) -> "Trace":
+                      kv_capacity: int | None, work: dict[str, int], time_unit: str,
+                      token_slices: list[tuple[np.ndarray, np.ndarray]] = ()) -> "Trace":
+        """The trace of `requests`. `token_slices` (ends, [(index, first, stop)]) say where
+        some requests' token times are whole: ends[first:stop], gathered in numpy."""
         ordered = sorted(requests, key=lambda r: r.index)
         counts = np.array([len(r.token_times) for r in ordered], dtype=np.int64)
         offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        times = np.fromiter(chain.from_iterable(r.token_times for r in ordered), dtype=np.float64,
-                            count=int(offsets[-1]))
+        times = _token_times(ordered, offsets, token_slices)
         return cls(
             ids=[r.id for r in ordered],
             arrival=np.array([r.arrival for r in ordered], dtype=np.float64),

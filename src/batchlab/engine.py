@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.gc_pause import gc_paused
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.unlimited import UnlimitedMemory
@@ -188,6 +189,7 @@ class Engine:
 
     # -- the simulator: the same steps on a virtual clock ----------------------------------------
 
+    @gc_paused()
     def run(self, requests: list[Request]) -> Trace:
         _check_fresh(requests)
         self.reset()

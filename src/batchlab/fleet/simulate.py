@@ -13,6 +13,7 @@ from batchlab.fleet.clock import Handoff, run_fleet
 from batchlab.fleet.pipeline import replica_engine
 from batchlab.fleet.replica import Replica
 from batchlab.fleet.routers import Router, make_router
+from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics
@@ -108,6 +109,7 @@ def _max_over_mean(values: np.ndarray) -> float | None:
     return float(values.max()) / mean if mean > 0 else None
 
 
+@gc_paused()
 def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | Router = "round-robin", *,
                    decode: list[ReplicaSpec] | None = None, decode_router: str | Router = "least-outstanding",
                    link: KVLink | None = None, slo: SLO | None = None, context_mode: str = "reject",

@@ -8,6 +8,7 @@ import numpy as np
 
 from batchlab.engine import Engine
 from batchlab.executor.costed import make_executor
+from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.metrics import SLO, RunMetrics, compute_metrics, none_if_nan, time_weighted_mean
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES, METRICS, vllm_result
@@ -106,6 +107,7 @@ def _prompt_content(c: Content, prompt_tokens: int) -> Content:
     return Content(c.ids[:-(-covered // c.unit)], c.unit, covered)
 
 
+@gc_paused()
 def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec, *,
              slo: SLO | None = None, context_mode: str = "reject", seed: int = 0,
              check_memory: bool = False, record_rounds: bool = False) -> RunResult:

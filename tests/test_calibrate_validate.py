@@ -241,6 +241,12 @@ def test_refitted_factors_price_every_step_alike():
     before = sum(r.time_s for r in OperatorCost(model, base).breakdown(single)
                  if r.op_class == "matmul")
     assert matmuls == pytest.approx(2.0 * before, rel=1e-9)
+    # A per-token kernel streaming its rows at its own bandwidth is memory work too.
+    rows = dataclasses.replace(base, norm_row_bandwidth=2e9, norm_rows_per_sm=4, sm_count=2)
+    norm = lambda spec: sum(r.time_s for r in OperatorCost(model, spec).breakdown(single)  # noqa: E731
+                            if r.op_class == "norm")
+    assert scaled(rows, Slowdown(2.0, 1.0)).norm_row_bandwidth == 1e9
+    assert norm(scaled(rows, Slowdown(2.0, 1.0))) == pytest.approx(2.0 * norm(rows), rel=1e-9)
 
 
 def test_fit_server_without_prefills_keeps_the_factors_at_one():

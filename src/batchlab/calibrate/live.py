@@ -282,17 +282,21 @@ class Slowdown:
 def scaled(gpu, slow: Slowdown | float):
     """The spec with its work `slow` times slower (a number: both kinds alike).
 
-    Rates are divided, times multiplied: peak_flops by `compute`, mem_bandwidth and the floors
-    by `memory`, and matmul_half_tokens multiplied by memory / compute: the packing term is
-    priced at the FLOP rate per weight, so it becomes `memory` times slower while the per-row
-    FLOPs become `compute` times slower."""
+    Rates are divided, times multiplied: peak_flops by `compute`, mem_bandwidth, the per-token
+    kernels' row bandwidths and the floors by `memory`, and matmul_half_tokens multiplied by
+    memory / compute: the packing term is priced at the FLOP rate per weight, so it becomes
+    `memory` times slower while the per-row FLOPs become `compute` times slower."""
     from batchlab.hardware.specs import OPERATOR_FIELDS
 
     if not isinstance(slow, Slowdown):
         slow = Slowdown(float(slow), float(slow))
-    changes: dict[str, float] = {
-        f: getattr(gpu, f) * slow.memory for f in OPERATOR_FIELDS
-        if f.endswith("_floor_s") and getattr(gpu, f) is not None}
+    changes: dict[str, float] = {}
+    for f in OPERATOR_FIELDS:
+        value = getattr(gpu, f)
+        if value is not None and f.endswith("_floor_s"):
+            changes[f] = value * slow.memory
+        elif value is not None and f.endswith("_row_bandwidth"):
+            changes[f] = value / slow.memory
     if gpu.matmul_half_tokens is not None and slow.memory != slow.compute:
         changes["matmul_half_tokens"] = gpu.matmul_half_tokens * slow.memory / slow.compute
     return dataclasses.replace(gpu, peak_flops=gpu.peak_flops / slow.compute,

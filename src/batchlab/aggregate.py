@@ -323,7 +323,8 @@ class Lane:
         """Pure-decode steps from `t` up to the next finish, while they start before `next_t`
         and every decode finds its block, priced in one numpy piece; None if too few.
 
-        The prices are the roofline executor's own decode_run, equal to pricing each step alone."""
+        The prices are decode's, as arrays: the same integers, the same float operations as
+        the roofline executor's decode_run, equal to pricing each step alone."""
         s, batch, computed = self.s, len(self.live), self.computed
         steps = min(self.next_finish() - s + 1, 1 << 20)
         if self.duration > 0 and next_t < math.inf:   # a guess at the steps before the arrival
@@ -333,7 +334,12 @@ class Lane:
         if steps < RUN_MIN or max((fn + fe + 2 * fa) * batch + 2 * fa * last_past,
                                   b0 + (bn + be) * batch + bp * last_past) > INT64_SAFE:
             return None
-        durations = self.engine.executor.decode_run_sums(batch, computed, steps)
+        per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
+        compute_rate, memory_rate, overhead = self.rates
+        cached = np.arange(computed, last_past, batch, dtype=np.int64)
+        compute_s = (per_cached_f * cached + per_batch_f * batch).astype(np.float64) / compute_rate
+        memory_s = (per_cached_b * cached + (b0 + per_batch_b * batch)).astype(np.float64) / memory_rate
+        durations = np.maximum(compute_s, memory_s) + overhead
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
             steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
@@ -352,7 +358,7 @@ class Lane:
         list only shrinks in a run), and the KV held during each."""
         s, crossings = self.s, self.crossings
         free = len(self.memory.free_list)
-        taken = np.zeros(steps, dtype=np.int64)
+        at, taken = [], []   # the run's steps that take blocks, and how many
         for k in self._booked(steps):
             grow = crossings.get(k)
             if grow is None:
@@ -361,9 +367,12 @@ class Lane:
                 steps = k - s
                 break
             free -= len(grow)
-            taken[k - s] = len(grow)
+            at.append(k - s)
+            taken.append(len(grow))
+        per_step = np.zeros(steps, dtype=np.int64)
+        per_step[at] = taken
         held0 = self.memory.total_blocks - len(self.memory.free_list)
-        return steps, (held0 + np.cumsum(taken[:steps])).astype(np.float64) * self.bs
+        return steps, (held0 + np.cumsum(per_step)).astype(np.float64) * self.bs
 
     def _booked(self, steps: int):
         """The next `steps` lane steps at which decodes take blocks, in order: every step, or

@@ -45,12 +45,10 @@ class RooflineExecutor:
         pass  # a paper GPU keeps no state
 
     def decode_run(self, n_past: list[int], steps: int) -> np.ndarray:
-        return self.decode_run_sums(len(n_past), sum(n_past), steps)
-
-    def decode_run_sums(self, batch: int, sum_past: int, steps: int) -> np.ndarray:
-        """`steps` decode steps of `batch` sequences holding `sum_past` cached tokens at the
-        first: decode_run_totals without its argument checks (the engine's counts are valid by
+        """`steps` decode steps of the sequences holding `n_past` cached tokens at the first:
+        decode_run_totals without its argument checks (the engine's counts are valid by
         construction, and this runs once per fast-forwarded stretch)."""
+        batch, sum_past = len(n_past), sum(n_past)
         flops0, bytes0 = step_totals(self.model, batch, sum_past, batch, 2 * sum_past + 2 * batch)
         flops1, bytes1 = step_totals(self.model, batch, sum_past + batch, batch, 2 * sum_past + 4 * batch)
         j = np.arange(steps, dtype=np.int64)

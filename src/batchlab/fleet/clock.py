@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from batchlab.engine import _check_fresh
 from batchlab.fleet.replica import Replica
+from batchlab.gc_pause import gc_paused
 from batchlab.fleet.routers import Router
 from batchlab.request import Request
 from batchlab.trace import Trace
@@ -41,6 +42,7 @@ class Handoff:
     decoded: dict[str, Request]                  # id -> its decode part, once handed off
 
 
+@gc_paused()
 def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Router,
               handoff: Handoff | None = None, served: Callable[[Replica, Trace], None] | None = None) -> None:
     """Serve `requests` (fresh) on `replicas`; each replica's engine then holds its share.

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.gc_pause import gc_paused
 from batchlab.executor.base import DecodeRunPricer, Executor
+from batchlab.gc_pause import gc_paused
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.unlimited import UnlimitedMemory
 from batchlab.request import Request, Status, computed_of

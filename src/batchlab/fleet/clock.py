@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from batchlab.engine import _check_fresh
 from batchlab.fleet.replica import Replica
-from batchlab.gc_pause import gc_paused
 from batchlab.fleet.routers import Router
+from batchlab.gc_pause import gc_paused
 from batchlab.request import Request
 from batchlab.trace import Trace
 

@@ -61,7 +61,7 @@ class WaitingQueue:
 
     def __init__(self, order: QueueOrder) -> None:
         self.order = order
-        self.heap: list[tuple[tuple, Request]] = []
+        self.heap: list[tuple[tuple, Request]] = []   # (key, request); empty when nobody waits
 
     def push(self, r: Request) -> None:
         heapq.heappush(self.heap, (self.order.key(r), r))

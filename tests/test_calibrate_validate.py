@@ -410,7 +410,79 @@ def test_the_fit_line_shows_each_probe_shape_once_with_both_readings():
     fit = {"points": [point(64, 1, 20.0, 21.0), point(1, 4, 8.0, 7.5),
                       point(64, 1, 22.0, 21.0), point(1, 4, 9.0, 7.5)],
            "slowdown": {"memory": 1.2, "compute": 1.0}, "step_overhead_s": 0.0005,
-           "seq_overhead_s": 0.0001, "front_end_ms": 2.0}
+           "seq_overhead_s": 0.0001, "bucket_overhead_s": 0.0003, "front_end_ms": 2.0}
     line = _fit_line(fit)
     assert "prefill 64 20.0, 22.0/21.0 ms, decode B=4 8.0, 9.0/7.5 ms;" in line
+    assert "0.100 ms per sequence + 0.300 ms per decode bucket" in line
     assert _fit_line(None) == "device spec as given (--no-refit)"
+
+
+def test_decode_buckets_count_the_groups_the_server_computes_apart():
+    from batchlab.model.paged_attention import bucket_count
+
+    # 16-token blocks: 40 and 41 keys take 3 blocks, 60 take 4, 97 take 7: three groups. Past
+    # 15 blocks a group spans an eighth of its blocks: 19 blocks round up to 20, as 20 does.
+    assert bucket_count([40, 41, 60, 97], 16) == 3
+    assert bucket_count([300, 310], 16) == 1 and bucket_count([200, 210], 16) == 2
+    rows = np.array([[40, 41, 60, 97], [33, 40, 44, 48], [300, 310, 320, 330]])   # 330 keys: 21 blocks, 22
+    assert bucket_count(rows, 16).tolist() == [bucket_count(list(r), 16) for r in rows] == [3, 1, 2]
+
+
+def test_a_steps_decode_buckets_are_priced_alike_stepped_and_fast_forwarded():
+    """Decodes crossing block boundaries change their buckets from step to step: a stretch
+    priced as an array takes them as the steps one at a time do, bit for bit."""
+    from test_fast_forward_identity import assert_same_trace
+
+    from batchlab.engine import Engine
+    from batchlab.executor.costed import CostExecutor
+    from batchlab.memory import PagedMemory
+    from batchlab.request import Request
+    from batchlab.scheduler import SchedulerConfig
+    from batchlab.scheduler.plan import StepPlan
+
+    _, model, _ = served_model(ValidateConfig())
+    spec = replace(CPU_OPS, bucket_overhead_s=4e-4, bucket_block_tokens=8)
+    rows = [(0.0, 5, 40), (0.0, 19, 35), (0.0, 30, 30), (0.2, 12, 25)]
+
+    stretches = []
+
+    class Counting(CostExecutor):
+        def decode_run(self, n_past, steps):
+            stretches.append(steps)
+            return super().decode_run(n_past, steps)
+
+    def run(fast):
+        engine = Engine(SchedulerConfig(), Counting(model, spec), PagedMemory(4096, block_size=8),
+                        fast_forward=fast)
+        return engine.run([Request(f"r{k}", a, p, o, index=k) for k, (a, p, o) in enumerate(rows)])
+
+    stepped = run(False)
+    assert not stretches
+    fast = run(True)
+    assert sum(stretches) > 16   # stretches long enough to cross blocks of 8 tokens
+    assert_same_trace(fast, stepped)
+    # the last step decodes r3 alone: its price is the plain one plus one bucket
+    r = Request("x", 0.0, 12, 25, index=0)
+    r.computed, r.emitted = 12 + 23, 24
+    alone = StepPlan(decodes=[r])
+    plain = CostExecutor(model, replace(spec, bucket_overhead_s=0.0)).run(alone)
+    assert fast.steps["duration"][-1] == CostExecutor(model, spec).run(alone) == plain + 4e-4
+
+
+def test_fit_server_recovers_a_cost_per_decode_bucket():
+    from batchlab.calibrate.live import Slowdown, fit_server, scaled
+
+    _, model, _ = served_model(ValidateConfig())
+    truth = dataclasses.replace(scaled(CPU_OPS, Slowdown(1.3, 1.1)), step_overhead_s=1e-3,
+                                seq_overhead_s=1e-4)
+    points = _server_points(truth, model)
+    buckets = [0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 5.0]   # concave in the batch, as spread prompts make them
+    for p, b in zip(points, buckets):
+        p.ms += 0.4 * b
+    spec, slow = fit_server(points, CPU_OPS, buckets, block_tokens=16)
+    assert spec.bucket_overhead_s == pytest.approx(4e-4, rel=1e-3)
+    assert spec.bucket_block_tokens == 16
+    assert spec.seq_overhead_s == pytest.approx(1e-4, rel=1e-2)
+    assert slow.memory == pytest.approx(1.3, rel=1e-3)
+    without, _ = fit_server(points, CPU_OPS)   # the same points without the groups: a worse fit
+    assert without.bucket_overhead_s == 0.0

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +72,7 @@ class Probe:
     decode_prompts: tuple[int, ...] = ()
     prefill_lens: tuple[int, ...] = (64, 256)
     prefill_requests: int = 3
+    block_tokens: int = 16   # the server's KV block: its paged decode attention buckets in blocks
 
 
 @contextlib.contextmanager
@@ -209,6 +210,7 @@ class ServerSteps:
     front_end_s: float      # client TTFT minus server TTFT, per request (0 when unknown)
     client_ttft_ms: float | None = None
     server_ttft_ms: float | None = None
+    buckets: list = field(default_factory=list)   # per point: its step's decode buckets (0: a prefill)
 
 
 def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
@@ -216,7 +218,10 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
     """Time the server's prefill and decode steps and its front end (see the module doc)."""
     from batchlab.calibrate.profiles import ProfilePoint
 
+    from batchlab.model.paged_attention import bucket_count
+
     points: list = []
+    buckets: list[float] = []
     client_sum = server_sum = served = 0.0
     for prompt in probe.prefill_lens:
         before = server_ttft(url)
@@ -232,6 +237,7 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
         served += len(ttfts)
         points.append(ProfilePoint("server", len(points) + 1, "step", prompt, 1, 0, 1,
                                    server_mean * 1e3, model))
+        buckets.append(0.0)
     for batch in probe.decode_batches:
         flags, prompt = _decode_probe(probe, batch, directory, f"decode{tag}-{batch}.csv")
         result = bench(url, flags, directory, f"decode{tag}-{batch}.json", f"decode, batch {batch}")
@@ -241,10 +247,13 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
         points.append(ProfilePoint("server", len(points) + 1, "step", 1, batch,
                                    round(prompt + LATE_CONTEXT * probe.decode_output), 1, step,
                                    model))
+        late = round(LATE_CONTEXT * probe.decode_output)   # where the timed steps are, on average
+        prompts = spread_lengths(probe.decode_prompts, batch) if probe.decode_prompts else [probe.decode_input] * batch
+        buckets.append(float(bucket_count([p + late for p in prompts], probe.block_tokens)))
     if not served:
-        return ServerSteps(points, 0.0)
+        return ServerSteps(points, 0.0, buckets=buckets)
     front = max(0.0, (client_sum - server_sum) / served)
-    return ServerSteps(points, front, 1e3 * client_sum / served, 1e3 * server_sum / served)
+    return ServerSteps(points, front, 1e3 * client_sum / served, 1e3 * server_sum / served, buckets)
 
 
 def pooled(*sets: ServerSteps) -> ServerSteps:
@@ -257,7 +266,7 @@ def pooled(*sets: ServerSteps) -> ServerSteps:
     fronts = [s.front_end_s for s in sets if s.client_ttft_ms is not None]
     return ServerSteps([p for s in sets for p in s.points], mean(fronts) or 0.0,
                        mean([s.client_ttft_ms for s in sets]),
-                       mean([s.server_ttft_ms for s in sets]))
+                       mean([s.server_ttft_ms for s in sets]), [b for s in sets for b in s.buckets])
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,14 +315,15 @@ def scaled(gpu, slow: Slowdown | float):
 FACTOR_BOUNDS = (0.1, 20.0)   # a server 10 times faster to 20 times slower than calibrated
 
 
-def fit_server(points: list, gpu):
+def fit_server(points: list, gpu, buckets: list | None = None, block_tokens: int = 16):
     """(spec, Slowdown): `gpu` with its work slowed per kind and its CPU overheads refitted, so
     that its steps match the server's (see the module doc).
 
-    Least squares on relative error over (memory, compute, fixed, per sequence), every point
-    priced by `predict_ms` on the scaled spec, exactly as the simulator prices its steps.
-    Without prefill steps both factors stay 1: decodes alone cannot tell a slowdown from the
-    overheads."""
+    Least squares on relative error over (memory, compute, fixed, per sequence and, given each
+    point's decode `buckets`, per bucket of the paged decode attention in blocks of
+    `block_tokens`), every point priced by `predict_ms` on the scaled spec, exactly as the
+    simulator prices its steps. Without prefill steps both factors stay 1: decodes alone cannot
+    tell a slowdown from the overheads."""
     from scipy.optimize import least_squares
 
     from batchlab.calibrate.fit import predict_ms
@@ -322,25 +332,30 @@ def fit_server(points: list, gpu):
         raise InputError("validate: no decode step of the server could be timed (each stream "
                          "came in one read: steps too short for the client to see)")
     free = dataclasses.replace(gpu, cost_model="operators", step_overhead_s=0.0,
-                               seq_overhead_s=0.0)
+                               seq_overhead_s=0.0, bucket_overhead_s=0.0)
     measured = np.asarray([p.ms for p in points])
     seqs = np.asarray([p.batch for p in points], dtype=np.float64)
+    groups = None if buckets is None else np.asarray(buckets, dtype=np.float64)
     factors = 2 if any(p.tokens > 1 for p in points) else 0
+    overheads = 2 if groups is None else 3
 
     def slowdown(x) -> Slowdown:
         return Slowdown(float(x[0]), float(x[1])) if factors else Slowdown()
 
     def predict(x):
         spec = scaled(free, slowdown(x))
-        return (np.asarray([predict_ms(p, spec) for p in points]) + x[factors]
-                + x[factors + 1] * seqs)
+        out = np.asarray([predict_ms(p, spec) for p in points]) + x[factors] + x[factors + 1] * seqs
+        return out if groups is None else out + x[factors + 2] * groups
 
-    low = [FACTOR_BOUNDS[0]] * factors + [0.0, 0.0]
-    high = [FACTOR_BOUNDS[1]] * factors + [np.inf, np.inf]
+    low = [FACTOR_BOUNDS[0]] * factors + [0.0] * overheads
+    high = [FACTOR_BOUNDS[1]] * factors + [np.inf] * overheads
     x = least_squares(lambda x: (predict(x) - measured) / measured,
-                      np.asarray([1.0] * factors + [0.1, 0.01]), bounds=(low, high),
+                      np.asarray([1.0] * factors + [0.1, 0.01, 0.1][:overheads]), bounds=(low, high),
                       x_scale="jac", method="trf").x
     slow = slowdown(x)
     spec = dataclasses.replace(scaled(free, slow), step_overhead_s=float(x[factors]) * 1e-3,
                                seq_overhead_s=float(x[factors + 1]) * 1e-3)
+    if groups is not None:
+        spec = dataclasses.replace(spec, bucket_overhead_s=float(x[factors + 2]) * 1e-3,
+                                   bucket_block_tokens=block_tokens)
     return spec, slow

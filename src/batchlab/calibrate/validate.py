@@ -215,12 +215,15 @@ def compare(measured: dict, predicted: dict) -> list[dict]:
 def _fit_record(steps, spec, slowdown) -> dict:
     from batchlab.calibrate.fit import predict_ms
 
+    buckets = steps.buckets or [0.0] * len(steps.points)
     return {"slowdown": slowdown.as_dict(), "step_overhead_s": spec.step_overhead_s,
-            "seq_overhead_s": spec.seq_overhead_s, "front_end_ms": steps.front_end_s * 1e3,
+            "seq_overhead_s": spec.seq_overhead_s, "bucket_overhead_s": spec.bucket_overhead_s,
+            "front_end_ms": steps.front_end_s * 1e3,
             "client_ttft_ms": steps.client_ttft_ms, "server_ttft_ms": steps.server_ttft_ms,
-            "points": [{"tokens": p.tokens, "batch": p.batch, "context": p.context,
-                        "measured_ms": p.ms, "predicted_ms": predict_ms(p, spec)}
-                       for p in steps.points]}
+            "points": [{"tokens": p.tokens, "batch": p.batch, "context": p.context, "buckets": b,
+                        "measured_ms": p.ms,
+                        "predicted_ms": predict_ms(p, spec) + spec.bucket_overhead_s * 1e3 * b}
+                       for p, b in zip(steps.points, buckets)]}
 
 
 def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
@@ -240,6 +243,8 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         model = served_model(cfg)[1]
     if not probe.decode_prompts:  # decode probes spread their prompts as the compared requests do
         probe = replace(probe, decode_prompts=tuple(dataset(cfg, math.inf).prompt.tolist()))
+    from batchlab.serving.systems import parse_system
+    probe = replace(probe, block_tokens=parse_system(cfg.system, "--system").block_size)
     runs, saturation = [], None
     with contextlib.ExitStack() as stack:
         directory = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -261,7 +266,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
             result = run()
             taken.append(measure_server(url, model, directory, probe, tag=f"-{len(taken)}"))
             steps = pooled(taken[-2], taken[-1])
-            spec, slowdown = fit_server(steps.points, gpu)
+            spec, slowdown = fit_server(steps.points, gpu, steps.buckets, probe.block_tokens)
             return result, spec, steps.front_end_s, _fit_record(steps, spec, slowdown)
 
         def bench_with_steps(rate: float, name: str):

@@ -133,7 +133,8 @@ def _fit_line(fit: dict | None) -> str:
     return (f"server steps measured (before, after)/predicted: {steps}; refitted slowdown "
             f"{fit['slowdown']['memory']:.2f} (memory) / {fit['slowdown']['compute']:.2f} "
             f"(compute), CPU {fit['step_overhead_s'] * 1e3:.2f} ms per step + "
-            f"{fit['seq_overhead_s'] * 1e3:.3f} ms per sequence; front end "
+            f"{fit['seq_overhead_s'] * 1e3:.3f} ms per sequence + "
+            f"{fit['bucket_overhead_s'] * 1e3:.3f} ms per decode bucket; front end "
             f"{fit['front_end_ms']:.1f} ms per request")
 
 

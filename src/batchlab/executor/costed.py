@@ -33,12 +33,18 @@ class CostExecutor:
         # Swapped KV moves over every GPU's own host link at once: each carries its share.
         self._swap_bytes = kv_bytes_per_token_per_gpu(model, layout)
         self._host_link = gpu.host_link_bandwidth
+        self._bucket_s, self._bucket_block = gpu.bucket_overhead_s, gpu.bucket_block_tokens
+        if self._bucket_s:   # the mini model's package loads only where its buckets are priced
+            from batchlab.model.paged_attention import bucket_count
+            self._buckets = bucket_count
 
     def run(self, plan: StepPlan) -> float:
         duration = float(self.cost.step_time(plan_shape(plan))) if plan else 0.0
         swapped = plan.swap_in_tokens + plan.swap_out_tokens
         if swapped:
             duration += swapped * self._swap_bytes / self._host_link
+        if self._bucket_s and plan.decodes:   # each decode's keys: its cached tokens and the new one
+            duration += self._bucket_s * self._buckets([r.computed + 1 for r in plan.decodes], self._bucket_block)
         return duration
 
     def stage_time(self, plan: StepPlan) -> float:
@@ -49,7 +55,11 @@ class CostExecutor:
         pass  # a paper GPU keeps no state
 
     def decode_run(self, n_past: list[int], steps: int) -> np.ndarray:
-        return self.cost.decode_run(n_past, steps)
+        durations = self.cost.decode_run(n_past, steps)
+        if self._bucket_s and n_past:   # step j: every sequence one token longer than at j - 1
+            lengths = np.asarray(n_past, dtype=np.int64)[None, :] + 1 + np.arange(steps)[:, None]
+            durations = durations + self._bucket_s * self._buckets(lengths, self._bucket_block)
+        return durations
 
 
 def make_executor(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,

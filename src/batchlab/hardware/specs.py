@@ -243,6 +243,11 @@ class GPUSpec:
     embedding_row_bandwidth: float | None = None
     embedding_rows_per_sm: int | None = None
     seq_overhead_s: float = 0.0              # CPU time per sequence in a step (operators model)
+    # CPU time per bucket of a step's decodes: the mini server's paged decode attention runs one
+    # batched computation per group of lengths in blocks of bucket_block_tokens
+    # (model/paged_attention.py); fitted by `batchlab validate`, 0 elsewhere.
+    bucket_overhead_s: float = 0.0
+    bucket_block_tokens: int = 16
     # GPU-to-GPU links for tensor and pipeline parallelism (parallel.py): an all-reduce of S
     # bytes over t GPUs costs allreduce_latency_s + 2(t-1)/t * S / allreduce_bandwidth (NCCL's
     # ring "bus bandwidth"); a stage-to-stage send costs p2p_latency_s + S / p2p_bandwidth.
@@ -265,7 +270,7 @@ class GPUSpec:
         for field in ("mfu", "mbu", "memory_utilization"):
             object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
                                                             at_most_one=True))
-        for field in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s",
+        for field in ("step_overhead_s", "seq_overhead_s", "bucket_overhead_s", "allreduce_latency_s",
                       "p2p_latency_s"):
             object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
                                                             zero_ok=True))
@@ -277,7 +282,7 @@ class GPUSpec:
                 share = field.endswith(("_mfu", "_mbu"))
                 object.__setattr__(self, field, _positive_float(
                     rec, field, value, zero_ok=not share, at_most_one=share))
-        for field in TILE_FIELDS:
+        for field in (*TILE_FIELDS, "bucket_block_tokens"):
             if getattr(self, field) is not None:
                 object.__setattr__(self, field, _positive_int(rec, field, getattr(self, field)))
         if self.matmul_tile_cols is not None and (self.matmul_tile_rows is None

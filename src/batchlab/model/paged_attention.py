@@ -38,12 +38,29 @@ class DecodeLayout:
     block_size: int
 
 
+def bucket_widths(lengths, block_size: int) -> np.ndarray:
+    """The padded number of blocks each length's bucket has: its blocks, rounded up to a
+    multiple of an eighth of them. Works on arrays of any shape."""
+    used = -(-np.asarray(lengths) // block_size)                             # blocks used
+    step = np.maximum(1, used // BUCKET_SPLIT)
+    return -(-used // step) * step
+
+
+def bucket_count(lengths, block_size: int) -> np.ndarray | int:
+    """How many buckets (batched computations per layer) decode rows of these key lengths
+    make: for a list, an int; for a [steps, rows] array, one count per step."""
+    widths = bucket_widths(lengths, block_size)
+    if widths.ndim < 2:
+        return int(np.unique(widths).size)
+    ordered = np.sort(widths, axis=1)
+    return 1 + (np.diff(ordered, axis=1) != 0).sum(axis=1)
+
+
 def decode_layout(tables: list[np.ndarray], lengths: list[int], block_size: int) -> DecodeLayout:
     """tables[i]: block ids of decode row i's request; lengths[i]: its keys, new token included."""
     lengths_arr = np.asarray(lengths)
     used = -(-lengths_arr // block_size)                                     # [B] blocks used
-    step = np.maximum(1, used // BUCKET_SPLIT)                               # [B]
-    padded = -(-used // step) * step                                         # [B] bucket width
+    padded = bucket_widths(lengths_arr, block_size)                          # [B] bucket width
     buckets = []
     for width in np.unique(padded):                                          # sorted: deterministic
         rows = np.flatnonzero(padded == width)                               # [n]

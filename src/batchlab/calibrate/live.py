@@ -24,7 +24,11 @@ is refitted to both sets (`pooled`, `fit_server`):
   client's read), a constant per request that the replay adds to every simulated token.
 
 The fit: measured = (the spec's step without CPU, its work slowed per kind) + fixed + per
-sequence · B, by least squares on relative error (`fit_server`). The work is of two kinds
+sequence · B + per bucket · G, by least squares on relative error (`fit_server`). G counts the
+batched products of the paged decode kernel (`paged_attention.bucket_count`, over the probe's
+lengths where its timed steps are): 1 to 4 sequences of spread lengths make as many buckets,
+more make about 5, so the step's cost is concave in B where a per-sequence cost alone is
+straight, and steps of 3 to 8 sequences came out 4-9% under without it. The work is of two kinds
 (`Slowdown`): bytes moved (weights streamed by the matrix-vector kernel of one row, the
 matrix-matrix kernel's packing of its weight, KV and activations, kernel floors), which decode
 steps of a few sequences are made of, and FLOPs, which prefill steps are made of. On a shared
@@ -217,7 +221,6 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
                    tag: str = "") -> ServerSteps:
     """Time the server's prefill and decode steps and its front end (see the module doc)."""
     from batchlab.calibrate.profiles import ProfilePoint
-
     from batchlab.model.paged_attention import bucket_count
 
     points: list = []
@@ -248,7 +251,8 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
                                    round(prompt + LATE_CONTEXT * probe.decode_output), 1, step,
                                    model))
         late = round(LATE_CONTEXT * probe.decode_output)   # where the timed steps are, on average
-        prompts = spread_lengths(probe.decode_prompts, batch) if probe.decode_prompts else [probe.decode_input] * batch
+        prompts = (spread_lengths(probe.decode_prompts, batch) if probe.decode_prompts
+                   else [probe.decode_input] * batch)
         buckets.append(float(bucket_count([p + late for p in prompts], probe.block_tokens)))
     if not served:
         return ServerSteps(points, 0.0, buckets=buckets)

@@ -236,6 +236,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
     of their own, never from the requests compared. Without `cfg.rates`, the server's
     throughput with every request at once sets the three loads."""
     from batchlab.metrics.vllm import vllm_result
+    from batchlab.serving.systems import parse_system
 
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise InputError(f"field '--repeats' must be a whole number >= 1, got {repeats!r}")
@@ -243,7 +244,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         model = served_model(cfg)[1]
     if not probe.decode_prompts:  # decode probes spread their prompts as the compared requests do
         probe = replace(probe, decode_prompts=tuple(dataset(cfg, math.inf).prompt.tolist()))
-    from batchlab.serving.systems import parse_system
+    # the server's KV blocks: its paged decode kernel groups the decodes' lengths in them
     probe = replace(probe, block_tokens=parse_system(cfg.system, "--system").block_size)
     runs, saturation = [], None
     with contextlib.ExitStack() as stack:

@@ -44,7 +44,8 @@ class CostExecutor:
         if swapped:
             duration += swapped * self._swap_bytes / self._host_link
         if self._bucket_s and plan.decodes:   # each decode's keys: its cached tokens and the new one
-            duration += self._bucket_s * self._buckets([r.computed + 1 for r in plan.decodes], self._bucket_block)
+            keys = [r.computed + 1 for r in plan.decodes]
+            duration += self._bucket_s * self._buckets(keys, self._bucket_block)
         return duration
 
     def stage_time(self, plan: StepPlan) -> float:

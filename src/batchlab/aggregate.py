@@ -149,9 +149,6 @@ class Lane:
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
         self.bs = getattr(memory, "block_size", 1)
         self.tables = getattr(memory, "tables", {})
-        # paged memory's free list, block tables, total blocks and block size (decode's)
-        self.memory_lists = (getattr(memory, "free_list", []), self.tables, getattr(memory, "total_blocks", 0),
-                             self.bs)
         # id -> [request, step, computed then, emitted then, index in ends of its first token
         # (-1: it came in running)], in running (admission) order
         self.live: dict[int, list] = {}
@@ -276,8 +273,8 @@ class Lane:
         case, one step after another until one ends at or after `until`, a run would price the
         rest in one piece, or the lane cannot go on; the last one's end (its finishes wait for
         finish_due), or None, and nothing changed, if the lane cannot run the first."""
-        live, finishing, crossings = self.live, self.finishing, self.crossings
-        free_list, tables, total_blocks, bs = self.memory_lists
+        live, finishing, crossings, tables, bs = self.live, self.finishing, self.crossings, self.tables, self.bs
+        free_list = getattr(self.memory, "free_list", None)   # paged memory's (decodes grow there alone)
         per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
         compute_rate, memory_rate, overhead = self.rates
         stored_held, budget, ends = self.stored_held, self.budget, self.ends
@@ -290,7 +287,8 @@ class Lane:
                     break
                 for r in grow:
                     tables[id(r)].append(free_list.pop())
-                held = (total_blocks - len(free_list)) * bs
+                # _PagedBooks.held, inline: most steps of a paged lane take a block
+                held = (self.memory.total_blocks - len(free_list)) * bs
             # begin's sums with no prompts: the same integers, so the same floats
             compute_s = float(per_batch_f * batch + per_cached_f * computed) / compute_rate
             memory_s = float(b0 + per_batch_b * batch + per_cached_b * computed) / memory_rate
@@ -329,12 +327,11 @@ class Lane:
         steps = min(self.next_finish() - s + 1, 1 << 20)
         if self.duration > 0 and next_t < math.inf:   # a guess at the steps before the arrival
             steps = min(steps, 2 * int((next_t - t) / self.duration) + RUN_MIN)
-        fn, fe, fa, b0, bn, bp, be = self.coeffs
-        last_past = computed + batch * steps
-        if steps < RUN_MIN or max((fn + fe + 2 * fa) * batch + 2 * fa * last_past,
-                                  b0 + (bn + be) * batch + bp * last_past) > INT64_SAFE:
-            return None
         per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
+        last_past = computed + batch * steps
+        if steps < RUN_MIN or max(per_batch_f * batch + per_cached_f * last_past,
+                                  b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
+            return None
         compute_rate, memory_rate, overhead = self.rates
         cached = np.arange(computed, last_past, batch, dtype=np.int64)
         compute_s = (per_cached_f * cached + per_batch_f * batch).astype(np.float64) / compute_rate
@@ -346,7 +343,7 @@ class Lane:
         if self.books.grows:
             steps, held = self._growth(steps)
         elif self.books.held_is_stored:   # unlimited memory holds what is stored
-            held = (computed + batch * np.arange(steps, dtype=np.int64)).astype(np.float64)
+            held = cached[:steps].astype(np.float64)
         else:   # reservations do not change while requests decode
             held = np.full(steps, float(self.books.held()))
         if not steps:

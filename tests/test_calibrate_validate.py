@@ -321,14 +321,14 @@ def test_decode_probes_send_the_spread_prompts_all_at_once(tmp_path):
 
     lengths = tuple(range(32, 97))
     probe = Probe(decode_output=24, decode_prompts=lengths)
-    flags, mean_prompt = _decode_probe(probe, 4, tmp_path, "probe.csv")
+    flags, prompts = _decode_probe(probe, 4, tmp_path, "probe.csv")
     assert flags[flags.index("--max-concurrency") + 1] == "4"
     sent = load_requests(DatasetSpec(name="trace", path=tmp_path / "probe.csv", num_prompts=4))
     assert sent.prompt.tolist() == spread_lengths(lengths, 4)
     assert sent.output.tolist() == [24] * 4 and not sent.arrival.any()
-    assert mean_prompt == round(sum(spread_lengths(lengths, 4)) / 4)
-    plain, prompt = _decode_probe(Probe(decode_input=16), 4, tmp_path, "unused.csv")
-    assert plain[:2] == ["--dataset-name", "fixed"] and prompt == 16
+    assert prompts == spread_lengths(lengths, 4)
+    plain, prompts = _decode_probe(Probe(decode_input=16), 4, tmp_path, "unused.csv")
+    assert plain[:2] == ["--dataset-name", "fixed"] and prompts == [16] * 4
     assert not (tmp_path / "unused.csv").exists()
 
 

@@ -120,18 +120,18 @@ def spread_lengths(lengths, n: int) -> list[int]:
     return ordered[at].tolist()
 
 
-def _decode_probe(probe: Probe, batch: int, directory: Path, name: str) -> tuple[list[str], int]:
-    """(bench flags, mean prompt length) of the decode probe of `batch` sequences: the fixed
+def _decode_probe(probe: Probe, batch: int, directory: Path, name: str) -> tuple[list[str], list[int]]:
+    """(bench flags, prompt lengths) of the decode probe of `batch` sequences: the fixed
     dataset, or a trace file of the spread prompts, all sent at once."""
     if not probe.decode_prompts:
-        return _fixed(probe.decode_input, probe.decode_output, batch, batch), probe.decode_input
+        return _fixed(probe.decode_input, probe.decode_output, batch, batch), [probe.decode_input] * batch
     prompts = spread_lengths(probe.decode_prompts, batch)
     path = directory / name
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                     + "".join(f"0,{p},{probe.decode_output}\n" for p in prompts))
     flags = ["--dataset-name", "trace", "--dataset-path", str(path), "--num-prompts",
              str(batch), "--max-concurrency", str(batch)]
-    return flags, round(sum(prompts) / batch)
+    return flags, prompts
 
 
 # Where in its stream a decode probe's request is, on average, over the second half of its gaps.
@@ -242,17 +242,16 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
                                    server_mean * 1e3, model))
         buckets.append(0.0)
     for batch in probe.decode_batches:
-        flags, prompt = _decode_probe(probe, batch, directory, f"decode{tag}-{batch}.csv")
+        flags, prompts = _decode_probe(probe, batch, directory, f"decode{tag}-{batch}.csv")
         result = bench(url, flags, directory, f"decode{tag}-{batch}.json", f"decode, batch {batch}")
         step = late_step_ms(result)
         if step is None:
             continue
+        prompt = round(sum(prompts) / batch)   # the mean prompt
         points.append(ProfilePoint("server", len(points) + 1, "step", 1, batch,
                                    round(prompt + LATE_CONTEXT * probe.decode_output), 1, step,
                                    model))
         late = round(LATE_CONTEXT * probe.decode_output)   # where the timed steps are, on average
-        prompts = (spread_lengths(probe.decode_prompts, batch) if probe.decode_prompts
-                   else [probe.decode_input] * batch)
         buckets.append(float(bucket_count([p + late for p in prompts], probe.block_tokens)))
     if not served:
         return ServerSteps(points, 0.0, buckets=buckets)

@@ -190,9 +190,9 @@ class LatencyStats:
         """The figures of `values`, NaN entries dropped. With `overwrite` the values are a
         private temporary: the percentiles partition them in place (numpy's same selection on
         the same values) instead of copying them, which for millions of ITLs is gigabytes."""
-        values = np.asarray(values, dtype=np.float64)
-        if any_nan(values):   # a copy only where there is something to drop: ITLs number in millions
-            values, overwrite = values[~np.isnan(values)], True
+        given = np.asarray(values, dtype=np.float64)
+        values = without_nan(given)
+        overwrite = overwrite or values is not given   # a copy of its own: partitioned in place
         if values.size == 0:
             return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
         mean, top = float(values.mean()), float(values.max())   # before a partition reorders them
@@ -200,10 +200,14 @@ class LatencyStats:
         return cls(int(values.size), mean, float(p50), float(p90), float(p99), top)
 
 
-def any_nan(values: np.ndarray) -> bool:
-    """Whether `values` hold a NaN, looked for a block at a time (no full-size mask)."""
+def without_nan(values: np.ndarray) -> np.ndarray:
+    """`values` less their NaN entries: `values` itself when there are none (looked for a block
+    at a time, no full-size mask), a copy only where there is something to drop: ITLs number
+    in millions."""
     flat = values.reshape(-1)
-    return any(np.isnan(flat[lo:lo + BLOCK_TOKENS]).any() for lo in range(0, flat.size, BLOCK_TOKENS))
+    if any(np.isnan(flat[lo:lo + BLOCK_TOKENS]).any() for lo in range(0, flat.size, BLOCK_TOKENS)):
+        return values[~np.isnan(values)]
+    return values
 
 
 def none_if_nan(value: float) -> float | None:

@@ -54,8 +54,9 @@ def test_hand_trace_per_request():
 def test_hand_trace_aggregates():
     m = hand_metrics()
     assert (m.requests_total, m.served, m.rejected, m.output_tokens) == (4, 3, 1, 8)
-    # TTFT 1, 1.5, 1: sorted 1, 1, 1.5; p90 at position 1.8 -> 1 + 0.8 * 0.5.
-    assert m.ttft == LatencyStats(3, pytest.approx(7 / 6), 1.0, pytest.approx(1.4), pytest.approx(1.49), 1.5)
+    # TTFT 1, 1.5, 1: sorted 1, 1, 1.5; median 1; std sqrt(1/18); p90 at position 1.8 -> 1 + 0.8 * 0.5.
+    assert m.ttft == LatencyStats(3, pytest.approx(7 / 6), 1.0, pytest.approx(math.sqrt(1 / 18)), 1.0,
+                                  pytest.approx(1.4), pytest.approx(1.49), 1.5)
     assert m.tpot.count == 2 and m.tpot.mean == pytest.approx((0.75 + 1 / 3) / 2) and m.tpot.max == 0.75
     # ITL pooled: 0.5, 1.0 (request 0) and 0.25, 0.25, 0.5 (request 2); none across requests.
     assert inter_token_latencies(check_token_times(ARRIVAL, OFFSETS, TIMES, SERVED)).tolist() == [0.5, 1.0, 0.25, 0.25, 0.5]
@@ -184,6 +185,22 @@ def test_csr_metrics_equal_a_naive_per_request_computation(run):
         steady_span = moment - min(arrival)
         if steady_span > 0:
             assert m.steady_throughput == pytest.approx(sum(t <= moment for t in served_times) / steady_span)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5])),
+                       min_size=1, max_size=60),
+       percentiles=st.lists(st.one_of(st.integers(0, 100), st.floats(0, 100)), min_size=1, max_size=5))
+def test_percentiles_and_median_are_numpys_bit_for_bit(values, percentiles):
+    """One partition gives np.percentile's linear percentiles and np.median, to the last bit."""
+    arr = np.array(values, dtype=np.float64)
+    got, median = latency.percentiles_and_median(arr.copy(), percentiles)
+    assert np.array(got).tobytes() == np.percentile(arr, percentiles).tobytes()
+    assert np.float64(median).tobytes() == np.median(arr).tobytes()
+    stats = LatencyStats.of(arr)
+    assert (stats.mean, stats.std, stats.max) == (float(arr.mean()), float(arr.std()), float(arr.max()))
+    assert [stats.p50, stats.p90, stats.p99] == np.percentile(arr, [50, 90, 99]).tolist()
+    assert arr.tolist() == values   # the caller's array is not reordered
 
 
 # --- passes a block of requests at a time ----------------------------------------------------------

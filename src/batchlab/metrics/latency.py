@@ -19,7 +19,7 @@ import numpy as np
 
 from batchlab.errors import InputError, where
 
-PERCENTILES = (50, 90, 99)  # reported with mean and max; numpy's linear interpolation
+PERCENTILES = (50, 90, 99)  # reported with mean, median, std and max; numpy's linear interpolation
 
 # Tokens one pass over the token times takes at a time: its temporaries are this size, not the
 # run's (a million-request fleet holds hundreds of millions of token times; a full-size copy
@@ -176,10 +176,13 @@ def inter_token_latencies(tt: TokenTimes) -> np.ndarray:
 
 @dataclass(slots=True, frozen=True)
 class LatencyStats:
-    """count, mean, p50, p90, p99 and max of a latency in seconds (NaN when count is 0)."""
+    """count, mean, median, population std, p50, p90, p99 and max of a latency in seconds (NaN
+    when count is 0): numpy's mean, median, std and linear percentiles of the same values."""
 
     count: int
     mean: float
+    median: float
+    std: float
     p50: float
     p90: float
     p99: float
@@ -188,16 +191,43 @@ class LatencyStats:
     @classmethod
     def of(cls, values: np.ndarray, overwrite: bool = False) -> LatencyStats:
         """The figures of `values`, NaN entries dropped. With `overwrite` the values are a
-        private temporary: the percentiles partition them in place (numpy's same selection on
-        the same values) instead of copying them, which for millions of ITLs is gigabytes."""
+        private temporary: the percentiles partition them in place instead of a copy, which
+        for millions of ITLs is gigabytes."""
         given = np.asarray(values, dtype=np.float64)
         values = without_nan(given)
-        overwrite = overwrite or values is not given   # a copy of its own: partitioned in place
         if values.size == 0:
-            return cls(0, math.nan, math.nan, math.nan, math.nan, math.nan)
-        mean, top = float(values.mean()), float(values.max())   # before a partition reorders them
-        p50, p90, p99 = np.percentile(values, PERCENTILES, overwrite_input=overwrite)
-        return cls(int(values.size), mean, float(p50), float(p90), float(p99), top)
+            return cls(0, *[math.nan] * 7)
+        # before a partition reorders them: the sums run in numpy's order over the values as given
+        mean, std, top = float(values.mean()), float(values.std()), float(values.max())
+        if not (overwrite or values is not given):
+            values = values.copy()
+        (p50, p90, p99), median = percentiles_and_median(values, PERCENTILES)
+        return cls(int(values.size), mean, median, std, p50, p90, p99, top)
+
+
+def percentiles_and_median(values: np.ndarray, percentiles) -> tuple[list[float], float]:
+    """numpy's linear percentiles and median of `values` (1-D float64, no NaN, not empty), bit
+    for bit, from one partition of `values` in place.
+
+    np.percentile's arithmetic, in Python floats (the same IEEE operations): the virtual index
+    (n - 1)·q, its floor and the next, and its lerp (from the upper neighbour when the weight is
+    at least a half); np.median's mean of the middle one or two. One partition serves both, and
+    none of np.percentile's np.unique, which imports numpy.ma (a short run's start-up)."""
+    n = values.size
+    picks = []   # (lower index, upper index, weight) per percentile
+    for p in percentiles:
+        virtual = (n - 1) * (p / 100)
+        lower = -1.0 if virtual >= n - 1 else float(math.floor(virtual))
+        upper = -1.0 if virtual >= n - 1 else lower + 1
+        picks.append((int(lower) % n, int(upper) % n, virtual - lower))
+    middle = [n // 2 - 1, n // 2] if n % 2 == 0 else [n // 2]
+    values.partition(sorted({*middle, *(i for lo, hi, _ in picks for i in (lo, hi))}))
+    out = []
+    for lo, hi, t in picks:
+        a, b = float(values[lo]), float(values[hi])
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
+    median = (float(values[middle[0]]) + float(values[middle[1]])) / 2 if n % 2 == 0 else float(values[middle[0]])
+    return out, median
 
 
 def without_nan(values: np.ndarray) -> np.ndarray:

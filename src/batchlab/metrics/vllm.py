@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.metrics.latency import PERCENTILES, LatencyStats, without_nan
+from batchlab.metrics.latency import PERCENTILES, LatencyStats, percentiles_and_median, without_nan
 from batchlab.metrics.run import RunMetrics
 from batchlab.metrics.slo import MS_PER_S, SLO, slo_met
 
@@ -54,13 +54,15 @@ def latency_keys(selected: Sequence[str] = DEFAULT_METRICS,
     return keys
 
 
-def _values(metrics: RunMetrics, name: str) -> np.ndarray:
-    """Seconds, without the undefined (NaN) entries of unserved requests or TPOT of O = 1."""
+def _own_values(metrics: RunMetrics, name: str) -> np.ndarray:
+    """Seconds, without the undefined (NaN) entries of unserved requests or TPOT of O = 1: an
+    array of the caller's own, free to reorder (the ITLs made again are one already)."""
     lat = metrics.requests
-    # metrics.itls is made on use: only for the ITL figures
-    raw = metrics.itls if name == "itl" else {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2e}[name]
-    raw = np.asarray(raw, dtype=np.float64)
-    return without_nan(raw)
+    if name == "itl":
+        made = metrics.measured_itls is None
+        values = without_nan(np.asarray(metrics.itls, dtype=np.float64))
+        return values if made else values.copy()
+    return without_nan({"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2e}[name]).copy()
 
 
 def _ms(value: float) -> float | None:
@@ -128,12 +130,13 @@ def vllm_result(metrics: RunMetrics, prompt_tokens, *, duration: float | None = 
         "total_token_throughput": _per_s(total_input + total_output, duration),
     }
     for name in selected:
-        values = _values(metrics, name)
-        empty = values.size == 0
-        out[f"mean_{name}_ms"] = None if empty else _ms(values.mean())
-        out[f"median_{name}_ms"] = None if empty else _ms(np.median(values))
-        out[f"std_{name}_ms"] = None if empty else _ms(values.std())
-        for p, value in zip(percentiles, _percentiles(values, percentiles, _stats(metrics, name))):
+        stats = _stats(metrics, name)   # numpy's mean, median and std of the same values
+        empty = stats.count == 0
+        out[f"mean_{name}_ms"] = None if empty else _ms(stats.mean)
+        out[f"median_{name}_ms"] = None if empty else _ms(stats.median)
+        out[f"std_{name}_ms"] = None if empty else _ms(stats.std)
+        for p, value in zip(percentiles, [math.nan] * len(percentiles) if empty
+                            else _percentiles(metrics, name, percentiles)):
             out[f"{percentile_key(p)}_{name}_ms"] = _ms(float(value))
     return out
 
@@ -142,15 +145,13 @@ def _stats(metrics: RunMetrics, name: str) -> LatencyStats:
     return {"ttft": metrics.ttft, "tpot": metrics.tpot, "itl": metrics.itl, "e2el": metrics.e2e}[name]
 
 
-def _percentiles(values: np.ndarray, percentiles: Sequence[float], stats: LatencyStats) -> list[float]:
-    """numpy's percentiles of `values`, those the run's LatencyStats hold (the same call on the
-    same values: each percentile is interpolated on its own) taken from it: the millions of
-    ITLs of a long run are partitioned once less."""
-    if values.size == 0:
-        return [math.nan] * len(percentiles)
+def _percentiles(metrics: RunMetrics, name: str, percentiles: Sequence[float]) -> list[float]:
+    """numpy's percentiles of the metric's values: those its LatencyStats hold taken from it,
+    the others from the values (for ITLs, made again: a long run's millions are not kept)."""
+    stats = _stats(metrics, name)
     known = dict(zip(PERCENTILES, (stats.p50, stats.p90, stats.p99)))
     missing = [p for p in percentiles if float(p) not in known]
-    computed = dict(zip(missing, np.percentile(values, missing).tolist())) if missing else {}
+    computed = dict(zip(missing, percentiles_and_median(_own_values(metrics, name), missing)[0])) if missing else {}
     return [known[float(p)] if float(p) in known else computed[p] for p in percentiles]
 
 

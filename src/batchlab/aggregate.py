@@ -275,10 +275,12 @@ class Lane:
         finish_due), or None, and nothing changed, if the lane cannot run the first."""
         live, finishing, crossings, tables, bs = self.live, self.finishing, self.crossings, self.tables, self.bs
         free_list = getattr(self.memory, "free_list", None)   # paged memory's (decodes grow there alone)
+        total_blocks = getattr(self.memory, "total_blocks", 0)
         per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
         compute_rate, memory_rate, overhead = self.rates
-        stored_held, budget, ends = self.stored_held, self.budget, self.ends
+        stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
         s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
+        decoded = 0   # into self.decoded on the way out
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
@@ -288,20 +290,20 @@ class Lane:
                 for r in grow:
                     tables[id(r)].append(free_list.pop())
                 # _PagedBooks.held, inline: most steps of a paged lane take a block
-                held = (self.memory.total_blocks - len(free_list)) * bs
+                held = (total_blocks - len(free_list)) * bs
             # begin's sums with no prompts: the same integers, so the same floats
             compute_s = float(per_batch_f * batch + per_cached_f * computed) / compute_rate
             memory_s = float(b0 + per_batch_b * batch + per_cached_b * computed) / memory_rate
             duration = (compute_s if compute_s > memory_s else memory_s) + overhead
             end = t + duration
-            rows = self.rows
             rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
             if len(rows) == FLUSH_ROWS:
                 self.flush_rows()
+                rows = self.rows
             ends.append(end)
             computed += batch
+            decoded += batch
             s += 1
-            self.decoded += batch
             if end >= until:
                 break
             t = end
@@ -310,9 +312,11 @@ class Lane:
                 self.finish_due()
                 batch, computed, held = len(live), self.computed, self.held
                 if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
+                    self.decoded += decoded
                     return end
         if end is not None:
             self.s, self.computed, self.held, self.duration = s, computed, held, duration
+            self.decoded += decoded
         return end
 
     # -- runs of pure decodes ------------------------------------------------------------

@@ -557,6 +557,8 @@ def _check_new(request: Request, seen: set[str]) -> None:
         raise InputError(f"request {request.id!r}: already used in a run; build fresh requests for each run")
     if request.id in seen:
         raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+    if not request.samples:
+        return
     ids = {request.id}
     for sample in request.samples:   # parallel samples: fresh, of the same prompt, no samples of their own
         if sample.status is not Status.PENDING or sample.computed or sample.emitted:

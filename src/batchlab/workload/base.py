@@ -46,7 +46,7 @@ class Workload:
     sessions: tuple[str | None, ...] | None = None   # [n] the conversation of each request, if known
 
     def __post_init__(self) -> None:
-        ids = [str(i) for i in self.ids]
+        ids = list(map(str, self.ids))
         n = len(ids)
         arrival = _column(self.arrival, np.float64, "arrival", n, ids)
         prompt = _column(self.prompt, np.int64, "prompt", n, ids)
@@ -150,6 +150,8 @@ def _column(values, dtype, name: str, n: int, ids: list[str]) -> np.ndarray:
 
 
 def _check_ids(ids: list[str]) -> None:
+    if len(set(ids)) == len(ids):
+        return
     seen: dict[str, int] = {}
     for i, request_id in enumerate(ids):
         if request_id in seen:

@@ -154,7 +154,7 @@ class Lane:
         self.live: dict[int, list] = {}
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
-        self.crossings: dict[int, list[Request]] = {}   # step -> decodes that take a block then
+        self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
         self.ends: list[float] = []                     # each lane step's end
         self.rows: list[tuple] = []                     # step-log rows not yet in the step log
         self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
@@ -215,9 +215,9 @@ class Lane:
             r.admitted_at = t
         if grow is not None:
             del self.crossings[self.s]
-            free_list, tables = memory.free_list, self.tables
-            for r in grow:
-                tables[id(r)].append(free_list.pop())
+            free_list = memory.free_list
+            for table in grow:
+                table.append(free_list.pop())
         # RooflineExecutor.run's sums and roofline: decodes read their cached tokens, prompts
         # start from none; the same integers, the same float operations as step_time
         fn, fe, fa, b0, bn, bp, be = self.coeffs
@@ -273,7 +273,7 @@ class Lane:
         case, one step after another until one ends at or after `until`, a run would price the
         rest in one piece, or the lane cannot go on; the last one's end (its finishes wait for
         finish_due), or None, and nothing changed, if the lane cannot run the first."""
-        live, finishing, crossings, tables, bs = self.live, self.finishing, self.crossings, self.tables, self.bs
+        live, finishing, crossings, bs = self.live, self.finishing, self.crossings, self.bs
         free_list = getattr(self.memory, "free_list", None)   # paged memory's (decodes grow there alone)
         total_blocks = getattr(self.memory, "total_blocks", 0)
         per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
@@ -281,19 +281,23 @@ class Lane:
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
         s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
         decoded = 0   # into self.decoded on the way out
+        # begin's integer sums with no prompts, kept by adding what one step adds (the same
+        # integers, so the same floats): flops and bytes, and their growth per step
+        flops = per_batch_f * batch + per_cached_f * computed
+        nbytes = b0 + per_batch_b * batch + per_cached_b * computed
+        more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
                 if len(grow) > len(free_list):   # a preemption: the general loop's
                     crossings[s] = grow
                     break
-                for r in grow:
-                    tables[id(r)].append(free_list.pop())
+                for table in grow:
+                    table.append(free_list.pop())
                 # _PagedBooks.held, inline: most steps of a paged lane take a block
                 held = (total_blocks - len(free_list)) * bs
-            # begin's sums with no prompts: the same integers, so the same floats
-            compute_s = float(per_batch_f * batch + per_cached_f * computed) / compute_rate
-            memory_s = float(b0 + per_batch_b * batch + per_cached_b * computed) / memory_rate
+            compute_s = float(flops) / compute_rate
+            memory_s = float(nbytes) / memory_rate
             duration = (compute_s if compute_s > memory_s else memory_s) + overhead
             end = t + duration
             rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
@@ -302,6 +306,8 @@ class Lane:
                 rows = self.rows
             ends.append(end)
             computed += batch
+            flops += more_flops
+            nbytes += more_bytes
             decoded += batch
             s += 1
             if end >= until:
@@ -314,6 +320,9 @@ class Lane:
                 if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
                     self.decoded += decoded
                     return end
+                flops = per_batch_f * batch + per_cached_f * computed
+                nbytes = b0 + per_batch_b * batch + per_cached_b * computed
+                more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
         if end is not None:
             self.s, self.computed, self.held, self.duration = s, computed, held, duration
             self.decoded += decoded
@@ -387,10 +396,10 @@ class Lane:
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch = self.s, len(self.live)
         if self.books.grows:
-            crossings, free_list, tables = self.crossings, self.memory.free_list, self.tables
+            crossings, free_list = self.crossings, self.memory.free_list
             for k in self._booked(steps):
-                for r in crossings.pop(k, ()):
-                    tables[id(r)].append(free_list.pop())
+                for table in crossings.pop(k, ()):
+                    table.append(free_list.pop())
         self.flush_rows()
         ends = run.ends[:steps]
         self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, run.held[:steps],
@@ -417,10 +426,10 @@ class Lane:
         self.finishing[last].append(r)
         if not self.books.grows:
             return
-        bs, crossings = self.bs, self.crossings
-        at = step + len(self.tables[id(r)]) * bs - computed   # its blocks are full at that step's start
-        while at <= last:
-            crossings.setdefault(at, []).append(r)
+        bs, crossings, table = self.bs, self.crossings, self.tables[id(r)]
+        at = step + len(table) * bs - computed   # its blocks are full at that step's start
+        while at <= last:   # the table itself: it stays the request's while the lane runs it
+            crossings.setdefault(at, []).append(table)
             at += bs
 
     def next_finish(self) -> float:

@@ -246,3 +246,8 @@ def test_the_trace_gathers_sliced_token_times_and_reads_the_others_from_their_li
     trace = Trace.from_requests(requests[::-1], StepLog(), [], None, work, "s", [(ends, sliced)])
     assert trace.token_offsets.tolist() == [0, 3, 5, 9, 11]
     assert trace.token_times.tolist() == [2.0, 3.0, 4.0, 7.0, 8.0, 3.0, 4.0, 5.0, 9.0, 1.0, 2.0]
+    # indices that do not name one request each: every request is read from its list
+    twins = [Request(f"t{k}", 0.0, 1, 2, index=0) for k in range(2)]
+    twins[0].token_times, twins[1].token_times = [6.0, 7.0], [8.0, 9.0]
+    trace = Trace.from_requests(twins, StepLog(), [], None, work, "s", [(ends, np.array([[0, 0, 2]]))])
+    assert trace.token_times.tolist() == [6.0, 7.0, 8.0, 9.0]

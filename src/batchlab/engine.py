@@ -32,7 +32,7 @@ from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.gc_pause import gc_paused
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.unlimited import UnlimitedMemory
-from batchlab.request import Request, Status, computed_of
+from batchlab.request import Request, Status, arrival_order, computed_of
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler
@@ -193,7 +193,7 @@ class Engine:
     def run(self, requests: list[Request]) -> Trace:
         _check_fresh(requests)
         self.reset()
-        pending = sorted(requests, key=Request.order_key)
+        pending = sorted(requests, key=arrival_order)
         if self.config.max_in_flight > 1:
             return self._run_pipelined(pending)
         from batchlab import aggregate   # it builds on this module (Stretch)
@@ -549,7 +549,8 @@ def _check_fresh(requests: list[Request]) -> None:
     for r in requests:
         _check_new(r, seen)
         seen.add(r.id)
-        seen.update(sample.id for sample in r.samples)
+        if r.samples:
+            seen.update(sample.id for sample in r.samples)
 
 
 def _check_new(request: Request, seen: set[str]) -> None:

@@ -95,10 +95,8 @@ class Request:
         """KV tokens the request holds at its end: the prompt and all outputs but the last."""
         return self.prompt_tokens + self.output_tokens - 1
 
-    def order_key(self) -> tuple[float, int]:
-        """Arrival order: (arrival, input order), never the id."""
-        return (self.arrival, self.index)
-
 
 # Each request's `computed`, for C-level sums over a batch (they run every step).
 computed_of = attrgetter("computed")
+# Arrival order: (arrival, input order), never the id; a C-level key for sorting whole runs.
+arrival_order = attrgetter("arrival", "index")

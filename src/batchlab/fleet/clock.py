@@ -27,7 +27,7 @@ from batchlab.engine import _check_fresh
 from batchlab.fleet.replica import Replica
 from batchlab.fleet.routers import Router
 from batchlab.gc_pause import gc_paused
-from batchlab.request import Request
+from batchlab.request import Request, arrival_order
 from batchlab.trace import Trace
 
 
@@ -68,7 +68,7 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
         entry = [r for r in replicas if r.index not in decoders]
         for replica in entry:
             replica.engine.fast_forward = False   # they only prefill; finishes are read at commits
-    pending = sorted(requests, key=Request.order_key)
+    pending = sorted(requests, key=arrival_order)
     handed: list[tuple[float, int, Request]] = []   # decode parts on their way: (ready at, index, part)
     ends: list[tuple[float, int, int]] = []         # (end of what is under way, replica, its version)
     i, n = 0, len(pending)
@@ -111,7 +111,7 @@ def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Rou
     up front, in arrival order; nothing else passes between colocated replicas, so each serves
     its share alone on the simulator's own loop, exactly as it would on the shared clock."""
     shares: list[list[Request]] = [[] for _ in replicas]
-    for request in sorted(requests, key=Request.order_key):
+    for request in sorted(requests, key=arrival_order):
         k = router.pick(request, replicas, request.arrival)
         shares[k].append(request)
         replicas[k].routed.append(request.index)

@@ -13,7 +13,7 @@ re-scanned: a request that finishes its prefill in this step does not also decod
 from __future__ import annotations
 
 from batchlab.memory.base import MemoryManager
-from batchlab.request import Phase, Request, Status
+from batchlab.request import Phase, Request, Status, arrival_order
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.order import make_queue
 from batchlab.scheduler.plan import PlanItem, StepPlan
@@ -132,7 +132,7 @@ class Scheduler:
         candidates = self.running if self.config.max_in_flight == 1 else self._ready()
         if self.config.victim == "last-admitted":
             return candidates[-1]
-        return max(candidates, key=Request.order_key)
+        return max(candidates, key=arrival_order)
 
     def _preempt(self, victim: Request, plan: StepPlan, now: float) -> None:
         self.running.remove(victim)

@@ -5,8 +5,8 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_startup.py [--repe
 Times as whole processes `batchlab --version`, `batchlab --help`, Vidur's run cut to one request
 (`simulate ... --num-prompts 1`: start-up, imports, one request and the tables) and the run
 itself (10,000 requests), and, as the floor no change to batchlab can go below, a process that
-only imports what the one-request run needs from outside batchlab (numpy and its random and
-masked-array modules, rich's tables, argparse). With `--before DIR` (earlier code: a directory
+only imports what the one-request run needs from outside batchlab (numpy and its random
+module, rich's tables, argparse). With `--before DIR` (earlier code: a directory
 holding its `src/`, e.g. made by `git archive REV src | tar -x -C DIR`), the same commands also
 run on that code, alternating with this one, and the table shows before/after ratios from the
 same minutes; `--after DIR` measures other code than this checkout's in place of it.
@@ -35,7 +35,7 @@ VIDUR = ["simulate", "--system", "paged", "--model", "Llama-3-8B", "--gpu", "A10
 COMMANDS = {"batchlab --version": ["--version"], "batchlab --help": ["--help"],
             "Vidur's run, 1 request": [*VIDUR, "--num-prompts", "1"],
             "Vidur's run, 10,000 requests": [*VIDUR, "--num-prompts", "10000"]}
-FLOOR = "import argparse, numpy, numpy.random, numpy.ma, rich.console, rich.table"
+FLOOR = "import argparse, numpy, numpy.random, rich.console, rich.table"
 MAIN = "import sys; from batchlab.cli import main; sys.exit(main())"
 
 

@@ -188,7 +188,7 @@ def test_csr_metrics_equal_a_naive_per_request_computation(run):
 
 
 @settings(max_examples=300, deadline=None)
-@given(values=st.lists(st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5])),
+@given(values=st.lists(st.one_of(st.floats(0, 1e6), st.sampled_from([0.0, 1.0, 2.5])),   # latencies: >= 0
                        min_size=1, max_size=60),
        percentiles=st.lists(st.one_of(st.integers(0, 100), st.floats(0, 100)), min_size=1, max_size=5))
 def test_percentiles_and_median_are_numpys_bit_for_bit(values, percentiles):
@@ -201,6 +201,18 @@ def test_percentiles_and_median_are_numpys_bit_for_bit(values, percentiles):
     assert (stats.mean, stats.std, stats.max) == (float(arr.mean()), float(arr.std()), float(arr.max()))
     assert [stats.p50, stats.p90, stats.p99] == np.percentile(arr, [50, 90, 99]).tolist()
     assert arr.tolist() == values   # the caller's array is not reordered
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 20_000), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 8, 129, 1000, 1 << 20]))
+def test_the_blockwise_std_is_numpys_bit_for_bit(n, seed, block):
+    """Pieces of at most a block (never under numpy's own 128) summed as numpy's pairwise
+    recursion sums them: np.std's value, with no temporary the size of all the values."""
+    arr = np.random.default_rng(seed).standard_exponential(n) * 0.05   # latency-like seconds
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(latency, "BLOCK_TOKENS", block)
+        std = latency.population_std(arr)
+    assert np.float64(std).tobytes() == np.float64(arr.std()).tobytes()
 
 
 # --- passes a block of requests at a time ----------------------------------------------------------

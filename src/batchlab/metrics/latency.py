@@ -199,7 +199,7 @@ class LatencyStats:
             return cls(0, *[math.nan] * 7)
         # before a partition reorders them: the sums run in numpy's order over the values as given
         mean, std, top = float(values.mean()), population_std(values), float(values.max())
-        if not (overwrite or values is not given):
+        if values is given and not overwrite:   # the caller's own array: partitioned in a copy
             values = values.copy()
         (p50, p90, p99), median = percentiles_and_median(values, PERCENTILES)
         return cls(int(values.size), mean, median, std, p50, p90, p99, top)
@@ -247,8 +247,8 @@ def percentiles_and_median(values: np.ndarray, percentiles) -> tuple[list[float]
     for lo, hi, t in picks:
         a, b = float(values[lo]), float(values[hi])
         out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)
-    median = (float(values[middle[0]]) + float(values[middle[1]])) / 2 if n % 2 == 0 else float(values[middle[0]])
-    return out, median
+    mid = [float(values[k]) for k in middle]
+    return out, (mid[0] + mid[1]) / 2 if n % 2 == 0 else mid[0]
 
 
 def without_nan(values: np.ndarray) -> np.ndarray:

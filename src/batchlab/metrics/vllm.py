@@ -151,7 +151,9 @@ def _percentiles(metrics: RunMetrics, name: str, percentiles: Sequence[float]) -
     stats = _stats(metrics, name)
     known = dict(zip(PERCENTILES, (stats.p50, stats.p90, stats.p99)))
     missing = [p for p in percentiles if float(p) not in known]
-    computed = dict(zip(missing, percentiles_and_median(_own_values(metrics, name), missing)[0])) if missing else {}
+    computed = {}
+    if missing:
+        computed = dict(zip(missing, percentiles_and_median(_own_values(metrics, name), missing)[0]))
     return [known[float(p)] if float(p) in known else computed[p] for p in percentiles]
 
 

@@ -79,7 +79,8 @@ def build_requests(workload: Workload, system: System, seed: int) -> list[Reques
         predicted = (workload.output * noise).tolist()
     content = workload.content or (None,) * len(workload)
     sessions = workload.sessions or (None,) * len(workload)
-    requests = [Request(rid, a, p, o, index=i, predicted_output=predicted[i], content=content[i],   # tolist: Python numbers
+    # tolist gives Python floats and ints, as a Request holds them
+    requests = [Request(rid, a, p, o, index=i, predicted_output=predicted[i], content=content[i],
                         session=sessions[i])
                 for i, (rid, a, p, o) in enumerate(zip(workload.ids, workload.arrival.tolist(),
                                                        workload.prompt.tolist(), workload.output.tolist()))]

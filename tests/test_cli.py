@@ -167,3 +167,15 @@ def test_report_says_what_it_wrote(tmp_path):
     assert res.returncode == 0, res.stderr
     json.loads(res.stdout)
     assert wrote(res.stderr) == [str(page)] and page.exists()
+
+
+def test_tables_print_an_id_as_given(capsys):
+    """An id such as ':x:' is the user's text, not an emoji code."""
+    from rich.table import Table
+
+    from batchlab.display import console
+    table = Table()
+    table.add_column("id")
+    table.add_row(":x: req")
+    console().print(table)
+    assert ":x: req" in capsys.readouterr().out

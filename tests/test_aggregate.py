@@ -200,6 +200,28 @@ def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_step
     assert engine.memory.free_list == stepped_engine.memory.free_list
 
 
+def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(lane_steps):
+    """With room for every block a run could take, pricing leaves the KV held per step to the
+    run's application (the step log then equals plain stepping's), and a router asking mid-run
+    (held_during) gets the count pricing would have made."""
+    rows = [(0.0, 40, 300), (5 * STEP, 3, 90), (400 * STEP, 100, 250)]
+    skipped, counted = [], []
+    price_run = aggregate.Lane.price_run
+
+    def recording(lane, *args):
+        out = price_run(lane, *args)
+        if out is not None:
+            skipped.append(out.held is None)
+            expected = lane._growth(len(out.ends))[1]
+            counted.append(np.array_equal(lane.held_during(out).held, expected))
+            out.held = None   # as priced: applied without the count
+        return out
+
+    with mock.patch.object(aggregate.Lane, "price_run", recording):
+        trace, _ = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
+    assert lane_steps[0] == trace.n_steps and skipped and all(skipped) and all(counted)
+
+
 def test_a_queue_behind_the_seats_waits_in_the_lane(lane_steps):
     # two seats for three requests arriving together: the third waits for a seat and starts
     # in the step after the first finish, all of it in the lane

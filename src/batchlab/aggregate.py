@@ -354,14 +354,17 @@ class Lane:
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
             steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
         if self.books.grows:
-            steps, held = self._growth(steps)
+            if batch * (steps // self.bs + 1) <= len(self.memory.free_list):
+                held = None   # no decode can miss its block: the KV held is counted as the run is applied
+            else:
+                steps, held = self._growth(steps)
         elif self.books.held_is_stored:   # unlimited memory holds what is stored
             held = cached[:steps].astype(np.float64)
         else:   # reservations do not change while requests decode
             held = np.full(steps, float(self.books.held()))
         if not steps:
             return None
-        return Stretch(t, durations[:steps], ends[:steps], held[:steps])
+        return Stretch(t, durations[:steps], ends[:steps], None if held is None else held[:steps])
 
     def _growth(self, steps: int) -> tuple[int, np.ndarray]:
         """The steps of a run from lane step s that find every new block they need (the free
@@ -384,6 +387,13 @@ class Lane:
         held0 = self.memory.total_blocks - len(self.memory.free_list)
         return steps, (held0 + np.cumsum(per_step)).astype(np.float64) * self.bs
 
+    def held_during(self, run: Stretch) -> Stretch:
+        """`run` with the KV held during each of its steps, counted now if pricing left it to
+        the run's application (a router that reads a replica's KV asks mid-run)."""
+        if run.held is None:
+            run.held = self._growth(len(run.ends))[1]
+        return run
+
     def _booked(self, steps: int):
         """The next `steps` lane steps at which decodes take blocks, in order: every step, or
         the booked ones when they are fewer (every booked step is still ahead: the lane takes
@@ -394,16 +404,20 @@ class Lane:
     def apply_run(self, run: Stretch, steps: int) -> float:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
-        s, batch = self.s, len(self.live)
+        s, batch, held = self.s, len(self.live), run.held
         if self.books.grows:
             crossings, free_list = self.crossings, self.memory.free_list
+            held0, taken = self.memory.total_blocks - len(free_list), [0] * steps
             for k in self._booked(steps):
-                for table in crossings.pop(k, ()):
+                grow = crossings.pop(k, ())
+                for table in grow:
                     table.append(free_list.pop())
+                taken[k - s] = len(grow)
+            if held is None:   # _growth's count, from the steps as they take their blocks
+                held = (held0 + np.cumsum(taken)).astype(np.float64) * self.bs
         self.flush_rows()
         ends = run.ends[:steps]
-        self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, run.held[:steps],
-                                  self.computed)
+        self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, held[:steps], self.computed)
         self.ends.extend(ends.tolist())
         self.held = self.books.held()
         self.duration = float(run.durations[steps - 1])

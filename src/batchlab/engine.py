@@ -513,7 +513,8 @@ class Stretch:
     start: float
     durations: np.ndarray   # [steps] each step's duration
     ends: np.ndarray        # [steps] each step's end
-    held: np.ndarray        # [steps] KV tokens held during each step
+    held: np.ndarray | None   # [steps] KV tokens held during each step (None: a lane run whose
+                              # blocks are counted as it is applied, Lane.held_during)
 
     @property
     def end(self) -> float:

@@ -199,7 +199,7 @@ class Replica:
         if self.stretch is not None:
             return self.stretch.held_at(now)
         if self.run is not None:
-            return self.run.held_at(now)
+            return self.lane.held_during(self.run).held_at(now)
         return self.engine.memory.held_tokens()
 
     def kv_demand_share(self, now: float) -> float:

@@ -99,6 +99,12 @@ class StepLog:
         return cols
 
 
+def segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions of consecutive segments laid end to end: starts[0] .. starts[0] +
+    lengths[0] - 1, then starts[1] .., one int64 array of sum(lengths), without a Python loop."""
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+
+
 def _token_times(ordered: list[Request], offsets: np.ndarray,
                  token_slices: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Every request's token times, in order, into one array: the sliced ones gathered from
@@ -116,7 +122,7 @@ def _token_times(ordered: list[Request], offsets: np.ndarray,
         whole = (rows < len(index)) & (index[np.minimum(rows, len(index) - 1)] == sliced[:, 0])
         whole[whole] &= counts[rows[whole]] == (stop - first)[whole]   # its list is that slice, still
         rows, first, lengths = rows[whole], first[whole], (stop - first)[whole]
-        src = np.repeat(first - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        src = segment_positions(first, lengths)
         times[np.repeat(offsets[rows] - first, lengths) + src] = ends[src]
         covered[rows] = True
     rest = np.flatnonzero(~covered)
@@ -124,7 +130,7 @@ def _token_times(ordered: list[Request], offsets: np.ndarray,
         lengths = counts[rest]
         listed = np.fromiter(chain.from_iterable(ordered[k].token_times for k in rest.tolist()), dtype=np.float64,
                              count=int(lengths.sum()))
-        times[np.repeat(offsets[rest] - (np.cumsum(lengths) - lengths), lengths) + np.arange(listed.size)] = listed
+        times[segment_positions(offsets[rest], lengths)] = listed
     return times
 
 

@@ -20,7 +20,7 @@ from batchlab.metrics import SLO, RunMetrics, compute_metrics
 from batchlab.request import Request
 from batchlab.serving.run import build_requests, usage_figures
 from batchlab.serving.systems import System
-from batchlab.trace import StepLog, Trace
+from batchlab.trace import StepLog, Trace, segment_positions
 from batchlab.workload import Workload
 from batchlab.workload.context import limit_context
 
@@ -196,8 +196,7 @@ def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, 
     for t in traces:
         rows = row[first:first + len(t)]
         first += len(t)
-        shift = np.repeat(offsets[rows] - t.token_offsets[:-1], np.diff(t.token_offsets))
-        token_times[shift + np.arange(t.token_times.size)] = t.token_times
+        token_times[segment_positions(offsets[rows], np.diff(t.token_offsets))] = t.token_times
     ids = [i for t in traces for i in t.ids]
     ids = [ids[k] for k in order.tolist()]
 

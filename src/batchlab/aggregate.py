@@ -320,6 +320,7 @@ class Lane:
                 if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
                     self.decoded += decoded
                     return end
+                # the sums above for the new batch, inline: a call at every finish measured slower
                 flops = per_batch_f * batch + per_cached_f * computed
                 nbytes = b0 + per_batch_b * batch + per_cached_b * computed
                 more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
@@ -384,8 +385,11 @@ class Lane:
             taken.append(len(grow))
         per_step = np.zeros(steps, dtype=np.int64)
         per_step[at] = taken
-        held0 = self.memory.total_blocks - len(self.memory.free_list)
-        return steps, (held0 + np.cumsum(per_step)).astype(np.float64) * self.bs
+        return steps, self._held_per_step(self.memory.total_blocks - len(self.memory.free_list), per_step)
+
+    def _held_per_step(self, held0: int, taken) -> np.ndarray:
+        """KV tokens held during each step of a run: `held0` blocks, then those the steps take."""
+        return (held0 + np.cumsum(taken)).astype(np.float64) * self.bs
 
     def held_during(self, run: Stretch) -> Stretch:
         """`run` with the KV held during each of its steps, counted now if pricing left it to
@@ -414,7 +418,7 @@ class Lane:
                     table.append(free_list.pop())
                 taken[k - s] = len(grow)
             if held is None:   # _growth's count, from the steps as they take their blocks
-                held = (held0 + np.cumsum(taken)).astype(np.float64) * self.bs
+                held = self._held_per_step(held0, taken)
         self.flush_rows()
         ends = run.ends[:steps]
         self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, held[:steps], self.computed)

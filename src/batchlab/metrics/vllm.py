@@ -58,11 +58,12 @@ def _own_values(metrics: RunMetrics, name: str) -> np.ndarray:
     """Seconds, without the undefined (NaN) entries of unserved requests or TPOT of O = 1: an
     array of the caller's own, free to reorder (the ITLs made again are one already)."""
     lat = metrics.requests
-    if name == "itl":
-        made = metrics.measured_itls is None
-        values = without_nan(np.asarray(metrics.itls, dtype=np.float64))
-        return values if made else values.copy()
-    return without_nan({"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2e}[name]).copy()
+    # metrics.itls is made on use: only for the ITL figures
+    given = np.asarray(metrics.itls if name == "itl" else {"ttft": lat.ttft, "tpot": lat.tpot, "e2el": lat.e2e}[name],
+                       dtype=np.float64)
+    values = without_nan(given)
+    made = name == "itl" and metrics.measured_itls is None   # the ITLs made again: this call's own
+    return values.copy() if values is given and not made else values
 
 
 def _ms(value: float) -> float | None:

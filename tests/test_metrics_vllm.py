@@ -1,5 +1,6 @@
 """vLLM's flat result dict (`vllm_result`), the `--goodput` parser and the percentile flags."""
 
+import dataclasses
 import json
 import math
 
@@ -111,6 +112,17 @@ def test_matches_vllm_arithmetic(requests, percentiles):
             assert r[f"{percentile_key(p)}_{name}_ms"] == pytest.approx(np.percentile(values, p) * 1000,
                                                                        rel=1e-9, abs=1e-9)
     assert r["total_input_tokens"] == sum(prompt) and r["total_output_tokens"] == len(times)
+
+
+def test_extra_percentiles_leave_the_run_s_own_arrays_as_they_were():
+    """Percentiles outside the run's LatencyStats are taken from a copy: the per-request
+    figures and measured ITLs a caller holds keep their order."""
+    m = compute_metrics(ARRIVAL, OFFSETS, TIMES, SERVED)
+    m = dataclasses.replace(m, measured_itls=np.array([0.9, 0.1, 0.5]))
+    before = [a.copy() for a in (m.requests.ttft, m.requests.tpot, m.requests.e2e, m.measured_itls)]
+    vllm_result(m, PROMPT, percentiles=(10, 75))
+    after = (m.requests.ttft, m.requests.tpot, m.requests.e2e, m.measured_itls)
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(before, after))
 
 
 def test_percentile_key_spelling():

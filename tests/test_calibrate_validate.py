@@ -301,6 +301,50 @@ def test_pooled_probe_sets_keep_every_point_and_average_the_front_end():
     assert pooled(silent).front_end_s == 0.0 and pooled(silent).client_ttft_ms is None
 
 
+def test_the_front_end_is_a_line_through_alone_and_beside_streams():
+    from batchlab.calibrate.live import FrontEnd, ServerSteps, fit_front_end
+
+    def steps(alone, loaded):
+        return ServerSteps([], alone, 30.0, 28.0, [], loaded)
+
+    line = fit_front_end(steps(0.002, [(8, 0.003), (24, 0.005)]))
+    assert (line.base_s, line.per_stream_s) == (pytest.approx(0.002), pytest.approx(0.000125))
+    assert fit_front_end(steps(0.002, [])) == FrontEnd(0.002)           # alone only
+    assert fit_front_end(steps(0.004, [(8, 0.002)])) == FrontEnd(pytest.approx(0.003))  # falls: no growth
+    through_zero = fit_front_end(steps(0.0, [(4, 0.001), (8, 0.004)]))  # a line below 0 at 0 streams
+    assert through_zero.base_s == 0.0 and through_zero.per_stream_s == pytest.approx(0.036 / 80)
+    assert fit_front_end(ServerSteps([], 0.0)) == FrontEnd(0.0)          # no TTFT histogram
+
+
+def test_each_request_gets_the_front_end_of_the_streams_at_its_first_token():
+    from types import SimpleNamespace
+
+    from batchlab.calibrate.live import FrontEnd
+    from batchlab.calibrate.validate import front_end_delays
+
+    # Steps end at 0.1 (batch 1), 0.3 (batch 3) and 0.6 (batch 2); request 0's first token
+    # comes at 0.1, request 1's at 0.3, request 2 was never served, request 3's at 0.6.
+    trace = SimpleNamespace(
+        steps={"start": np.array([0.0, 0.1, 0.3]), "duration": np.array([0.1, 0.2, 0.3]),
+               "batch": np.array([1, 3, 2])},
+        token_offsets=np.array([0, 3, 5, 5, 6]),
+        token_times=np.array([0.1, 0.3, 0.6, 0.3, 0.6, 0.6]))
+    delays = front_end_delays(trace, FrontEnd(0.002, 0.001))
+    assert delays.tolist() == pytest.approx([0.002, 0.004, 0.002, 0.003])
+    assert front_end_delays(trace, FrontEnd(0.002)).tolist() == [0.002] * 4
+
+
+def test_the_front_end_over_a_run_is_the_clients_mean_ttft_minus_the_servers():
+    from batchlab.calibrate.live import TTFT_METRIC
+    from batchlab.calibrate.validate import front_end_over
+
+    before, after = {TTFT_METRIC: (1.0, 10.0)}, {TTFT_METRIC: (1.09, 13.0)}   # 3 requests, 30 ms each
+    result = {"ttfts": [0.031, 0.033, 0.035, None], "errors": ["", "", "", "HTTP 500"]}
+    assert front_end_over(before, after, result) == pytest.approx(3.0)
+    assert front_end_over(before, {TTFT_METRIC: (1.2, 14.0)}, result) is None   # a 4th request
+    assert front_end_over(None, after, result) is None and front_end_over({}, after, result) is None
+
+
 def test_step_summary_between_two_readings():
     from batchlab.calibrate.live import STEP_METRICS, step_summary
 
@@ -345,7 +389,8 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
                        random_range_ratio=0.5, seed=1)
     cfg = ValidateConfig(model="tiny", system="paged:max_bs=8", kv_cache_tokens=4096,
                          dataset=spec, rates=(4.0,))
-    probe = Probe(decode_batches=(1, 3), decode_output=16, prefill_lens=(24,), prefill_requests=2)
+    probe = Probe(decode_batches=(1, 3), decode_output=16, prefill_lens=(24,), prefill_requests=2,
+                  loaded_streams=(3,), loaded_requests=2)
     out = validate(cfg, CPU, work_dir=tmp_path, probe=probe)
     json.dumps(out, allow_nan=False)
     assert [r["rate"] for r in out["runs"]] == [4.0] and out["repeats"] == 1
@@ -370,6 +415,15 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert set(fit["slowdown"]) == {"memory", "compute"}
         assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
         assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0
+        # The front end beside 3 streams, where the set's decode probe sized it.
+        assert all(p["streams"] == 3 and p["front_end_ms"] >= 0 for p in fit["front_end_loaded"])
+        assert fit["front_end_ms"] >= 0 and fit["front_end_ms_per_stream"] >= 0
+        if any(p["tokens"] == 1 for p in fit["points"]):
+            rows = (tmp_path / "loaded-0-3.csv").read_text().splitlines()[1:]
+            sent_at = [float(r.split(",")[0]) for r in rows]
+            assert sent_at[:3] == [0.0] * 3 and 0 < sent_at[3] < sent_at[4]
+        # The front end over the run, measured on the server and the client, beside the replay's.
+        assert run["front_end_ms"]["measured"] > 0 and run["front_end_ms"]["predicted"] >= 0
         # The server's steps over the run beside the replay's.
         measured, predicted = run["steps"]["measured"], run["steps"]["predicted"]
         assert measured["count"] > 0 and measured["mean_ms"] > 0 and measured["mean_batch"] >= 1
@@ -410,10 +464,14 @@ def test_the_fit_line_shows_each_probe_shape_once_with_both_readings():
     fit = {"points": [point(64, 1, 20.0, 21.0), point(1, 4, 8.0, 7.5),
                       point(64, 1, 22.0, 21.0), point(1, 4, 9.0, 7.5)],
            "slowdown": {"memory": 1.2, "compute": 1.0}, "step_overhead_s": 0.0005,
-           "seq_overhead_s": 0.0001, "bucket_overhead_s": 0.0003, "front_end_ms": 2.0}
+           "seq_overhead_s": 0.0001, "bucket_overhead_s": 0.0003, "front_end_ms": 2.0,
+           "front_end_ms_per_stream": 0.125, "front_end_alone_ms": 2.1,
+           "front_end_loaded": [{"streams": 8, "front_end_ms": 2.9}]}
     line = _fit_line(fit)
     assert "prefill 64 20.0, 22.0/21.0 ms, decode B=4 8.0, 9.0/7.5 ms;" in line
     assert "0.100 ms per sequence + 0.300 ms per decode bucket" in line
+    assert ("front end 2.00 ms per request + 0.125 ms per other stream in flight (measured "
+            "2.10 ms alone, 2.90 beside 8)") in line
     assert _fit_line(None) == "device spec as given (--no-refit)"
 
 

@@ -21,7 +21,15 @@ is refitted to both sets (`pooled`, `fit_server`):
   engine to its first token;
 - the front end: the client's mean TTFT of those same requests minus the server's is what
   neither the engine nor the simulator sees (HTTP, parsing, handing the token back, the
-  client's read), a constant per request that the replay adds to every simulated token.
+  client's read). It grows with the streams in flight: one client process reads every stream
+  and the server's event loop writes every one (near saturation it was 3-4 ms a request
+  against 2 ms alone). So it is timed again beside B streams (`loaded_front_end`): B long
+  requests at once, then a few short ones sent one by one while those stream, all from one
+  `batchlab bench` (a second client process beside the streams measured no growth). The
+  server's TTFT histogram is read once the short ones are done and before any long one is,
+  which isolates their server TTFT. A line through these points (`fit_front_end`: per
+  request + per stream in flight) is what the replay adds to each simulated request's tokens,
+  with the streams of the step that gives it its first token.
 
 The fit: measured = (the spec's step without CPU, its work slowed per kind) + fixed + per
 sequence · B + per bucket · G, by least squares on relative error (`fit_server`). G counts the
@@ -47,9 +55,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -77,6 +87,9 @@ class Probe:
     prefill_lens: tuple[int, ...] = (64, 256)
     prefill_requests: int = 3
     block_tokens: int = 16   # the server's KV block: its paged decode attention buckets in blocks
+    # The front end beside this many streams in flight (`loaded_front_end`); empty: alone only.
+    loaded_streams: tuple[int, ...] = (8, 24)
+    loaded_requests: int = 4
 
 
 @contextlib.contextmanager
@@ -95,16 +108,23 @@ def mini_server(model: str, system: str, kv_cache_tokens: int, seed: int,
         yield server.url
 
 
-def bench(url: str, args: list[str], directory: Path, name: str, what: str) -> dict:
-    """`batchlab bench` against `url` with `args`, in its own process; its saved result."""
-    cmd = [sys.executable, "-m", "batchlab.cli", "bench", "--base-url", url, *args,
-           "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(directory),
-           "--result-filename", name, "--disable-tqdm", "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode
+def _bench_cmd(url: str, args: list[str], directory: Path, name: str) -> list[str]:
+    return [sys.executable, "-m", "batchlab.cli", "bench", "--base-url", url, *args,
+            "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(directory),
+            "--result-filename", name, "--disable-tqdm", "--json"]
+
+
+def _bench_result(returncode: int, stderr: str, directory: Path, name: str, what: str) -> dict:
+    if returncode != 0:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else returncode
         raise InputError(f"validate: batchlab bench ({what}) failed: {last}")
     return json.loads((directory / name).read_text())
+
+
+def bench(url: str, args: list[str], directory: Path, name: str, what: str) -> dict:
+    """`batchlab bench` against `url` with `args`, in its own process; its saved result."""
+    done = subprocess.run(_bench_cmd(url, args, directory, name), capture_output=True, text=True)
+    return _bench_result(done.returncode, done.stderr, directory, name, what)
 
 
 def _fixed(prompt: int, output: int, n: int, concurrency: int) -> list[str]:
@@ -215,6 +235,7 @@ class ServerSteps:
     client_ttft_ms: float | None = None
     server_ttft_ms: float | None = None
     buckets: list = field(default_factory=list)   # per point: its step's decode buckets (0: a prefill)
+    loaded: list = field(default_factory=list)    # (streams in flight, front end s) beside streams
 
 
 def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
@@ -256,7 +277,68 @@ def measure_server(url: str, model, directory: Path, probe: Probe = Probe(),
     if not served:
         return ServerSteps(points, 0.0, buckets=buckets)
     front = max(0.0, (client_sum - server_sum) / served)
-    return ServerSteps(points, front, 1e3 * client_sum / served, 1e3 * server_sum / served, buckets)
+    loaded = []
+    for streams in probe.loaded_streams:
+        measured = loaded_front_end(url, probe, streams, points, directory, tag)
+        if measured is not None:
+            loaded.append((streams, measured))
+    return ServerSteps(points, front, 1e3 * client_sum / served, 1e3 * server_sum / served, buckets,
+                       loaded)
+
+
+# Short requests beside the streams: one every LOADED_GAP_S, from when the long ones are all
+# prefilled (priced from the prefill probes, times LOADED_SLACK) until LOADED_TAIL_S before
+# the long ones would end (their length sized from the decode probes' steps).
+LOADED_GAP_S, LOADED_SLACK, LOADED_TAIL_S = 0.08, 1.5, 0.5
+LOADED_OUTPUT = 2
+LOADED_POLL_S = 0.02
+
+
+def loaded_front_end(url: str, probe: Probe, streams: int, points: list, directory: Path,
+                     tag: str) -> float | None:
+    """The front end (client TTFT minus the server's, s) of `probe.loaded_requests` short
+    requests sent one by one while `streams` long ones stream, all from one `batchlab bench`;
+    None without the prefill and decode probes' steps to size it, or without a clean reading
+    (a long request done before the short ones, or other traffic on the server)."""
+    prefills = [p for p in points if p.tokens > 1]
+    decodes = sorted((p for p in points if p.tokens == 1), key=lambda p: p.batch)
+    if not prefills or not decodes:
+        return None
+    lengths = (spread_lengths(probe.decode_prompts, streams) if probe.decode_prompts
+               else [probe.decode_input] * streams)
+    short = lengths[len(lengths) // 2]
+    widest = max(prefills, key=lambda p: p.tokens)
+    first = LOADED_SLACK * sum(lengths) * widest.ms / widest.tokens * 1e-3
+    step = next((p for p in decodes if p.batch >= streams), decodes[-1]).ms * 1e-3
+    n = probe.loaded_requests
+    output = math.ceil((first + n * LOADED_GAP_S + LOADED_TAIL_S) / step)
+    path = directory / f"loaded{tag}-{streams}.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    + "".join(f"0,{p},{output}\n" for p in lengths)
+                    + "".join(f"{first + k * LOADED_GAP_S:.4f},{short},{LOADED_OUTPUT}\n"
+                              for k in range(n)))
+    name = f"loaded{tag}-{streams}.json"
+    flags = ["--dataset-name", "trace", "--dataset-path", str(path),
+             "--num-prompts", str(streams + n)]
+    before = server_ttft(url)
+    if before is None:
+        return None
+    with subprocess.Popen(_bench_cmd(url, flags, directory, name), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        reading = before   # the server counts a request's TTFT when the request ends
+        while proc.poll() is None and reading is not None and reading[1] - before[1] < n:
+            time.sleep(LOADED_POLL_S)
+            reading = server_ttft(url)
+        stderr = proc.communicate()[1]
+    result = _bench_result(proc.returncode, stderr, directory, name,
+                           f"front end beside {streams} streams")
+    if reading is None or reading[1] - before[1] != n:
+        return None
+    later = np.argsort(result["start_times"], kind="stable")[-n:]   # the short ones
+    ttfts = [result["ttfts"][i] for i in later]
+    if any(result["errors"][i] or t is None for i, t in zip(later, ttfts)):
+        return None
+    return max(0.0, sum(ttfts) / n - (reading[0] - before[0]) / n)
 
 
 def pooled(*sets: ServerSteps) -> ServerSteps:
@@ -269,7 +351,37 @@ def pooled(*sets: ServerSteps) -> ServerSteps:
     fronts = [s.front_end_s for s in sets if s.client_ttft_ms is not None]
     return ServerSteps([p for s in sets for p in s.points], mean(fronts) or 0.0,
                        mean([s.client_ttft_ms for s in sets]),
-                       mean([s.server_ttft_ms for s in sets]), [b for s in sets for b in s.buckets])
+                       mean([s.server_ttft_ms for s in sets]), [b for s in sets for b in s.buckets],
+                       [point for s in sets for point in s.loaded])
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEnd:
+    """What the client and the HTTP front end add to a request's tokens: a fixed part and a
+    part per other stream in flight when its first token comes."""
+
+    base_s: float = 0.0
+    per_stream_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"front_end_ms": self.base_s * 1e3, "front_end_ms_per_stream": self.per_stream_s * 1e3}
+
+
+def fit_front_end(steps: ServerSteps) -> FrontEnd:
+    """The least-squares line through the front end alone (0 streams, each probe set's) and
+    beside streams; without loaded points, the front end alone (as before any growth was
+    measured). Both parts are kept at 0 or more."""
+    alone = [steps.front_end_s] if steps.client_ttft_ms is not None else []
+    x = np.asarray([0.0] * len(alone) + [b for b, _ in steps.loaded], dtype=np.float64)
+    y = np.asarray(alone + [f for _, f in steps.loaded], dtype=np.float64)
+    if len(set(x.tolist())) < 2:
+        return FrontEnd(float(y.mean()) if len(y) else steps.front_end_s)
+    slope, base = np.polyfit(x, y, 1)
+    if slope < 0:
+        return FrontEnd(float(y.mean()))
+    if base < 0:
+        return FrontEnd(0.0, float(x @ y / (x @ x)))
+    return FrontEnd(float(base), float(slope))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,11 @@ import numpy as np
 
 from batchlab.calibrate.live import (
     STEP_METRICS,
+    TTFT_METRIC,
+    FrontEnd,
     Probe,
     bench,
+    fit_front_end,
     fit_server,
     measure_server,
     mini_server,
@@ -126,11 +129,12 @@ def served_model(cfg: ValidateConfig):
     return mini, mini.to_model_spec(cfg.model), mini.max_context
 
 
-def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front_end_s: float = 0.0):
+def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front: FrontEnd = FrontEnd()):
     """The simulator's run of `workload` on the server's system: (RunMetrics, its Trace).
 
-    `front_end_s` is added to every token's time: what the HTTP front end and the client add
-    to each request between its send and the engine, and between a token and its read."""
+    `front` is added to every token's time of each request (`front_end_delays`): what the HTTP
+    front end and the client add between its send and the engine, and between a token and its
+    read."""
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.metrics import compute_metrics
@@ -142,9 +146,26 @@ def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front_end_s: fl
     engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
                     max_context=model.max_context)
     trace = engine.run(build_requests(workload, system, cfg.seed))
-    metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times + front_end_s,
+    counts = np.diff(trace.token_offsets)
+    delays = np.repeat(front_end_delays(trace, front), counts)
+    metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times + delays,
                               trace.served)
     return metrics, trace
+
+
+def front_end_delays(trace, front: FrontEnd) -> np.ndarray:
+    """Each request's front end: `front.base_s` + `front.per_stream_s` for every other
+    sequence in the step that gives it its first token (0 streams for a request with none)."""
+    counts = np.diff(trace.token_offsets)
+    others = np.zeros(len(counts))
+    emitted = counts > 0
+    if emitted.any() and front.per_stream_s:
+        ends = trace.steps["start"] + trace.steps["duration"]
+        first = trace.token_times[trace.token_offsets[:-1][emitted]]
+        # the step ending at each first token (a step's end is its tokens' time, to rounding)
+        at = np.minimum(np.searchsorted(ends, first - 1e-9), len(ends) - 1)
+        others[emitted] = np.maximum(trace.steps["batch"][at] - 1, 0)
+    return front.base_s + front.per_stream_s * others
 
 
 def run_bench(url: str, cfg: ValidateConfig, rate: float, directory: Path, name: str) -> dict:
@@ -212,13 +233,14 @@ def compare(measured: dict, predicted: dict) -> list[dict]:
     return rows
 
 
-def _fit_record(steps, spec, slowdown) -> dict:
+def _fit_record(steps, spec, slowdown, front: FrontEnd) -> dict:
     from batchlab.calibrate.fit import predict_ms
 
     buckets = steps.buckets or [0.0] * len(steps.points)
     return {"slowdown": slowdown.as_dict(), "step_overhead_s": spec.step_overhead_s,
             "seq_overhead_s": spec.seq_overhead_s, "bucket_overhead_s": spec.bucket_overhead_s,
-            "front_end_ms": steps.front_end_s * 1e3,
+            **front.as_dict(), "front_end_alone_ms": steps.front_end_s * 1e3,
+            "front_end_loaded": [{"streams": b, "front_end_ms": f * 1e3} for b, f in steps.loaded],
             "client_ttft_ms": steps.client_ttft_ms, "server_ttft_ms": steps.server_ttft_ms,
             "points": [{"tokens": p.tokens, "batch": p.batch, "context": p.context, "buckets": b,
                         "measured_ms": p.ms,
@@ -261,20 +283,23 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
             the fit's record). The machine drifts during a run; probes on both sides centre
             the fit on it, and each set serves the runs on both of its sides."""
             if not refit:
-                return run(), gpu, 0.0, None
+                return run(), gpu, FrontEnd(), None
             if not taken:
                 taken.append(measure_server(url, model, directory, probe, tag="-0"))
             result = run()
             taken.append(measure_server(url, model, directory, probe, tag=f"-{len(taken)}"))
             steps = pooled(taken[-2], taken[-1])
             spec, slowdown = fit_server(steps.points, gpu, steps.buckets, probe.block_tokens)
-            return result, spec, steps.front_end_s, _fit_record(steps, spec, slowdown)
+            front = fit_front_end(steps)
+            return result, spec, front, _fit_record(steps, spec, slowdown, front)
 
         def bench_with_steps(rate: float, name: str):
-            """`run_bench`, and the server's steps over it (`step_summary`)."""
-            before = server_histograms(url, STEP_METRICS)
+            """`run_bench`, the server's steps over it (`step_summary`) and the front end
+            over it (`front_end_over`)."""
+            before = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
             result = run_bench(url, cfg, rate, directory, name)
-            return result, step_summary(before, server_histograms(url, STEP_METRICS))
+            after = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
+            return result, step_summary(before, after), front_end_over(before, after, result)
 
         rates, names = cfg.rates, None
         if rates is None:
@@ -295,10 +320,13 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         names = names or tuple(f"{r:g} req/s" for r in rates)
         for repeat in range(1, repeats + 1):
             for i, rate in enumerate(rates):
-                (result, served_steps), spec, front, fitted = bracketed(
+                (result, served_steps, front_over), spec, front, fitted = bracketed(
                     lambda: bench_with_steps(rate, f"bench-{repeat}-{i}.json"))
                 workload = replay_workload(result)
                 metrics, trace = simulate_requests(workload, cfg, model, spec, front)
+                applied = front_end_delays(trace, front)[trace.served]
+                front_ms = {"measured": front_over,
+                            "predicted": float(applied.mean()) * 1e3 if len(applied) else None}
                 predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)
                 measured = {k: result.get(k) for k in result
                             if k.endswith("_ms") or k in THROUGHPUTS}
@@ -307,6 +335,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                              "refused": len(result["errors"]) - len(workload), "fit": fitted,
                              "replay": replayed(trace), "rows": compare(measured, predicted),
                              "steps": {"measured": served_steps, "predicted": simulated_steps(trace)},
+                             "front_end_ms": front_ms,
                              "samples": {"measured": {k: v.tolist() for k, v in
                                                       measured_samples(result).items()},
                                          "predicted": {k: v.tolist() for k, v in
@@ -335,6 +364,19 @@ def spread(runs: list[dict]) -> list[dict]:
                         "worst": max(known) if known else None,
                         "met": bool(known) and len(known) == len(errors) and max(known) <= aim})
     return out
+
+
+def front_end_over(before: dict | None, after: dict | None, result: dict) -> float | None:
+    """The front end over a run, in ms: the client's mean TTFT minus the server's (its TTFT
+    histogram between two readings). Shown beside the replay's, never used by it: it is
+    measured on the very requests compared."""
+    if not before or not after or TTFT_METRIC not in before or TTFT_METRIC not in after:
+        return None
+    count = after[TTFT_METRIC][1] - before[TTFT_METRIC][1]
+    ttfts = [t for t, e in zip(result["ttfts"], result["errors"]) if not e and t is not None]
+    if count != len(ttfts) or not ttfts:
+        return None   # other traffic on the server: no clean reading
+    return 1e3 * (sum(ttfts) / count - (after[TTFT_METRIC][0] - before[TTFT_METRIC][0]) / count)
 
 
 def simulated_steps(trace) -> dict:

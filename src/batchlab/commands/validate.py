@@ -135,7 +135,14 @@ def _fit_line(fit: dict | None) -> str:
             f"(compute), CPU {fit['step_overhead_s'] * 1e3:.2f} ms per step + "
             f"{fit['seq_overhead_s'] * 1e3:.3f} ms per sequence + "
             f"{fit['bucket_overhead_s'] * 1e3:.3f} ms per decode bucket; front end "
-            f"{fit['front_end_ms']:.1f} ms per request")
+            f"{fit['front_end_ms']:.2f} ms per request + {fit['front_end_ms_per_stream']:.3f} ms "
+            f"per other stream in flight ({_front_points(fit)})")
+
+
+def _front_points(fit: dict) -> str:
+    alone = f"measured {fit['front_end_alone_ms']:.2f} ms alone"
+    beside = [f"{p['front_end_ms']:.2f} beside {p['streams']}" for p in fit["front_end_loaded"]]
+    return ", ".join([alone, *beside])
 
 
 def _steps_line(steps: dict) -> str:
@@ -149,6 +156,13 @@ def _steps_line(steps: dict) -> str:
            f"{one('simulator', steps['predicted'])}"
 
 
+def _front_line(front: dict) -> str:
+    measured = "not known" if front["measured"] is None else f"{front['measured']:.2f} ms"
+    predicted = "none" if front["predicted"] is None else f"{front['predicted']:.2f} ms"
+    return (f"front end over the run (client TTFT minus server TTFT): {measured}; "
+            f"the replay's: {predicted}")
+
+
 def _tables(out: dict):
     from rich.table import Table
 
@@ -160,9 +174,10 @@ def _tables(out: dict):
         if not load.endswith("req/s"):
             load += f": {run['rate']:.3g} req/s"
         refused = f", {run['refused']} refused by the server" if run["refused"] else ""
+        caption = "\n".join((_steps_line(run["steps"]), _front_line(run["front_end_ms"]),
+                             _fit_line(run["fit"])))
         t = Table(title=f"{load}{which}, {run['requests']} requests{refused} "
-                        f"({out['model']}, {out['system']})",
-                  caption=f"{_steps_line(run['steps'])}\n{_fit_line(run['fit'])}")
+                        f"({out['model']}, {out['system']})", caption=caption)
         for col in ("metric", "measured", "predicted", "error"):
             t.add_column(col, justify="left" if col == "metric" else "right")
         for row in run["rows"]:

@@ -299,7 +299,9 @@ def loaded_front_end(url: str, probe: Probe, streams: int, points: list, directo
     """The front end (client TTFT minus the server's, s) of `probe.loaded_requests` short
     requests sent one by one while `streams` long ones stream, all from one `batchlab bench`;
     None without the prefill and decode probes' steps to size it, or without a clean reading
-    (a long request done before the short ones, or other traffic on the server)."""
+    (a long request done before the short ones, other traffic on the server, or a server that
+    counts a TTFT at the first token, as vLLM does: there the long ones count first, and the
+    front end stays the one measured alone)."""
     prefills = [p for p in points if p.tokens > 1]
     decodes = sorted((p for p in points if p.tokens == 1), key=lambda p: p.batch)
     if not prefills or not decodes:

@@ -46,10 +46,23 @@ def serve_recording(port: int, log_path: str) -> None:
     written to `log_path` when it stops."""
     from batchlab.engine import Engine
     from batchlab.executor.numpy_exec import NumpyExecutor
+    from batchlab.serve.metrics import ServerMetrics
     from batchlab.serve.server import ServeConfig, serve
 
     steps: list[dict] = []
-    run, step = NumpyExecutor.run, Engine.step
+    run, step, metrics_init = NumpyExecutor.run, Engine.step, ServerMetrics.__init__
+
+    def with_loop_time(self, *args, **kwargs):
+        """The server loop's whole iteration, as its step histogram observes it."""
+        metrics_init(self, *args, **kwargs)
+        observe = self.step_duration.observe
+
+        def observed(seconds, *more):
+            if steps and "loop" not in steps[-1]:
+                steps[-1]["loop"] = seconds
+            return observe(seconds, *more)
+
+        self.step_duration.observe = observed
 
     def recorded_run(self, plan):
         steps.append({"decodes": [r.computed for r in plan.decodes],
@@ -63,7 +76,7 @@ def serve_recording(port: int, log_path: str) -> None:
             steps[-1].update(at=at, seconds=time.perf_counter() - began)
         return out
 
-    NumpyExecutor.run, Engine.step = recorded_run, timed_step
+    NumpyExecutor.run, Engine.step, ServerMetrics.__init__ = recorded_run, timed_step, with_loop_time
     try:
         serve(ServeConfig(), "127.0.0.1", port)
     finally:
@@ -71,16 +84,18 @@ def serve_recording(port: int, log_path: str) -> None:
 
 
 def priced(log: list[dict], start: float, end: float, executor) -> np.ndarray:
-    """[steps, 4]: measured s, predicted s, decodes, prefills of the steps begun in [start, end]."""
+    """[steps, 5]: measured s (Engine.step), predicted s, decodes, prefills, and the server
+    loop's whole iteration s, of the steps begun in [start, end]."""
     rows = []
     for s in log:
-        if "at" in s and start <= s["at"] <= end:
+        if "at" in s and "loop" in s and start <= s["at"] <= end:
             plan = SimpleNamespace(
                 decodes=[SimpleNamespace(computed=c) for c in s["decodes"]],
                 prefills=[SimpleNamespace(n_new=n, n_past=p, emits=e) for n, p, e in s["prefills"]],
                 swap_in_tokens=0, swap_out_tokens=0)
-            rows.append((s["seconds"], executor.run(plan), len(s["decodes"]), len(s["prefills"])))
-    return np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+            rows.append((s["seconds"], executor.run(plan), len(s["decodes"]), len(s["prefills"]),
+                         s["loop"]))
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 5)
 
 
 def main() -> None:
@@ -126,18 +141,20 @@ def main() -> None:
         server.send_signal(signal.SIGTERM)
         server.wait()
         log = json.loads(Path(log_path).read_text())
-    print("per kind of step: count, share of the run's step time, measured / predicted (sums)")
+    print("per kind of step: count, share of the run's step time, measured / predicted (sums) for "
+          "the engine's step and for the server loop's whole iteration")
     for k, (rate, start, end) in enumerate(windows):
         steps = pooled(sets[k], sets[k + 1])
         spec, slow = fit_server(steps.points, gpu, steps.buckets, probe.block_tokens)
         a = priced(log, start, end, CostExecutor(model, spec))
-        print(f"{rate:g} req/s: {len(a)} steps, measured / predicted {a[:, 0].sum() / a[:, 1].sum():.3f} "
-              f"(slowdown {slow.memory:.2f} memory, {slow.compute:.2f} compute)")
+        print(f"{rate:g} req/s: {len(a)} steps, measured / predicted {a[:, 0].sum() / a[:, 1].sum():.3f}, "
+              f"loop {a[:, 4].sum() / a[:, 1].sum():.3f} (slowdown {slow.memory:.2f} memory, "
+              f"{slow.compute:.2f} compute)")
         for name, prefill, low, high in KINDS:
             mine = ((a[:, 3] > 0) == bool(prefill)) & (a[:, 2] >= low) & (a[:, 2] < high)
             if mine.any():
                 print(f"  {name:<24}{int(mine.sum()):>5}{a[mine, 0].sum() / a[:, 0].sum():>7.0%}"
-                      f"{a[mine, 0].sum() / a[mine, 1].sum():>8.3f}")
+                      f"{a[mine, 0].sum() / a[mine, 1].sum():>8.3f}{a[mine, 4].sum() / a[mine, 1].sum():>8.3f}")
 
 
 if __name__ == "__main__":

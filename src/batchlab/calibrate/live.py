@@ -25,11 +25,11 @@ is refitted to both sets (`pooled`, `fit_server`):
   and the server's event loop writes every one (near saturation it was 3-4 ms a request
   against 2 ms alone). So it is timed again beside B streams (`loaded_front_end`): B long
   requests at once, then a few short ones sent one by one while those stream, all from one
-  `batchlab bench` (a second client process beside the streams measured no growth). The
-  server's TTFT histogram is read once the short ones are done and before any long one is,
-  which isolates their server TTFT. A line through these points (`fit_front_end`: per
-  request + per stream in flight) is what the replay adds to each simulated request's tokens,
-  with the streams of the step that gives it its first token.
+  `batchlab bench`, as a run's requests share one client process. The server's TTFT
+  histogram is read once the short ones are done and before any long one is, which isolates
+  their server TTFT. A line through these points (`fit_front_end`: per request + per stream in
+  flight) is what the replay adds to each simulated request's tokens, with the streams of the
+  step that gives it its first token.
 
 The fit: measured = (the spec's step without CPU, its work slowed per kind) + fixed + per
 sequence · B + per bucket · G, by least squares on relative error (`fit_server`). G counts the

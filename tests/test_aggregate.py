@@ -25,7 +25,7 @@ from batchlab.hardware import resolve_gpu
 from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
-from batchlab.trace import StepLog, Trace
+from batchlab.trace import BlockGrowth, StepLog, Trace
 
 GPU = resolve_gpu("A100-80GB")
 
@@ -273,3 +273,22 @@ def test_the_trace_gathers_sliced_token_times_and_reads_the_others_from_their_li
     twins[0].token_times, twins[1].token_times = [6.0, 7.0], [8.0, 9.0]
     trace = Trace.from_requests(twins, StepLog(), [], None, work, "s", [(ends, np.array([[0, 0, 2]]))])
     assert trace.token_times.tolist() == [6.0, 7.0, 8.0, 9.0]
+
+
+def test_the_step_log_counts_the_kv_held_of_runs_from_their_block_growth():
+    """Runs on paged memory leave their KV held as block counts; the step log counts every
+    run's at once, beside runs whose KV held came as an array and single rows between them."""
+    log = StepLog()
+    log.add_rows([(0.0, 1.0, 1, 8, 0, 16.0, 8, 1)])
+    # 4 steps of 2 sequences from 1.0: 3 blocks of 4 tokens, one more at its step 1, two at step 3
+    ends = np.array([2.0, 3.0, 4.0, 5.0])
+    log.add_run(1.0, ends, np.ones(4), 2, BlockGrowth(3, 4, [1, 3], [1, 2]), 10)
+    log.add_run(5.0, np.array([6.0, 7.0]), np.ones(2), 2, np.array([30.0, 31.0]), 18)
+    log.add_rows([(7.0, 1.0, 3, 5, 2, 40.0, 27, 3)])
+    log.add_run(8.0, np.array([9.0, 10.0, 11.0]), np.ones(3), 3, BlockGrowth(10, 4, [], []), 27)
+    log.add_run(11.0, np.array([12.0, 13.0]), np.ones(2), 3, BlockGrowth(10, 4, [0], [3]), 30)
+    cols = log.arrays()
+    assert cols["held"].tolist() == [16.0, 12.0, 16.0, 16.0, 24.0, 30.0, 31.0, 40.0,
+                                     40.0, 40.0, 40.0, 52.0, 52.0]
+    assert cols["start"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
+    assert cols["stored"].tolist() == [8, 10, 12, 14, 16, 18, 20, 27, 27, 30, 33, 30, 33]

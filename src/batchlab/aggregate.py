@@ -33,6 +33,7 @@ from batchlab.memory.paged import PagedMemory
 from batchlab.memory.reservation import ReservationMemory
 from batchlab.memory.unlimited import UnlimitedMemory
 from batchlab.request import Request, Status
+from batchlab.trace import BlockGrowth
 
 MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: no subclass
 # Pure-decode steps below which a run is stepped one at a time in plain Python rather than
@@ -347,20 +348,25 @@ class Lane:
                                   b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
             return None
         compute_rate, memory_rate, overhead = self.rates
-        cached = np.arange(computed, last_past, batch, dtype=np.int64)
-        compute_s = (per_cached_f * cached + per_batch_f * batch).astype(np.float64) / compute_rate
-        memory_s = (per_cached_b * cached + (b0 + per_batch_b * batch)).astype(np.float64) / memory_rate
-        durations = np.maximum(compute_s, memory_s) + overhead
-        ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
+        # each step's flops and bytes are affine in its cached tokens: one integer range each
+        compute_s = _affine_range(per_batch_f * batch + per_cached_f * computed, per_cached_f * batch, steps)
+        compute_s /= compute_rate
+        memory_s = _affine_range(b0 + per_batch_b * batch + per_cached_b * computed, per_cached_b * batch, steps)
+        memory_s /= memory_rate
+        durations = np.maximum(compute_s, memory_s, out=compute_s)
+        durations += overhead
+        ends = durations.copy()   # t + d0, then each end plus the next duration, in order
+        ends[0] += t
+        np.add.accumulate(ends, out=ends)
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
-            steps = min(steps, 1 + int(np.searchsorted(ends[:steps - 1], next_t, side="left")))
+            steps = min(steps, 1 + int(ends[:steps - 1].searchsorted(next_t, side="left")))
         if self.books.grows:
             if batch * (steps // self.bs + 1) <= len(self.memory.free_list):
                 held = None   # no decode can miss its block: the KV held is counted as the run is applied
             else:
                 steps, held = self._growth(steps)
         elif self.books.held_is_stored:   # unlimited memory holds what is stored
-            held = cached[:steps].astype(np.float64)
+            held = _affine_range(computed, batch, steps)
         else:   # reservations do not change while requests decode
             held = np.full(steps, float(self.books.held()))
         if not steps:
@@ -383,13 +389,14 @@ class Lane:
             free -= len(grow)
             at.append(k - s)
             taken.append(len(grow))
+        return steps, self._held_per_step(self.memory.total_blocks - len(self.memory.free_list), steps, at, taken)
+
+    def _held_per_step(self, held0: int, steps: int, at: list[int], taken: list[int]) -> np.ndarray:
+        """KV tokens held during each of a run's `steps` steps: `held0` blocks, then `taken[i]`
+        more from its step `at[i]` on (only the steps that take blocks are listed)."""
         per_step = np.zeros(steps, dtype=np.int64)
         per_step[at] = taken
-        return steps, self._held_per_step(self.memory.total_blocks - len(self.memory.free_list), per_step)
-
-    def _held_per_step(self, held0: int, taken) -> np.ndarray:
-        """KV tokens held during each step of a run: `held0` blocks, then those the steps take."""
-        return (held0 + np.cumsum(taken)).astype(np.float64) * self.bs
+        return (held0 + per_step.cumsum()).astype(np.float64) * self.bs
 
     def held_during(self, run: Stretch) -> Stretch:
         """`run` with the KV held during each of its steps, counted now if pricing left it to
@@ -411,17 +418,21 @@ class Lane:
         s, batch, held = self.s, len(self.live), run.held
         if self.books.grows:
             crossings, free_list = self.crossings, self.memory.free_list
-            held0, taken = self.memory.total_blocks - len(free_list), [0] * steps
+            held0, at, taken = self.memory.total_blocks - len(free_list), [], []
             for k in self._booked(steps):
-                grow = crossings.pop(k, ())
-                for table in grow:
-                    table.append(free_list.pop())
-                taken[k - s] = len(grow)
-            if held is None:   # _growth's count, from the steps as they take their blocks
-                held = self._held_per_step(held0, taken)
+                grow = crossings.pop(k, None)
+                if grow is not None:
+                    for table in grow:
+                        table.append(free_list.pop())
+                    at.append(k - s)
+                    taken.append(len(grow))
+            if held is None:   # _growth's count, left to the step log: it counts every run's at once
+                held = BlockGrowth(held0, self.bs, at, taken)
         self.flush_rows()
         ends = run.ends[:steps]
-        self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, held[:steps], self.computed)
+        if isinstance(held, np.ndarray):
+            held = held[:steps]
+        self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, held, self.computed)
         self.ends.extend(ends.tolist())
         self.held = self.books.held()
         self.duration = float(run.durations[steps - 1])
@@ -494,8 +505,16 @@ class Lane:
             engine.work["prefill"] += self.prefilled
             self.decoded = self.prefilled = 0
         if self.sliced:   # the trace gathers those token times from the ends as an array
-            engine.token_slices.append((np.array(self.ends), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
+            ends = np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
+            engine.token_slices.append((ends, np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
             self.sliced = []
+
+
+def _affine_range(first: int, step: int, n: int) -> np.ndarray:
+    """[first, first + step, ...] (n integers, exact in int64) as float64."""
+    if not step:
+        return np.full(n, float(first))
+    return np.arange(first, first + step * n, step, dtype=np.int64).astype(np.float64)
 
 
 def _newcomers(waiting, n_waiting: int, books, seats: float, chunk: float, budget: float):

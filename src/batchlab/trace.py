@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -24,17 +25,31 @@ class RoundRecord:
     preempted: list[str] = field(default_factory=list)
 
 
+@dataclass(slots=True, frozen=True)
+class BlockGrowth:
+    """The KV held during a run of decode steps on paged memory, as counts: `held0` blocks
+    before it, then `taken[i]` more from its step `at[i]` on, `block_size` tokens each."""
+
+    held0: int
+    block_size: int
+    at: list[int]
+    taken: list[int]
+
+
 class StepLog:
     """Per-step series, appended one step at a time or a whole decode run at once.
 
     Rows and runs are kept as they come and turned into arrays once, at the end: a
-    fast-forwarded run costs a few Python operations, not one per step.
+    fast-forwarded run costs a few Python operations, not one per step. A run's KV held may
+    come as its block growth, counted then for every such run in one numpy pass.
     """
 
     COLUMNS = ("start", "duration", "batch", "prefill_tokens", "decode_tokens", "held", "stored", "seats")
 
     def __init__(self) -> None:
         self._segments: list[list[tuple] | tuple] = []
+        # every BlockGrowth's steps that take blocks and how many, in run order, packed
+        self._grow_at, self._grow_taken = array("q"), array("q")
 
     def add(self, *row: float) -> None:
         """One step: values in the order of COLUMNS."""
@@ -51,9 +66,14 @@ class StepLog:
             self._segments.append(list(rows))
 
     def add_run(self, start: float, ends: np.ndarray, duration: np.ndarray, batch: int,
-                held: np.ndarray, stored0: int) -> None:
+                held: np.ndarray | BlockGrowth, stored0: int) -> None:
         """`len(duration)` back-to-back decode steps of `batch` sequences each, one token per
-        sequence, from `start`; step j starts where step j - 1 ends."""
+        sequence, from `start`; step j starts where step j - 1 ends. `held`: the KV held
+        during each, or how it grows."""
+        if isinstance(held, BlockGrowth):
+            self._grow_at.extend(held.at)
+            self._grow_taken.extend(held.taken)
+            held = (held.held0, held.block_size, len(held.at))
         self._segments.append((start, ends, duration, batch, held, stored0))
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -89,14 +109,35 @@ class StepLog:
             starts[1:] = np.concatenate([seg[1] for seg in runs])[:-1]   # the others at an end
             starts[first[k > 0]] = [seg[0] for seg in runs if len(seg[1])]
             cols["start"][in_run] = starts
-            for name, i in (("duration", 2), ("held", 4)):
-                cols[name][in_run] = np.concatenate([seg[i] for seg in runs])
+            cols["duration"][in_run] = np.concatenate([seg[2] for seg in runs])
+            cols["held"][in_run] = self._runs_held(runs, k, first)
             cols["batch"][in_run] = batch
             cols["decode_tokens"][in_run] = batch
             cols["seats"][in_run] = batch
             cols["prefill_tokens"][in_run] = 0
             cols["stored"][in_run] = stored0 + batch * j
         return cols
+
+    def _runs_held(self, runs: list[tuple], k: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """The KV held during every run step, in order: given, or counted from block growth
+        (blocks before the run, plus those taken by its steps so far, times the block size)."""
+        held = np.empty(int(k.sum()))
+        grown = np.array([type(seg[4]) is tuple for seg in runs], dtype=bool)
+        given = [seg[4] for seg in runs if type(seg[4]) is not tuple]
+        if given:
+            held[np.repeat(~grown, k)] = np.concatenate(given)
+        if grown.any():
+            counts = [seg[4] for seg in runs if type(seg[4]) is tuple]   # (held0, block size, entries)
+            held0, block_size, entries = (np.array(c, dtype=np.int64) for c in zip(*counts))
+            taken = np.zeros(len(held), dtype=np.int64)
+            taken[np.repeat(first[grown], entries) + np.frombuffer(self._grow_at, dtype=np.int64)] = \
+                np.frombuffer(self._grow_taken, dtype=np.int64)
+            so_far = np.zeros(len(held) + 1, dtype=np.int64)   # so_far[j]: taken before run step j
+            np.cumsum(taken, out=so_far[1:])
+            in_grown = np.repeat(grown, k)
+            blocks = so_far[1:][in_grown] + np.repeat(held0 - so_far[first[grown]], k[grown])
+            held[in_grown] = blocks.astype(np.float64) * np.repeat(block_size, k[grown])
+        return held
 
 
 def segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -72,29 +72,34 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     handed: list[tuple[float, int, Request]] = []   # decode parts on their way: (ready at, index, part)
     ends: list[tuple[float, int, int]] = []         # (end of what is under way, replica, its version)
     i, n = 0, len(pending)
-    while i < n or ends or handed:
-        now = min(pending[i].arrival if i < n else math.inf, ends[0][0] if ends else math.inf,
-                  handed[0][0] if handed else math.inf)
-        ready: set[int] = set()
+    arrival = pending[0].arrival if n else math.inf   # the next one's
+    while True:
+        while ends and ends[0][2] != replicas[ends[0][1]].version:
+            heapq.heappop(ends)   # a stretch cut short by an arrival: its end was superseded
+        if i == n and not ends and not handed:
+            break
+        now = min(arrival, ends[0][0] if ends else math.inf, handed[0][0] if handed else math.inf)
+        ready: list[int] = []
         while ends and ends[0][0] <= now:
             _, k, version = heapq.heappop(ends)
             replica = replicas[k]
             if version != replica.version:
-                continue   # a stretch cut short by an arrival: its end was superseded
+                continue   # superseded, as above
             for step in replica.finish(now):
                 if handoff is not None and k not in decoders:
                     for done in step.finished:
                         _hand_off(handoff, done, step.end, handed)
-            ready.add(k)
-        while i < n and pending[i].arrival <= now:
-            ready.add(_route(pending[i], entry, router, now, ends))
+            ready.append(k)
+        while arrival <= now:
+            ready.append(_route(pending[i], entry, router, now))
             i += 1
+            arrival = pending[i].arrival if i < n else math.inf
         while handed and handed[0][0] <= now:
-            ready.add(_route(heapq.heappop(handed)[2], pool, handoff.router, now, ends, adopt=True))
+            ready.append(_route(heapq.heappop(handed)[2], pool, handoff.router, now, adopt=True))
         # Colocated replicas touch one another only through the router, at arrivals: until the
         # next one each steps on by itself, without the clock between its steps.
-        horizon = (pending[i].arrival if i < n else math.inf) if handoff is None else now
-        for k in sorted(ready):
+        horizon = arrival if handoff is None else now
+        for k in (ready if len(ready) == 1 else sorted(set(ready))):
             replica = replicas[k]
             for wake in replica.start(now, horizon):
                 heapq.heappush(ends, (wake, k, replica.version))
@@ -122,16 +127,16 @@ def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Rou
             served(replica, trace)
 
 
-def _route(request: Request, pool: Sequence[Replica], router: Router, now: float,
-           ends: list[tuple[float, int, int]], adopt: bool = False) -> int:
+def _route(request: Request, pool: Sequence[Replica], router: Router, now: float, adopt: bool = False) -> int:
+    """Place `request` on a replica of `pool` and return its index (run_fleet then starts it)."""
     replica = pool[router.pick(request, pool, now)]
     settled = replica.settle(now)
-    if settled is not None:   # the step under way when the request came: it ends as planned
-        heapq.heappush(ends, (settled, replica.index, replica.version))
+    if settled is not None:   # the step under way when the request came: it ends as planned,
+        replica.settled = settled   # and the replica's start takes it from there
     if adopt:
         replica.engine.adopt(request)
     else:
-        replica.engine.add(request)
+        replica.engine._accept(request)   # run_fleet checked every request first, as Engine.run does
     replica.routed.append(request.index)
     return replica.index
 

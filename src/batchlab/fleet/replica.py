@@ -44,6 +44,7 @@ class Replica:
                                           # under way: its finishes come at its end
     lane_pause: int = 0                   # begins left to the general loop
     lane_ok: bool | None = None           # the engine's configuration allows a lane (None: not asked)
+    settled: float | None = None          # the end of the step under way where `settle` cut, until start
 
     def __post_init__(self) -> None:
         self.pipelined = self.engine.config.max_in_flight > 1
@@ -52,7 +53,7 @@ class Replica:
         self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
         self.batches, self.entered, self.next_entry = [], 0, 0.0
         self.lane, self.run, self.lane_step, self.lane_decode, self.lane_pause = None, None, False, False, 0
-        self.lane_ok = None
+        self.lane_ok, self.settled = None, None
 
     def start(self, now: float, horizon: float = -math.inf) -> list[float]:
         """Begin what can begin at `now`, and go on stepping while what is under way ends
@@ -61,6 +62,11 @@ class Replica:
         if self.pipelined:
             return self._start_pipelined(now)
         end = now
+        if self.settled is not None:   # a request was routed here: the step under way ends first
+            end, self.settled = self.settled, None
+            if end >= horizon:
+                return [end]
+            self.finish(end)
         while not (self.busy or (self.lane.idle if self.lane is not None else self.engine.idle)):
             end = self.begin(end, horizon)
             if end >= horizon:
@@ -174,7 +180,7 @@ class Replica:
         """
         if self.run is not None:   # a lane run: as a stretch, its last step's finishes at its end
             run = self.run
-            steps = min(int(np.searchsorted(run.ends, now, side="right")) + 1, len(run.ends))
+            steps = min(int(run.ends.searchsorted(now, side="right")) + 1, len(run.ends))
             end = self.lane.apply_run(run, steps)
             self.run, self.lane_decode = None, steps == len(run.ends)
             self.version += 1
@@ -182,7 +188,7 @@ class Replica:
         stretch = self.stretch
         if stretch is None:
             return None
-        done = int(np.searchsorted(stretch.ends, now, side="right"))
+        done = int(stretch.ends.searchsorted(now, side="right"))
         if done + 1 < len(stretch.ends):
             end = self.engine.apply_stretch(stretch, done + 1)
             self.stretch, self.in_flight, self.busy = None, None, True

@@ -36,7 +36,6 @@ COMMANDS = {"batchlab --version": ["--version"], "batchlab --help": ["--help"],
             "Vidur's run, 1 request": [*VIDUR, "--num-prompts", "1"],
             "Vidur's run, 10,000 requests": [*VIDUR, "--num-prompts", "10000"]}
 FLOOR = "import argparse, numpy, numpy.random, rich.console, rich.table"
-MAIN = "import sys; from batchlab.cli import main; sys.exit(main())"
 
 
 def env_for(src: Path, cache: str) -> dict:
@@ -79,7 +78,7 @@ def main() -> None:
             outputs = {}
             for i in range(args.repeats + 1):     # the first run compiles the bytecode
                 for name in runs:
-                    wall, user, out = once(["-c", MAIN, *argv] if argv is not None else ["-c", FLOOR], envs[name])
+                    wall, user, out = once(["-m", "batchlab.cli", *argv] if argv is not None else ["-c", FLOOR], envs[name])
                     outputs[name] = out
                     if i:
                         runs[name][0].append(wall), runs[name][1].append(user)

@@ -14,7 +14,8 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fleet.py [--repeat
 - Vidur's best-known run as a whole `batchlab simulate` process: 10,000 requests of 512 prompt
   and 128 output tokens, Poisson 10 req/s, Llama-3-8B on A100-80GB, paged KV.
 Wall time and user CPU (the machine is shared: user CPU moves less with the load) are medians of
-`--repeats` runs.
+`--repeats` runs; the Azure trace's fleet, its replicas alone and the two parts of each take
+turns, one run of each at a time.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ import subprocess
 import sys
 import time
 
+from collections.abc import Callable
+
 import numpy as np
 
 from batchlab.fleet import Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
+from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.serving.run import build_requests, simulate
 from batchlab.serving.systems import PRESETS
@@ -49,13 +53,24 @@ BUSY_N = 30_000
 
 def measured(fn, repeats: int) -> tuple[float, float, object]:
     """(median wall s, median user CPU s, the last result) of `repeats` calls in this process."""
-    walls, users, out = [], [], None
+    return alternating({"": fn}, repeats)[""]
+
+
+def alternating(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float, object]]:
+    """Each of `fns` called `repeats` times, in turn, so the machine's drift and the process's
+    growing memory fall on all of them alike: name -> (median wall s, median user CPU s, the
+    last result)."""
+    walls = {name: [] for name in fns}
+    users = {name: [] for name in fns}
+    out = dict.fromkeys(fns)
     for _ in range(repeats):
-        u0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.perf_counter()
-        out = fn()
-        walls.append(time.perf_counter() - t0)
-        users.append(resource.getrusage(resource.RUSAGE_SELF).ru_utime - u0)
-    return statistics.median(walls), statistics.median(users), out
+        for name, fn in fns.items():
+            out[name] = None   # the last result goes before the next is made
+            u0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.perf_counter()
+            out[name] = fn()
+            walls[name].append(time.perf_counter() - t0)
+            users[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_utime - u0)
+    return {name: (statistics.median(walls[name]), statistics.median(users[name]), out[name]) for name in fns}
 
 
 def process(args: list[str], repeats: int) -> tuple[float, float]:
@@ -71,12 +86,20 @@ def process(args: list[str], repeats: int) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(users)
 
 
+@gc_paused()
 def clock_only(workload: Workload) -> None:
     """The fleet's event loop and its replicas' traces, without the fleet's figures."""
     replicas = [Replica(k, f"r{k}", SPEC.engine()) for k in range(AZURE_REPLICAS)]
     run_fleet(build_requests(workload, PAGED, 0), replicas, make_router("least-outstanding"))
     for replica in replicas:
         replica.engine.trace()
+
+
+@gc_paused()
+def engines_only(parts: list[Workload]) -> None:
+    """Each replica's engine on its share alone, with its trace: what `clock_only` does apart."""
+    for part in parts:
+        SPEC.engine().run(build_requests(part, PAGED, 0))
 
 
 def share(workload: Workload, picked: np.ndarray) -> Workload:
@@ -98,12 +121,13 @@ def main() -> None:
     vidur_wall, vidur_user = process(VIDUR_CMD, reps)
 
     azure = make_workload("azure-conv", 10**9, None)
-    wall, user, fleet = measured(lambda: simulate_fleet(azure, [SPEC] * AZURE_REPLICAS, "least-outstanding"), reps)
-    parts = [share(azure, np.flatnonzero(fleet.assignment == k)) for k in range(AZURE_REPLICAS)]
-    alone_wall, alone_user, _ = measured(lambda: [simulate(p, PAGED, MODEL, H100) for p in parts], reps)
-    loop_wall, loop_user, _ = measured(lambda: clock_only(azure), reps)
-    engines_wall, engines_user, _ = measured(
-        lambda: [SPEC.engine().run(build_requests(p, PAGED, 0)) for p in parts], reps)
+    routed = simulate_fleet(azure, [SPEC] * AZURE_REPLICAS, "least-outstanding").assignment
+    parts = [share(azure, np.flatnonzero(routed == k)) for k in range(AZURE_REPLICAS)]
+    timed = alternating({"fleet": lambda: simulate_fleet(azure, [SPEC] * AZURE_REPLICAS, "least-outstanding"),
+                         "alone": lambda: [simulate(p, PAGED, MODEL, H100) for p in parts],
+                         "clock": lambda: clock_only(azure), "engines": lambda: engines_only(parts)}, reps)
+    (wall, user, _), (alone_wall, alone_user, _) = timed["fleet"], timed["alone"]
+    (loop_wall, loop_user, _), (engines_wall, engines_user, _) = timed["clock"], timed["engines"]
     print(f"medians of {reps} runs, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     print(f"azure-conv ({len(azure):,} requests, own rate {azure.mean_rate:.2f} req/s) on {AZURE_REPLICAS} replicas: "
           f"{wall:.2f} s wall, {user:.2f} s user   (aim < {AIM_AZURE_S:g} s)")

@@ -292,3 +292,12 @@ def test_the_step_log_counts_the_kv_held_of_runs_from_their_block_growth():
                                      40.0, 40.0, 40.0, 52.0, 52.0]
     assert cols["start"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
     assert cols["stored"].tolist() == [8, 10, 12, 14, 16, 18, 20, 27, 27, 30, 33, 30, 33]
+
+
+def test_a_runs_affine_prices_are_exact_integer_ranges():
+    # a run prices flops and bytes that grow by the same integer every step (none: a constant)
+    assert aggregate._affine_range(5, 3, 4).tolist() == [5.0, 8.0, 11.0, 14.0]
+    assert aggregate._affine_range(7, 0, 3).tolist() == [7.0, 7.0, 7.0]
+    big = 2**53 + 1   # int64 exact, rounded once on the way to float64, as astype rounds it
+    expected = np.array([big, big + 2], dtype=np.int64).astype(np.float64)
+    assert aggregate._affine_range(big, 2, 2).tolist() == expected.tolist()

@@ -362,7 +362,7 @@ class Lane:
             steps = min(steps, 1 + int(ends[:steps - 1].searchsorted(next_t, side="left")))
         if self.books.grows:
             if batch * (steps // self.bs + 1) <= len(self.memory.free_list):
-                held = None   # no decode can miss its block: the KV held is counted as the run is applied
+                held = None   # no decode can miss its block: the KV held is counted from what it takes when applied
             else:
                 steps, held = self._growth(steps)
         elif self.books.held_is_stored:   # unlimited memory holds what is stored

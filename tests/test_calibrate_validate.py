@@ -69,8 +69,8 @@ def test_replay_through_the_servers_system_is_deterministic():
     cfg = ValidateConfig(model="tiny", system="paged:max_bs=4", kv_cache_tokens=4096)
     _, model, _ = served_model(cfg)
     w = replay_workload(RESULT)
-    a, trace = simulate_requests(w, cfg, model, CPU)
-    b, _ = simulate_requests(w, cfg, model, CPU)
+    a, trace, _ = simulate_requests(w, cfg, model, CPU)
+    b, _, _ = simulate_requests(w, cfg, model, CPU)
     assert a.served == 2 and trace.prompt.tolist() == [40, 30]
     sa, sb = simulated_samples(a), simulated_samples(b)
     assert all(np.array_equal(sa[k], sb[k]) for k in sa)

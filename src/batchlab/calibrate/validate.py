@@ -130,7 +130,8 @@ def served_model(cfg: ValidateConfig):
 
 
 def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front: FrontEnd = FrontEnd()):
-    """The simulator's run of `workload` on the server's system: (RunMetrics, its Trace).
+    """The simulator's run of `workload` on the server's system: (RunMetrics, its Trace, each
+    request's front end in s).
 
     `front` is added to every token's time of each request (`front_end_delays`): what the HTTP
     front end and the client add between its send and the engine, and between a token and its
@@ -146,11 +147,11 @@ def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front: FrontEnd
     engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
                     max_context=model.max_context)
     trace = engine.run(build_requests(workload, system, cfg.seed))
-    counts = np.diff(trace.token_offsets)
-    delays = np.repeat(front_end_delays(trace, front), counts)
-    metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times + delays,
+    delays = front_end_delays(trace, front)
+    per_token = np.repeat(delays, np.diff(trace.token_offsets))
+    metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times + per_token,
                               trace.served)
-    return metrics, trace
+    return metrics, trace, delays
 
 
 def front_end_delays(trace, front: FrontEnd) -> np.ndarray:
@@ -307,7 +308,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
             # the simulator's prediction of that is compared too.
             result, spec, front, fitted = bracketed(
                 lambda: run_bench(url, cfg, math.inf, directory, "bench-saturation.json"))
-            metrics, trace = simulate_requests(replay_workload(result), cfg, model, spec, front)
+            metrics, trace, _ = simulate_requests(replay_workload(result), cfg, model, spec, front)
             predicted = vllm_result(metrics, trace.prompt)["request_throughput"]
             measured = result.get("request_throughput")
             if not measured or not measured > 0:
@@ -323,8 +324,8 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                 (result, served_steps, front_over), spec, front, fitted = bracketed(
                     lambda: bench_with_steps(rate, f"bench-{repeat}-{i}.json"))
                 workload = replay_workload(result)
-                metrics, trace = simulate_requests(workload, cfg, model, spec, front)
-                applied = front_end_delays(trace, front)[trace.served]
+                metrics, trace, delays = simulate_requests(workload, cfg, model, spec, front)
+                applied = delays[trace.served]
                 front_ms = {"measured": front_over,
                             "predicted": float(applied.mean()) * 1e3 if len(applied) else None}
                 predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)

@@ -1,7 +1,7 @@
 """The server's own steps during validate-like runs, each priced by the refitted spec.
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/served_steps.py --device SPEC.toml
-     [--rates 7.7,23,38] [--port 18777]
+     [--rates 7.7,23,38]
 
 (SPEC.toml from `batchlab calibrate --mini --out SPEC.toml`.) `batchlab validate` sees the
 server's steps only as a histogram: their count, mean time and mean batch over a run. This
@@ -24,12 +24,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads its BLA
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import urllib.request  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
@@ -102,7 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", required=True)
     parser.add_argument("--rates", default="7.7,23,38")
-    parser.add_argument("--port", type=int, default=18777)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)   # the recording server's
     parser.add_argument("--serve-recording", metavar="LOG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_recording:
@@ -113,24 +110,18 @@ def main() -> None:
     from batchlab.calibrate.validate import ValidateConfig, dataset, run_bench, served_model
     from batchlab.executor.costed import CostExecutor
     from batchlab.hardware.loading import resolve_gpu
+    from batchlab.serve.launch import ServeProcess
 
     cfg = ValidateConfig()
     model = served_model(cfg)[1]
     gpu = resolve_gpu(args.device)
     rates = [float(r) for r in args.rates.split(",")]
     probe = Probe(decode_prompts=tuple(dataset(cfg, math.inf).prompt.tolist()))
-    url = f"http://127.0.0.1:{args.port}"
     with tempfile.TemporaryDirectory() as tmp:
         directory, log_path = Path(tmp), str(Path(tmp) / "steps.json")
-        server = subprocess.Popen([sys.executable, __file__, "--device", args.device, "--port",
-                                   str(args.port), "--serve-recording", log_path],
-                                  stderr=subprocess.DEVNULL)
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        server = ServeProcess("--device", args.device, "--serve-recording", log_path,
+                              program=[sys.executable, __file__])
+        url = server.url
         warm_up(url, directory)
         sets, windows = [measure_server(url, model, directory, probe, tag="-0")], []
         for k, rate in enumerate(rates):
@@ -138,8 +129,7 @@ def main() -> None:
             run_bench(url, cfg, rate, directory, f"bench-{k}.json")
             windows.append((rate, start, time.time()))
             sets.append(measure_server(url, model, directory, probe, tag=f"-{k + 1}"))
-        server.send_signal(signal.SIGTERM)
-        server.wait()
+        server.stop()
         log = json.loads(Path(log_path).read_text())
     print("per kind of step: count, share of the run's step time, measured / predicted (sums) for "
           "the engine's step and for the server loop's whole iteration")

@@ -30,15 +30,17 @@ def free_port() -> int:
 class ServeProcess:
     """`batchlab serve --port P FLAGS...`, returned once GET /health answers 200.
 
-    stderr is kept to say why a start failed; stdout goes to `stdout` (default: nowhere)."""
+    stderr is kept to say why a start failed; stdout goes to `stdout` (default: nowhere).
+    `program` runs in place of `batchlab serve` (a script that serves as it does, taking the
+    same --port)."""
 
     def __init__(self, *flags: str, start_s: float = START_S, cwd: Path | str | None = None,
-                 stdout=subprocess.DEVNULL) -> None:
+                 stdout=subprocess.DEVNULL, program: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "batchlab.cli", "serve", "--port", str(self.port), *flags],
-            cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        program = program or [sys.executable, "-m", "batchlab.cli", "serve"]
+        self.proc = subprocess.Popen([*program, "--port", str(self.port), *flags],
+                                     cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
         try:
             self._wait_healthy(start_s)
         except BaseException:

@@ -389,14 +389,8 @@ class Lane:
             free -= len(grow)
             at.append(k - s)
             taken.append(len(grow))
-        return steps, self._held_per_step(self.memory.total_blocks - len(self.memory.free_list), steps, at, taken)
-
-    def _held_per_step(self, held0: int, steps: int, at: list[int], taken: list[int]) -> np.ndarray:
-        """KV tokens held during each of a run's `steps` steps: `held0` blocks, then `taken[i]`
-        more from its step `at[i]` on (only the steps that take blocks are listed)."""
-        per_step = np.zeros(steps, dtype=np.int64)
-        per_step[at] = taken
-        return (held0 + per_step.cumsum()).astype(np.float64) * self.bs
+        held0 = self.memory.total_blocks - len(self.memory.free_list)
+        return steps, BlockGrowth(held0, self.bs, at, taken).held(steps)
 
     def held_during(self, run: Stretch) -> Stretch:
         """`run` with the KV held during each of its steps, counted now if pricing left it to

@@ -35,6 +35,13 @@ class BlockGrowth:
     at: list[int]
     taken: list[int]
 
+    def held(self, steps: int) -> np.ndarray:
+        """KV tokens held during each of the run's `steps` steps (the step log counts many runs'
+        at once, `StepLog._runs_held`)."""
+        per_step = np.zeros(steps, dtype=np.int64)
+        per_step[self.at] = self.taken
+        return (self.held0 + per_step.cumsum()).astype(np.float64) * self.block_size
+
 
 class StepLog:
     """Per-step series, appended one step at a time or a whole decode run at once.

@@ -6,7 +6,9 @@ Each output holds its repeats' errors per load and aimed-at figure (its "spread"
 the files, per load and figure: how many runs are within the aim, the mean error (a bias the
 model could remove) and the lowest and highest (how far one run strays: the machine's noise,
 which moves a run's steps 5-15% from the probes around it); and per load the mean of the
-replay's step against the server's mean step (predicted / measured - 1) over the runs.
+replay's step against the server's mean step (predicted / measured - 1) over the runs; and the
+machine's own noise: the same probe timed on the two sides of a run (after / before - 1), over
+every pair of every output.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ def main() -> None:
     pooled: dict[tuple[str, str], list] = {}
     aims: dict[str, float] = {}
     steps: dict[str, list[float]] = {}
+    drift: list[float] = []
     for path in args.outputs:
         with open(path) as f:
             out = json.load(f)
         for row in out["spread"]:
             pooled.setdefault((row["load"], row["key"]), []).extend(row["errors"])
             aims[row["key"]] = row["aim"]
+        fits = [(out["saturation"] or {}).get("fit"), *(run["fit"] for run in out["runs"])]
+        drift += [d for fit in fits if fit for d in fit.get("probe_drift", [])]
         for run in out["runs"]:
             measured, predicted = run["steps"]["measured"], run["steps"]["predicted"]
             if measured and predicted:
@@ -43,6 +48,12 @@ def main() -> None:
     for load, errors in steps.items():
         print(f"{load:<18}{'mean step':<22}{'':>12}{statistics.mean(errors):>+9.1%}"
               f"{min(errors):>+9.1%}{max(errors):>+9.1%}")
+    if drift:
+        aim = aims["median_ttft_ms"]
+        beyond = sum(abs(d) > aim for d in drift)
+        print(f"probes after a run / before - 1: {len(drift)} pairs, {beyond} beyond {aim:.0%}, "
+              f"median |move| {statistics.median(abs(d) for d in drift):.1%}, "
+              f"lowest {min(drift):+.1%}, highest {max(drift):+.1%}")
 
 
 if __name__ == "__main__":

@@ -301,6 +301,29 @@ def test_pooled_probe_sets_keep_every_point_and_average_the_front_end():
     assert pooled(silent).front_end_s == 0.0 and pooled(silent).client_ttft_ms is None
 
 
+def test_probe_drift_pairs_the_same_probe_of_two_sets():
+    from batchlab.calibrate.live import ServerSteps, probe_drift
+    from batchlab.calibrate.profiles import ProfilePoint
+
+    def step(tokens, batch, ms):
+        return ProfilePoint("server", 1, "step", tokens, batch, 0 if tokens > 1 else 80, 1, ms)
+
+    before = ServerSteps([step(64, 1, 20.0), step(1, 4, 8.0), step(1, 8, 10.0)], 0.0)
+    after = ServerSteps([step(64, 1, 25.0), step(1, 8, 9.0), step(1, 16, 12.0)], 0.0)
+    # in the later set's order; a probe timed in one set only pairs with nothing
+    assert probe_drift(before, after) == [pytest.approx(0.25), pytest.approx(-0.1)]
+    assert probe_drift(before, ServerSteps([], 0.0)) == []
+
+
+def test_probe_noise_pools_the_pairs_of_every_fit_against_the_p50_aim():
+    from batchlab.calibrate.validate import AIMS, probe_noise
+
+    noise = probe_noise([None, {"probe_drift": [0.05, -0.2]}, {"probe_drift": [0.3]}])
+    assert noise == {"pairs": 3, "p50_aim": AIMS["median_ttft_ms"], "beyond_p50_aim": 2,
+                     "median_abs": pytest.approx(0.2), "lowest": -0.2, "highest": 0.3}
+    assert probe_noise([None, {"probe_drift": []}]) is None
+
+
 def test_the_front_end_is_a_line_through_alone_and_beside_streams():
     from batchlab.calibrate.live import FrontEnd, ServerSteps, fit_front_end
 
@@ -415,6 +438,9 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert set(fit["slowdown"]) == {"memory", "compute"}
         assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
         assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0
+        # The same probes of the two sets paired: the prefill's at least, each a ratio - 1.
+        assert 1 <= len(fit["probe_drift"]) <= len(fit["points"]) // 2
+        assert all(d > -1 for d in fit["probe_drift"])
         # The front end beside 3 streams, where the set's decode probe sized it.
         assert all(p["streams"] == 3 and p["front_end_ms"] >= 0 for p in fit["front_end_loaded"])
         assert fit["front_end_ms"] >= 0 and fit["front_end_ms_per_stream"] >= 0
@@ -452,6 +478,7 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert len(run["samples"]["measured"]["ttft"]) == len(run["samples"]["predicted"]["ttft"])
     assert {(s["load"], s["key"]) for s in out["spread"]} == {
         ("4 req/s", k) for k in AIMS}
+    assert out["probe_noise"]["pairs"] == sum(len(r["fit"]["probe_drift"]) for r in out["runs"])
 
 
 def test_the_fit_line_shows_each_probe_shape_once_with_both_readings():
@@ -466,12 +493,14 @@ def test_the_fit_line_shows_each_probe_shape_once_with_both_readings():
            "slowdown": {"memory": 1.2, "compute": 1.0}, "step_overhead_s": 0.0005,
            "seq_overhead_s": 0.0001, "bucket_overhead_s": 0.0003, "front_end_ms": 2.0,
            "front_end_ms_per_stream": 0.125, "front_end_alone_ms": 2.1,
-           "front_end_loaded": [{"streams": 8, "front_end_ms": 2.9}]}
+           "front_end_loaded": [{"streams": 8, "front_end_ms": 2.9}], "probe_drift": [0.1, 0.125]}
     line = _fit_line(fit)
     assert "prefill 64 20.0, 22.0/21.0 ms, decode B=4 8.0, 9.0/7.5 ms;" in line
     assert "0.100 ms per sequence + 0.300 ms per decode bucket" in line
     assert ("front end 2.00 ms per request + 0.125 ms per other stream in flight (measured "
-            "2.10 ms alone, 2.90 beside 8)") in line
+            "2.10 ms alone, 2.90 beside 8); the same probes after the run against before: "
+            "+10.0% to +12.5%") in line
+    assert _fit_line({**fit, "probe_drift": []}).endswith("2.90 beside 8)")
     assert _fit_line(None) == "device spec as given (--no-refit)"
 
 

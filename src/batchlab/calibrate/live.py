@@ -369,6 +369,15 @@ class FrontEnd:
         return {"front_end_ms": self.base_s * 1e3, "front_end_ms_per_stream": self.per_stream_s * 1e3}
 
 
+def probe_drift(before: ServerSteps, after: ServerSteps) -> list[float]:
+    """For each probe timed in both sets, in `after`'s order, its step after / before - 1: how
+    far the same step on the same server moved in the seconds between the two sets. It is the
+    machine's own noise, the floor under any error a run can show against probes around it."""
+    earlier = {(p.tokens, p.batch, p.context): p.ms for p in before.points}
+    return [p.ms / earlier[key] - 1.0 for p in after.points
+            if earlier.get(key := (p.tokens, p.batch, p.context), 0.0) > 0.0]
+
+
 def fit_front_end(steps: ServerSteps) -> FrontEnd:
     """The least-squares line through the front end alone (0 streams, each probe set's) and
     beside streams; without loaded points, the front end alone (as before any growth was

@@ -36,6 +36,7 @@ from batchlab.calibrate.live import (
     measure_server,
     mini_server,
     pooled,
+    probe_drift,
     server_histograms,
     step_summary,
     warm_up,
@@ -234,7 +235,7 @@ def compare(measured: dict, predicted: dict) -> list[dict]:
     return rows
 
 
-def _fit_record(steps, spec, slowdown, front: FrontEnd) -> dict:
+def _fit_record(steps, spec, slowdown, front: FrontEnd, drift: list[float]) -> dict:
     from batchlab.calibrate.fit import predict_ms
 
     buckets = steps.buckets or [0.0] * len(steps.points)
@@ -246,7 +247,8 @@ def _fit_record(steps, spec, slowdown, front: FrontEnd) -> dict:
             "points": [{"tokens": p.tokens, "batch": p.batch, "context": p.context, "buckets": b,
                         "measured_ms": p.ms,
                         "predicted_ms": predict_ms(p, spec) + spec.bucket_overhead_s * 1e3 * b}
-                       for p, b in zip(steps.points, buckets)]}
+                       for p, b in zip(steps.points, buckets)],
+            "probe_drift": drift}
 
 
 def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
@@ -292,7 +294,8 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
             steps = pooled(taken[-2], taken[-1])
             spec, slowdown = fit_server(steps.points, gpu, steps.buckets, probe.block_tokens)
             front = fit_front_end(steps)
-            return result, spec, front, _fit_record(steps, spec, slowdown, front)
+            drift = probe_drift(taken[-2], taken[-1])
+            return result, spec, front, _fit_record(steps, spec, slowdown, front, drift)
 
         def bench_with_steps(rate: float, name: str):
             """`run_bench`, the server's steps over it (`step_summary`) and the front end
@@ -345,7 +348,8 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                     progress()
     return {"model": cfg.model, "system": cfg.system, "gpu": gpu.name,
             "dataset": bench_args(cfg.dataset), "saturation": saturation,
-            "repeats": repeats, "runs": runs, "spread": spread(runs)}
+            "repeats": repeats, "runs": runs, "spread": spread(runs),
+            "probe_noise": probe_noise([(saturation or {}).get("fit"), *(r["fit"] for r in runs)])}
 
 
 def spread(runs: list[dict]) -> list[dict]:
@@ -365,6 +369,20 @@ def spread(runs: list[dict]) -> list[dict]:
                         "worst": max(known) if known else None,
                         "met": bool(known) and len(known) == len(errors) and max(known) <= aim})
     return out
+
+
+def probe_noise(fits: list[dict | None]) -> dict | None:
+    """Every probe pair of the runs' fits pooled (`probe_drift`: the same step on the two
+    sides of a run): how many, how many moved more than the p50 aims allow a run to miss by,
+    the median move and the extremes; None without a refit."""
+    drift = [d for fit in fits if fit for d in fit["probe_drift"]]
+    if not drift:
+        return None
+    aim = AIMS["median_ttft_ms"]
+    return {"pairs": len(drift), "p50_aim": aim,
+            "beyond_p50_aim": sum(abs(d) > aim for d in drift),
+            "median_abs": float(np.median(np.abs(drift))), "lowest": min(drift),
+            "highest": max(drift)}
 
 
 def front_end_over(before: dict | None, after: dict | None, result: dict) -> float | None:

@@ -136,7 +136,25 @@ def _fit_line(fit: dict | None) -> str:
             f"{fit['seq_overhead_s'] * 1e3:.3f} ms per sequence + "
             f"{fit['bucket_overhead_s'] * 1e3:.3f} ms per decode bucket; front end "
             f"{fit['front_end_ms']:.2f} ms per request + {fit['front_end_ms_per_stream']:.3f} ms "
-            f"per other stream in flight ({_front_points(fit)})")
+            f"per other stream in flight ({_front_points(fit)}){_drift(fit['probe_drift'])}")
+
+
+def _drift(drift: list[float]) -> str:
+    if not drift:
+        return ""
+    return (f"; the same probes after the run against before: {_pct(min(drift))} to "
+            f"{_pct(max(drift))}")
+
+
+def _noise_caption(noise: dict | None) -> str | None:
+    """What the probes say of the machine: how often the same step moved more than the p50
+    aims between the two sides of one run."""
+    if noise is None:
+        return None
+    return (f"The machine's own noise: the same probe timed on the two sides of a run moved "
+            f"more than {100 * noise['p50_aim']:.0f}% in {noise['beyond_p50_aim']} of "
+            f"{noise['pairs']} pairs (median {100 * noise['median_abs']:.1f}%, from "
+            f"{_pct(noise['lowest'])} to {_pct(noise['highest'])}).")
 
 
 def _front_points(fit: dict) -> str:
@@ -184,7 +202,8 @@ def _tables(out: dict):
             t.add_row(f"{row['metric']} ({row['unit']})", _num(row["measured"]),
                       _num(row["predicted"]), _pct(row["error"]))
         tables.append(t)
-    t = Table(title="Against the aims: predicted / measured - 1, per repeat")
+    t = Table(title="Against the aims: predicted / measured - 1, per repeat",
+              caption=_noise_caption(out.get("probe_noise")))
     for col in ("load", "figure", "aim", *(f"repeat {i}" for i in range(1, out["repeats"] + 1)),
                 "worst", "met"):
         t.add_column(col, justify="left" if col in ("load", "figure") else "right")

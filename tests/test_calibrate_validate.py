@@ -479,6 +479,15 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
     assert {(s["load"], s["key"]) for s in out["spread"]} == {
         ("4 req/s", k) for k in AIMS}
     assert out["probe_noise"]["pairs"] == sum(len(r["fit"]["probe_drift"]) for r in out["runs"])
+    # The tables as the command prints them: the run's fit line with its probes' drift, then
+    # the aims with the probes' noise under them.
+    from batchlab.commands.validate import _tables
+
+    run_table, aims = _tables(out)
+    noise = out["probe_noise"]
+    assert "the same probes after the run against before" in run_table.caption
+    assert (f"moved more than 10% in {noise['beyond_p50_aim']} of {noise['pairs']} pairs"
+            in aims.caption)
 
 
 def test_the_fit_line_shows_each_probe_shape_once_with_both_readings():

@@ -203,7 +203,7 @@ def _tables(out: dict):
                       _num(row["predicted"]), _pct(row["error"]))
         tables.append(t)
     t = Table(title="Against the aims: predicted / measured - 1, per repeat",
-              caption=_noise_caption(out.get("probe_noise")))
+              caption=_noise_caption(out["probe_noise"]))
     for col in ("load", "figure", "aim", *(f"repeat {i}" for i in range(1, out["repeats"] + 1)),
                 "worst", "met"):
         t.add_column(col, justify="left" if col in ("load", "figure") else "right")

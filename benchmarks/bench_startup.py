@@ -9,7 +9,11 @@ only imports what the one-request run needs from outside batchlab (numpy and its
 module, rich's tables, argparse). With `--before DIR` (earlier code: a directory
 holding its `src/`, e.g. made by `git archive REV src | tar -x -C DIR`), the same commands also
 run on that code, alternating with this one, and the table shows before/after ratios from the
-same minutes; `--after DIR` measures other code than this checkout's in place of it.
+same minutes; `--after DIR` measures other code than this checkout's in place of it. A last
+line splits out two costs of the one-request run's start-up that no import list shows: the
+dataclasses module writing and compiling the methods of every record class imported, and the
+cyclic collector's passes over what the imports make (medians over `--repeats` processes of
+that run, timed from inside).
 
 Each tree's bytecode is compiled once into its own cache (PYTHONPYCACHEPREFIX), as an installed
 package has it: with PYTHONDONTWRITEBYTECODE set, every edited module would otherwise be
@@ -36,6 +40,32 @@ COMMANDS = {"batchlab --version": ["--version"], "batchlab --help": ["--help"],
             "Vidur's run, 1 request": [*VIDUR, "--num-prompts", "1"],
             "Vidur's run, 10,000 requests": [*VIDUR, "--num-prompts", "10000"]}
 FLOOR = "import argparse, numpy, numpy.random, rich.console, rich.table"
+# The one-request run in a process that times two costs of start-up no import list shows: the
+# dataclasses module writing and compiling each record class's methods, and the cyclic
+# collector's passes. Prints both, in seconds.
+INSIDE = """
+import dataclasses, gc, os, sys, time
+made, collecting, started = [0.0], [0.0], [0.0]
+process_class = dataclasses._process_class
+def timed(*args, **kwargs):
+    t = time.perf_counter()
+    try:
+        return process_class(*args, **kwargs)
+    finally:
+        made[0] += time.perf_counter() - t
+dataclasses._process_class = timed
+def collector(phase, info):
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        collecting[0] += time.perf_counter() - started[0]
+gc.callbacks.append(collector)
+from batchlab.cli import main
+stdout, sys.stdout = sys.stdout, open(os.devnull, "w")
+main(sys.argv[1:])
+sys.stdout = stdout
+print(made[0], collecting[0])
+"""
 
 
 def env_for(src: Path, cache: str) -> dict:
@@ -85,6 +115,10 @@ def main() -> None:
             if len(set(outputs.values())) != 1:
                 sys.exit(f"{label}: the two trees print different results")
             rows.append((label, {n: (statistics.median(w), statistics.median(u)) for n, (w, u) in runs.items()}))
+        made, collecting = [], []
+        for _ in range(args.repeats):
+            out = once(["-c", INSIDE, *COMMANDS["Vidur's run, 1 request"]], envs["after"])[2].split()
+            made.append(float(out[0])), collecting.append(float(out[1]))
     print(f"medians of {args.repeats} runs, load average {os.getloadavg()[0]:.2f}")
     for label, fig in rows:
         after = fig["after"]
@@ -94,6 +128,8 @@ def main() -> None:
             line += (f" | before {before[0]:.3f} s wall, {before[1]:.3f} s user"
                      f" | before/after {before[0] / after[0]:.2f} wall, {before[1] / after[1]:.2f} user")
         print(line)
+    print(f"inside Vidur's run, 1 request: making record classes (dataclasses) "
+          f"{statistics.median(made) * 1e3:.1f} ms, the cyclic collector {statistics.median(collecting) * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

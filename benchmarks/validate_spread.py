@@ -17,6 +17,8 @@ import argparse
 import json
 import statistics
 
+from batchlab.calibrate.validate import probe_noise
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -25,15 +27,15 @@ def main() -> None:
     pooled: dict[tuple[str, str], list] = {}
     aims: dict[str, float] = {}
     steps: dict[str, list[float]] = {}
-    drift: list[float] = []
+    fits: list[dict] = []   # every refit with its probe pairs (outputs before them have none)
     for path in args.outputs:
         with open(path) as f:
             out = json.load(f)
         for row in out["spread"]:
             pooled.setdefault((row["load"], row["key"]), []).extend(row["errors"])
             aims[row["key"]] = row["aim"]
-        fits = [(out["saturation"] or {}).get("fit"), *(run["fit"] for run in out["runs"])]
-        drift += [d for fit in fits if fit for d in fit.get("probe_drift", [])]
+        fits += [fit for fit in [(out["saturation"] or {}).get("fit"), *(run["fit"] for run in out["runs"])]
+                 if fit and "probe_drift" in fit]
         for run in out["runs"]:
             measured, predicted = run["steps"]["measured"], run["steps"]["predicted"]
             if measured and predicted:
@@ -48,12 +50,11 @@ def main() -> None:
     for load, errors in steps.items():
         print(f"{load:<18}{'mean step':<22}{'':>12}{statistics.mean(errors):>+9.1%}"
               f"{min(errors):>+9.1%}{max(errors):>+9.1%}")
-    if drift:
-        aim = aims["median_ttft_ms"]
-        beyond = sum(abs(d) > aim for d in drift)
-        print(f"probes after a run / before - 1: {len(drift)} pairs, {beyond} beyond {aim:.0%}, "
-              f"median |move| {statistics.median(abs(d) for d in drift):.1%}, "
-              f"lowest {min(drift):+.1%}, highest {max(drift):+.1%}")
+    noise = probe_noise(fits)
+    if noise is not None:
+        print(f"probes after a run / before - 1: {noise['pairs']} pairs, {noise['beyond_p50_aim']} beyond "
+              f"{noise['p50_aim']:.0%}, median |move| {noise['median_abs']:.1%}, "
+              f"lowest {noise['lowest']:+.1%}, highest {noise['highest']:+.1%}")
 
 
 if __name__ == "__main__":

@@ -53,10 +53,9 @@ def main() -> None:
                         help="tokens each probe request decodes (default: validate's 32)")
     args = parser.parse_args()
     from batchlab.calibrate.live import Probe, mini_server, warm_up
-    from batchlab.calibrate.validate import ValidateConfig, dataset, default_dataset
+    from batchlab.calibrate.validate import ValidateConfig, dataset
 
-    cfg = ValidateConfig(model="mini", system="paged:max_bs=64", kv_cache_tokens=65536,
-                         dataset=default_dataset())
+    cfg = ValidateConfig()   # validate's defaults: its server and its dataset
     probe = Probe(decode_prompts=tuple(dataset(cfg, math.inf).prompt.tolist()),
                   decode_output=args.output_len)
     with tempfile.TemporaryDirectory() as tmp, \

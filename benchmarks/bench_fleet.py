@@ -15,7 +15,8 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fleet.py [--repeat
   and 128 output tokens, Poisson 10 req/s, Llama-3-8B on A100-80GB, paged KV.
 Wall time and user CPU (the machine is shared: user CPU moves less with the load) are medians of
 `--repeats` runs; the Azure trace's fleet, its replicas alone and the two parts of each take
-turns, one run of each at a time.
+turns, one run of each at a time. The process keeps the memory its runs free for their next
+arrays, as the `batchlab` program does (batchlab.allocator).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.serving.run import build_requests, simulate
 from batchlab.serving.systems import PRESETS
 from batchlab.workload import Workload, make_workload
+
+try:
+    from batchlab.allocator import keep_freed_memory
+except ImportError:   # earlier code (PYTHONPATH=.../src) ran on glibc's defaults, as its program did
+    def keep_freed_memory() -> bool:
+        return False
 
 MODEL, H100 = MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"]
 PAGED = PRESETS["paged"]
@@ -116,6 +123,7 @@ def main() -> None:
     parser.add_argument("--million", type=int, default=1_000_000)
     parser.add_argument("--million-repeats", type=int, default=1)
     args = parser.parse_args()
+    keep_freed_memory()
     reps = args.repeats
     # first, while this process is small: a child's start costs more beside gigabytes of parent
     vidur_wall, vidur_user = process(VIDUR_CMD, reps)

@@ -41,6 +41,9 @@ COMMANDS = (
     "plan",
 )
 
+# Commands that serve until stopped: glibc's own malloc thresholds (batchlab.allocator).
+SERVERS = ("serve",)
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit code 2."""
@@ -121,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from batchlab.commands.outputs import check_destinations
         check_destinations(args)   # every output flag, before anything runs or is written
+        if args.command not in SERVERS:
+            from batchlab.allocator import keep_freed_memory
+            keep_freed_memory()
         return args.run(args) or 0
     except InputError as exc:
         print(f"batchlab {args.command}: error: {exc}", file=sys.stderr)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from test_fast_forward_identity import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
 
 from batchlab import aggregate
+from batchlab import trace as trace_module
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
 from batchlab.hardware import resolve_gpu
@@ -63,11 +64,16 @@ def build_memory(memory: tuple):
     return ReservationMemory(*args) if kind == "reservation" else UnlimitedMemory()
 
 
-def run(rows, config: SchedulerConfig, memory: tuple, *, fast: bool, max_context=None, sampled=None):
+def run(rows, config: SchedulerConfig, memory: tuple, *, fast: bool, max_context=None, sampled=None,
+        token_lists: bool = True):
     engine = Engine(config, RooflineExecutor(MODEL, GPU), build_memory(memory),
-                    max_context=max_context, fast_forward=fast)
+                    max_context=max_context, fast_forward=fast, token_lists=token_lists)
     requests = make_requests(rows, sampled)
     return engine.run(requests), requests, engine
+
+
+def state(r: Request) -> tuple:
+    return r.status, r.computed, r.peak_computed, r.emitted, r.admitted_at, r.preemptions
 
 
 def check(rows, config, memory, **kw):
@@ -78,9 +84,7 @@ def check(rows, config, memory, **kw):
     stepped, stepped_requests, _ = run(rows, config, memory, fast=False, **kw)
     assert_same_trace(fast, stepped)
     for a, b in zip(fast_requests, stepped_requests):
-        state = lambda r: (r.status, r.computed, r.peak_computed, r.emitted, r.admitted_at,  # noqa: E731
-                           r.token_times, r.preemptions)
-        assert_same(state(a), state(b), a.id)
+        assert_same((*state(a), a.token_times), (*state(b), b.token_times), a.id)
     fast_engine.memory.check_integrity()
     assert fast_engine.memory.holders() == [] and fast_engine.memory.held_tokens() == 0
     return fast, fast_engine
@@ -156,7 +160,14 @@ def covered(case) -> None:
 
     with mock.patch.object(aggregate, "advance", counting), \
             mock.patch.object(aggregate.Lane, "apply_run", counting_runs):
-        fast, _ = check(rows, config, memory, max_context=max_context, sampled=sampled)
+        fast, fast_engine = check(rows, config, memory, max_context=max_context, sampled=sampled)
+    # without token lists: the same trace; a request's own list is whole, or holds its first token
+    lean, _, lean_engine = run(rows, config, memory, fast=True, max_context=max_context, sampled=sampled,
+                               token_lists=False)
+    assert_same_trace(lean, fast)
+    for a, c in zip(fast_engine.requests, lean_engine.requests):
+        assert_same(state(c), state(a), c.id)
+        assert c.token_times in (a.token_times, a.token_times[:1]), c.id
     # what the examples covered (pytest --hypothesis-show-statistics)
     event(f"lane steps: {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
     event(f"decode runs in one piece: {runs[0] > 0}")
@@ -181,6 +192,11 @@ def test_the_whole_of_vidurs_run_is_in_the_lane(lane_steps):
         lane_steps[0] = 0
         stepped_engine = run(rows, SchedulerConfig(), memory, fast=False)[2]
         assert engine.memory.free_list == stepped_engine.memory.free_list
+        # every request ran start to finish in the lane: without token lists, each keeps its first
+        lean, lean_requests, _ = run(rows, SchedulerConfig(), memory, fast=True, token_lists=False)
+        assert [r.token_times for r in lean_requests] == [[t] for t in trace.token_times[trace.token_offsets[:-1]]]
+        assert_same_trace(lean, trace)
+        lane_steps[0] = 0
 
 
 def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_steps):
@@ -256,20 +272,28 @@ def test_other_configurations_keep_the_general_loop(lane_steps):
     assert lane_steps[0] == 0
 
 
-def test_the_trace_gathers_sliced_token_times_and_reads_the_others_from_their_lists():
+@pytest.mark.parametrize("gather_tokens", [1, 2, trace_module.GATHER_TOKENS])
+def test_the_trace_gathers_sliced_token_times_and_reads_the_others_from_their_lists(gather_tokens, monkeypatch):
+    monkeypatch.setattr(trace_module, "GATHER_TOKENS", gather_tokens)   # one request a block, and more
     ends = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     requests = [Request(f"r{k}", 0.0, 1, 4, index=k) for k in range(4)]
     requests[0].token_times = [2.0, 3.0, 4.0]          # ends[1:4]
     requests[1].token_times = [7.0, 8.0]               # stepped elsewhere: no slice
     requests[2].token_times = [3.0, 4.0, 5.0, 9.0]     # its slice ends[2:5], then one more token
     requests[3].token_times = [1.0, 2.0]               # ends[0:2]
+    for r in requests:
+        r.emitted = len(r.token_times)
     sliced = np.array([[3, 0, 2], [0, 1, 4], [2, 2, 5]], dtype=np.int64)   # in finishing order
     work = dict.fromkeys(("prefill", "decode", "recomputed", "swapped_out", "swapped_in"), 0)
     trace = Trace.from_requests(requests[::-1], StepLog(), [], None, work, "s", [(ends, sliced)])
     assert trace.token_offsets.tolist() == [0, 3, 5, 9, 11]
     assert trace.token_times.tolist() == [2.0, 3.0, 4.0, 7.0, 8.0, 3.0, 4.0, 5.0, 9.0, 1.0, 2.0]
+    # sliced requests that kept only their first token in their lists (Engine.token_lists)
+    requests[0].token_times, requests[3].token_times = [2.0], [1.0]
+    again = Trace.from_requests(requests[::-1], StepLog(), [], None, work, "s", [(ends, sliced)])
+    assert again.token_times.tolist() == trace.token_times.tolist()
     # indices that do not name one request each: every request is read from its list
-    twins = [Request(f"t{k}", 0.0, 1, 2, index=0) for k in range(2)]
+    twins = [Request(f"t{k}", 0.0, 1, 2, index=0, emitted=2) for k in range(2)]
     twins[0].token_times, twins[1].token_times = [6.0, 7.0], [8.0, 9.0]
     trace = Trace.from_requests(twins, StepLog(), [], None, work, "s", [(ends, np.array([[0, 0, 2]]))])
     assert trace.token_times.tolist() == [6.0, 7.0, 8.0, 9.0]
@@ -292,6 +316,30 @@ def test_the_step_log_counts_the_kv_held_of_runs_from_their_block_growth():
                                      40.0, 40.0, 40.0, 52.0, 52.0]
     assert cols["start"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
     assert cols["stored"].tolist() == [8, 10, 12, 14, 16, 18, 20, 27, 27, 30, 33, 30, 33]
+
+
+def test_the_step_log_packs_single_rows_across_runs_in_step_order():
+    """Single rows are packed into a matrix every PACK_ROWS of them, whichever runs come between;
+    the columns keep every step in the order it was added, as when nothing is packed."""
+    def filled(pack_rows: int) -> dict[str, np.ndarray]:
+        log = StepLog()
+        log.PACK_ROWS = pack_rows
+        t = 0.0
+        for k in range(7):   # 1, 2, ... rows, then a run of 2 steps, by turns
+            log.add_rows([(t + j, 1.0, 1, 0, 1, 4.0, k, 1) for j in range(k % 3 + 1)])
+            t += k % 3 + 1
+            log.add(t, 1.0, 2, 3, 1, 8.0, k, 2)
+            t += 1
+            log.add_run(t, np.array([t + 1, t + 2]), np.ones(2), 2, np.array([9.0, 9.0]), 100 + k)
+            t += 2
+        return log.arrays()
+
+    whole = filled(10**6)
+    assert whole["start"].tolist() == [float(k) for k in range(len(whole["start"]))]
+    assert whole["stored"][:6].tolist() == [0, 0, 100, 102, 1, 1]
+    for pack_rows in (1, 2, 3, 5):
+        packed = filled(pack_rows)
+        assert all(packed[name].tolist() == whole[name].tolist() for name in StepLog.COLUMNS), pack_rows
 
 
 def test_a_runs_affine_prices_are_exact_integer_ranges():

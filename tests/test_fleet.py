@@ -387,10 +387,14 @@ def test_prefix_router_falls_back_to_the_shortest_queue_when_unbalanced():
     assert replicas[1].routed == [b + 2, b + 4]
 
 
-@pytest.mark.parametrize("system", ["paged:watermark=0.01", "orca-max:max_bs=4"])
-def test_the_fleet_trace_is_the_trace_of_every_request(system):
+@pytest.mark.parametrize("system, gather_tokens", [("paged:watermark=0.01", 1 << 16), ("orca-max:max_bs=4", 1 << 16),
+                                                   ("paged:watermark=0.01", 50)])
+def test_the_fleet_trace_is_the_trace_of_every_request(system, gather_tokens, monkeypatch):
+    from batchlab.fleet import simulate as fleet_simulate
     from batchlab.fleet.simulate import merge_traces
     from batchlab.trace import StepLog, Trace
+
+    monkeypatch.setattr(fleet_simulate, "GATHER_TOKENS", gather_tokens)   # 50: about one request a block
 
     workload = make_workload("chat", 200, 80.0, 6)   # busy enough to preempt and reject
     spec = ReplicaSpec(parse_system(system), MODEL, GPU)

@@ -340,14 +340,17 @@ class Lane:
         the roofline executor's decode_run, equal to pricing each step alone."""
         s, batch, computed = self.s, len(self.live), self.computed
         steps = min(self.next_finish() - s + 1, 1 << 20)
-        if self.duration > 0 and next_t < math.inf:   # a guess at the steps before the arrival
-            steps = min(steps, 2 * int((next_t - t) / self.duration) + RUN_MIN)
         per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
+        compute_rate, memory_rate, overhead = self.rates
+        if next_t < math.inf:   # no step is shorter than the first: at most this many start before the arrival
+            first = max(float(per_batch_f * batch + per_cached_f * computed) / compute_rate,
+                        float(b0 + per_batch_b * batch + per_cached_b * computed) / memory_rate) + overhead
+            if first > 0:
+                steps = min(steps, int((next_t - t) / first) + 2)
         last_past = computed + batch * steps
         if steps < RUN_MIN or max(per_batch_f * batch + per_cached_f * last_past,
                                   b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
             return None
-        compute_rate, memory_rate, overhead = self.rates
         # each step's flops and bytes are affine in its cached tokens: one integer range each
         compute_s = _affine_range(per_batch_f * batch + per_cached_f * computed, per_cached_f * batch, steps)
         compute_s /= compute_rate
@@ -423,10 +426,13 @@ class Lane:
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
                 held = BlockGrowth(held0, self.bs, at, taken)
         self.flush_rows()
-        ends = run.ends[:steps]
+        ends, durations = run.ends[:steps], run.durations[:steps]
         if isinstance(held, np.ndarray):
             held = held[:steps]
-        self.engine.steps.add_run(run.start, ends, run.durations[:steps], batch, held, self.computed)
+        if steps < len(run.ends):   # cut short: the step log keeps copies, not views of the whole run
+            ends, durations = ends.copy(), durations.copy()
+            held = held.copy() if isinstance(held, np.ndarray) else held
+        self.engine.steps.add_run(run.start, ends, durations, batch, held, self.computed)
         self.ends.extend(ends.tolist())
         self.held = self.books.held()
         self.duration = float(run.durations[steps - 1])
@@ -467,22 +473,26 @@ class Lane:
         due = self.finishing.pop(self.s - 1, None)
         if due is None:
             return
+        token_lists = self.engine.token_lists
         for r in due:
             entry = self.live.pop(id(r))
-            self.bring_up(entry)
-            if entry[4] >= 0:   # its token times, whole, are a slice of this lane's step ends
+            sliced = entry[4] >= 0   # its token times, whole, are a slice of this lane's step ends
+            self.bring_up(entry, token_lists or not sliced)
+            if sliced:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
             self.engine._finish(r)
         self.held = self.books.held()
 
-    def bring_up(self, entry: list) -> Request:
-        """Write a running request's counters and token times as of the steps run."""
+    def bring_up(self, entry: list, token_times: bool = True) -> Request:
+        """Write a running request's counters and (unless told not to) token times as of the
+        steps run."""
         r, step, computed, emitted, _ = entry
         k = self.s - step
         r.computed = r.peak_computed = computed + k
         r.emitted = emitted + k
-        r.token_times.extend(self.ends[step:self.s])
+        if token_times:
+            r.token_times.extend(self.ends[step:self.s])
         return r
 
     def flush_rows(self) -> None:

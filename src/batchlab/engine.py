@@ -50,6 +50,7 @@ class Engine:
         record_rounds: bool = False,
         check_memory: bool = False,
         fast_forward: bool = True,
+        token_lists: bool = True,
         time_unit: str = "s",
     ) -> None:
         self.config = config
@@ -60,6 +61,10 @@ class Engine:
         self.check_memory = check_memory
         self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
                              and isinstance(executor, DecodeRunPricer))
+        # False: a request that runs start to finish in the aggregate lane keeps only its first
+        # token time in its own list; the trace takes them all from the lane's step ends (for a
+        # caller that reads the trace, never the requests: a fleet holds every replica's lists)
+        self.token_lists = token_lists
         self.time_unit = time_unit
 
     # -- the online interface ---------------------------------------------------------------

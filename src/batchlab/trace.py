@@ -8,7 +8,12 @@ from itertools import chain
 
 import numpy as np
 
+from batchlab.metrics.latency import request_blocks
 from batchlab.request import Request, Status
+
+# Token times gathered this many at a time (and one request's more): the index arrays of a
+# block stay in cache, and a big run's gather touches no fresh memory but its result.
+GATHER_TOKENS = 1 << 16
 
 
 @dataclass(slots=True)
@@ -47,30 +52,50 @@ class StepLog:
     """Per-step series, appended one step at a time or a whole decode run at once.
 
     Rows and runs are kept as they come and turned into arrays once, at the end: a
-    fast-forwarded run costs a few Python operations, not one per step. A run's KV held may
-    come as its block growth, counted then for every such run in one numpy pass.
+    fast-forwarded run costs a few Python operations, not one per step. Single rows wait as
+    tuples only until PACK_ROWS of them are packed into a float64 matrix (a tuple of Python
+    numbers takes a few times the memory), whatever runs come between them. A run's KV held
+    may come as its block growth, counted then for every such run in one numpy pass.
     """
 
     COLUMNS = ("start", "duration", "batch", "prefill_tokens", "decode_tokens", "held", "stored", "seats")
+    PACK_ROWS = 4096
 
     def __init__(self) -> None:
-        self._segments: list[list[tuple] | tuple] = []
+        self._segments: list[int | tuple] = []   # in step order: a count of single rows, or a run
+        self._rows: list[tuple] = []             # single rows not packed yet, in order
+        self._packed: list[np.ndarray] = []      # single rows packed before them, in order
         # every BlockGrowth's steps that take blocks and how many, in run order, packed
         self._grow_at, self._grow_taken = array("q"), array("q")
 
     def add(self, *row: float) -> None:
-        """One step: values in the order of COLUMNS."""
-        if not self._segments or not isinstance(self._segments[-1], list):
-            self._segments.append([])
-        self._segments[-1].append(row)
+        """One step: values in the order of COLUMNS (add_rows for one row, inline: the general
+        loop adds one at every step)."""
+        segments = self._segments
+        if segments and type(segments[-1]) is int:
+            segments[-1] += 1
+        else:
+            segments.append(1)
+        self._rows.append(row)
+        if len(self._rows) == self.PACK_ROWS:
+            self._pack()
 
     def add_rows(self, rows: list[tuple]) -> None:
-        """Steps, one row each (values in the order of COLUMNS); many at once are kept as one
-        float64 matrix, not as tuples of Python numbers (a few times the memory)."""
-        if len(rows) >= 1024:
-            self._segments.append(_matrix([rows]))
-        elif rows:
-            self._segments.append(list(rows))
+        """Steps, one row each (values in the order of COLUMNS)."""
+        if not rows:
+            return
+        segments = self._segments
+        if segments and type(segments[-1]) is int:
+            segments[-1] += len(rows)
+        else:
+            segments.append(len(rows))
+        self._rows.extend(rows)
+        if len(self._rows) >= self.PACK_ROWS:
+            self._pack()
+
+    def _pack(self) -> None:
+        self._packed.append(_matrix(self._rows))
+        self._rows = []
 
     def add_run(self, start: float, ends: np.ndarray, duration: np.ndarray, batch: int,
                 held: np.ndarray | BlockGrowth, stored0: int) -> None:
@@ -84,22 +109,12 @@ class StepLog:
         self._segments.append((start, ends, duration, batch, held, stored0))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        # Single rows become one matrix and the runs' columns are concatenated, each in one
+        # The single rows are one matrix and the runs' columns are concatenated, each in one
         # numpy call per column (not per segment): a long run has tens of thousands of segments.
-        pieces, lists = [], []   # the single rows in order: matrices, and runs of row lists
-        for seg in self._segments:
-            if isinstance(seg, list):
-                lists.append(seg)
-            elif isinstance(seg, np.ndarray):
-                if lists:
-                    pieces.append(_matrix(lists))
-                    lists = []
-                pieces.append(seg)
-        if lists:
-            pieces.append(_matrix(lists))
-        runs = [seg for seg in self._segments if isinstance(seg, tuple)]
-        lengths = [len(seg[2]) if isinstance(seg, tuple) else len(seg) for seg in self._segments]
-        is_run = np.array([isinstance(seg, tuple) for seg in self._segments], dtype=bool)
+        pieces = [*self._packed, _matrix(self._rows)] if self._rows else self._packed
+        runs = [seg for seg in self._segments if type(seg) is tuple]
+        lengths = [len(seg[2]) if type(seg) is tuple else seg for seg in self._segments]
+        is_run = np.array([type(seg) is tuple for seg in self._segments], dtype=bool)
         in_run = np.repeat(is_run, lengths)               # [steps] whether each step is a run's
         cols = {name: np.empty(len(in_run)) for name in self.COLUMNS}
         if pieces:
@@ -170,8 +185,11 @@ def _token_times(ordered: list[Request], offsets: np.ndarray,
         whole = (rows < len(index)) & (index[np.minimum(rows, len(index) - 1)] == sliced[:, 0])
         whole[whole] &= counts[rows[whole]] == (stop - first)[whole]   # its list is that slice, still
         rows, first, lengths = rows[whole], first[whole], (stop - first)[whole]
-        src = segment_positions(first, lengths)
-        times[np.repeat(offsets[rows] - first, lengths) + src] = ends[src]
+        cumulative = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=cumulative[1:])
+        for a, b in request_blocks(cumulative, GATHER_TOKENS):   # index arrays that stay in cache
+            src = segment_positions(first[a:b], lengths[a:b])
+            times[np.repeat(offsets[rows[a:b]] - first[a:b], lengths[a:b]) + src] = ends[src]
         covered[rows] = True
     rest = np.flatnonzero(~covered)
     if rest.size:
@@ -182,11 +200,10 @@ def _token_times(ordered: list[Request], offsets: np.ndarray,
     return times
 
 
-def _matrix(row_lists: list[list[tuple]]) -> np.ndarray:
-    """[rows, columns] float64 from lists of row tuples, in order."""
-    n = sum(map(len, row_lists))
-    flat = chain.from_iterable(chain.from_iterable(row_lists))
-    return np.fromiter(flat, dtype=np.float64, count=n * len(StepLog.COLUMNS)).reshape(n, -1)
+def _matrix(rows: list[tuple]) -> np.ndarray:
+    """[rows, columns] float64 from row tuples, in order."""
+    flat = chain.from_iterable(rows)
+    return np.fromiter(flat, dtype=np.float64, count=len(rows) * len(StepLog.COLUMNS)).reshape(len(rows), -1)
 
 
 @dataclass
@@ -215,9 +232,11 @@ class Trace:
                       kv_capacity: int | None, work: dict[str, int], time_unit: str,
                       token_slices: list[tuple[np.ndarray, np.ndarray]] = ()) -> "Trace":
         """The trace of `requests`. `token_slices` (ends, [(index, first, stop)]) say where
-        some requests' token times are whole: ends[first:stop], gathered in numpy."""
+        some requests' token times are whole: ends[first:stop], gathered in numpy (their own
+        lists may hold only their first: Engine.token_lists). A request has as many token times
+        as it emitted tokens."""
         ordered = sorted(requests, key=lambda r: r.index)
-        counts = np.array([len(r.token_times) for r in ordered], dtype=np.int64)
+        counts = np.array([r.emitted for r in ordered], dtype=np.int64)
         offsets = np.zeros(len(ordered) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
         times = _token_times(ordered, offsets, token_slices)

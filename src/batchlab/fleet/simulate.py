@@ -20,7 +20,8 @@ from batchlab.metrics import SLO, RunMetrics, compute_metrics
 from batchlab.request import Request
 from batchlab.serving.run import build_requests, usage_figures
 from batchlab.serving.systems import System
-from batchlab.trace import StepLog, Trace, segment_positions
+from batchlab.metrics.latency import request_blocks
+from batchlab.trace import GATHER_TOKENS, StepLog, Trace, segment_positions
 from batchlab.workload import Workload
 from batchlab.workload.context import limit_context
 
@@ -132,6 +133,10 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
     workload, _ = limit_context(workload, max_context, context_mode)
     requests = build_requests(workload, specs[0].system, seed)
     replicas = [Replica(k, f"r{k}", spec.engine()) for k, spec in enumerate(every)]
+    # only the replicas' traces are read, not their requests' lists of token times (but for the
+    # decode parts of a disaggregated fleet, gathered from their lists)
+    for replica in replicas:
+        replica.engine.token_lists = decode is not None
     traces: dict[int, Trace] = {}
     handoff = None
 
@@ -187,16 +192,18 @@ def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, 
     counts = np.concatenate([np.diff(t.token_offsets) for t in traces])[order]
     offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    # each trace's tokens scattered to their rows, one trace at a time: index arrays the size of
-    # one replica's tokens, not of the fleet's (a million requests hold hundreds of millions)
+    # each trace's tokens scattered to their rows, a block of requests at a time: index arrays
+    # that stay in cache, not the size of the fleet's tokens (a million requests hold hundreds
+    # of millions)
     token_times = np.empty(int(offsets[-1]))
     row = np.empty(len(order), dtype=np.int64)
     row[order] = np.arange(len(order))                   # [n] merged row of each concatenated one
     first = 0
     for t in traces:
-        rows = row[first:first + len(t)]
+        rows, lengths, own = row[first:first + len(t)], np.diff(t.token_offsets), t.token_offsets
         first += len(t)
-        token_times[segment_positions(offsets[rows], np.diff(t.token_offsets))] = t.token_times
+        for a, b in request_blocks(own, GATHER_TOKENS):
+            token_times[segment_positions(offsets[rows[a:b]], lengths[a:b])] = t.token_times[own[a]:own[b]]
     ids = [i for t in traces for i in t.ids]
     ids = [ids[k] for k in order.tolist()]
 

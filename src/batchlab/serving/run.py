@@ -119,7 +119,7 @@ def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec,
     memory = system.memory_manager(model, gpu)
     engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
                     max_context=model.max_context, check_memory=check_memory,
-                    record_rounds=record_rounds)
+                    record_rounds=record_rounds, token_lists=False)
     trace = engine.run(build_requests(workload, system, seed))
     metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
     usage, history = usage_figures(trace), None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 
 import numpy as np
 
@@ -41,6 +42,8 @@ MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: 
 RUN_MIN = 24
 # Step-log rows the lane keeps as tuples before handing them to the step log, which packs them.
 FLUSH_ROWS = 4096
+# Lane step ends kept in one C array before the next (no token lists: Lane.ends).
+ENDS_CHUNK = 1 << 16
 # Integers the numpy run prices in int64, as the roofline's decode_run does; beyond, one step at a time.
 INT64_SAFE = 1 << 62
 
@@ -156,7 +159,11 @@ class Lane:
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
         self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
-        self.ends: list[float] = []                     # each lane step's end
+        # each lane step's end: Python floats that token lists share, or (no token lists) C
+        # doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done (no object per step, and
+        # no one array growing by copies)
+        self.ends: list[float] | array = [] if engine.token_lists else array("d")
+        self.ends_done: list[array] = []
         self.rows: list[tuple] = []                     # step-log rows not yet in the step log
         self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
         self.s = 0              # lane steps run: the index of the next one
@@ -433,13 +440,19 @@ class Lane:
             ends, durations = ends.copy(), durations.copy()
             held = held.copy() if isinstance(held, np.ndarray) else held
         self.engine.steps.add_run(run.start, ends, durations, batch, held, self.computed)
-        self.ends.extend(ends.tolist())
+        if type(self.ends) is list:
+            self.ends.extend(ends.tolist())
+        else:
+            self.ends.frombytes(ends.tobytes())
+            if len(self.ends) >= ENDS_CHUNK:
+                self.ends_done.append(self.ends)
+                self.ends = array("d")
         self.held = self.books.held()
         self.duration = float(run.durations[steps - 1])
         self.decoded += batch * steps
         self.computed += batch * steps
         self.s = s + steps
-        return self.ends[-1]
+        return float(ends[-1])
 
     # -- the books -----------------------------------------------------------------------
 
@@ -492,8 +505,25 @@ class Lane:
         r.computed = r.peak_computed = computed + k
         r.emitted = emitted + k
         if token_times:
-            r.token_times.extend(self.ends[step:self.s])
+            back = self.s - step   # its steps in this lane: the last `back` ends
+            n = len(self.ends)
+            r.token_times.extend(self.ends[n - back:] if back <= n else self.ends_since(step))
         return r
+
+    def ends_since(self, step: int) -> list[float]:
+        """The ends of lane steps `step` onward, across chunks (Lane.ends)."""
+        out, first = [], 0
+        for chunk in (*self.ends_done, self.ends):
+            if first + len(chunk) > step:
+                out.extend(chunk[max(step - first, 0):])
+            first += len(chunk)
+        return out
+
+    def all_ends(self) -> np.ndarray:
+        """Every lane step's end, in order."""
+        if type(self.ends) is list:
+            return np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
+        return np.concatenate([np.frombuffer(chunk, dtype=np.float64) for chunk in (*self.ends_done, self.ends)])
 
     def flush_rows(self) -> None:
         self.engine.steps.add_rows(self.rows)
@@ -509,8 +539,7 @@ class Lane:
             engine.work["prefill"] += self.prefilled
             self.decoded = self.prefilled = 0
         if self.sliced:   # the trace gathers those token times from the ends as an array
-            ends = np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
-            engine.token_slices.append((ends, np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
+            engine.token_slices.append((self.all_ends(), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
             self.sliced = []
 
 

@@ -109,5 +109,6 @@ def main() -> None:
         shown = f"{fleet:16.3f}{alone:16.3f}" if name.endswith(" s") else f"{fleet:16,.0f}{alone:16,.0f}"
         print(f"{name:16s}{shown}{fleet / alone:15.3f}")
 
+
 if __name__ == "__main__":
     main()

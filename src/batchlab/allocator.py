@@ -3,11 +3,11 @@
 By default glibc gives each allocation above 128 KiB its own mapping, handed back to the kernel
 when freed, and trims the heap's top once twice that lies free there; its thresholds then move
 with what is freed. A simulation's numpy temporaries (index arrays, gaps, masks, a block at a
-time) keep landing on fresh pages that way, and the kernel zeroes and maps each page at its first
-touch: system time, about 2.5 µs a page on a shared 2-core machine, and a cache miss per line
-written. Fixed thresholds of 32 MiB for a mapping of its own (glibc's most) and 256 MiB for
-trimming keep freed memory in the heap for the next arrays. The `batchlab` program sets them for
-its commands that run and exit; a server keeps glibc's defaults.
+time) keep landing on fresh pages that way, and the kernel zeroes and maps each page at its
+first touch: system time for every page, and a cache miss for every line written. Fixed
+thresholds of 32 MiB for a mapping of its own (glibc's most) and 256 MiB for trimming keep freed
+memory in the heap for the next arrays. The `batchlab` program sets them for its commands that
+run and exit; a server keeps glibc's defaults.
 """
 
 from __future__ import annotations

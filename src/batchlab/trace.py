@@ -183,7 +183,7 @@ def _token_times(ordered: list[Request], offsets: np.ndarray,
         rows = np.searchsorted(index, sliced[:, 0])
         first, stop = sliced[:, 1], sliced[:, 2]
         whole = (rows < len(index)) & (index[np.minimum(rows, len(index) - 1)] == sliced[:, 0])
-        whole[whole] &= counts[rows[whole]] == (stop - first)[whole]   # its list is that slice, still
+        whole[whole] &= counts[rows[whole]] == (stop - first)[whole]   # it emitted that slice, no more
         rows, first, lengths = rows[whole], first[whole], (stop - first)[whole]
         cumulative = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=cumulative[1:])

@@ -17,10 +17,10 @@ from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics
+from batchlab.metrics.latency import request_blocks
 from batchlab.request import Request
 from batchlab.serving.run import build_requests, usage_figures
 from batchlab.serving.systems import System
-from batchlab.metrics.latency import request_blocks
 from batchlab.trace import GATHER_TOKENS, StepLog, Trace, segment_positions
 from batchlab.workload import Workload
 from batchlab.workload.context import limit_context

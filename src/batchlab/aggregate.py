@@ -349,9 +349,10 @@ class Lane:
         steps = min(self.next_finish() - s + 1, 1 << 20)
         per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
         compute_rate, memory_rate, overhead = self.rates
+        flops = per_batch_f * batch + per_cached_f * computed     # the run's first step's
+        nbytes = b0 + per_batch_b * batch + per_cached_b * computed
         if next_t < math.inf:   # no step is shorter than the first: at most this many start before the arrival
-            first = max(float(per_batch_f * batch + per_cached_f * computed) / compute_rate,
-                        float(b0 + per_batch_b * batch + per_cached_b * computed) / memory_rate) + overhead
+            first = max(float(flops) / compute_rate, float(nbytes) / memory_rate) + overhead
             if first > 0:
                 steps = min(steps, int((next_t - t) / first) + 2)
         last_past = computed + batch * steps
@@ -359,9 +360,9 @@ class Lane:
                                   b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
             return None
         # each step's flops and bytes are affine in its cached tokens: one integer range each
-        compute_s = _affine_range(per_batch_f * batch + per_cached_f * computed, per_cached_f * batch, steps)
+        compute_s = _affine_range(flops, per_cached_f * batch, steps)
         compute_s /= compute_rate
-        memory_s = _affine_range(b0 + per_batch_b * batch + per_cached_b * computed, per_cached_b * batch, steps)
+        memory_s = _affine_range(nbytes, per_cached_b * batch, steps)
         memory_s /= memory_rate
         durations = np.maximum(compute_s, memory_s, out=compute_s)
         durations += overhead

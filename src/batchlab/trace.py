@@ -69,18 +69,10 @@ class StepLog:
         self._grow_at, self._grow_taken = array("q"), array("q")
 
     def add(self, *row: float) -> None:
-        """One step: values in the order of COLUMNS (add_rows for one row, inline: the general
-        loop adds one at every step)."""
-        segments = self._segments
-        if segments and type(segments[-1]) is int:
-            segments[-1] += 1
-        else:
-            segments.append(1)
-        self._rows.append(row)
-        if len(self._rows) == self.PACK_ROWS:
-            self._pack()
+        """One step: values in the order of COLUMNS."""
+        self.add_rows((row,))
 
-    def add_rows(self, rows: list[tuple]) -> None:
+    def add_rows(self, rows: list[tuple] | tuple[tuple, ...]) -> None:
         """Steps, one row each (values in the order of COLUMNS)."""
         if not rows:
             return
@@ -91,11 +83,8 @@ class StepLog:
             segments.append(len(rows))
         self._rows.extend(rows)
         if len(self._rows) >= self.PACK_ROWS:
-            self._pack()
-
-    def _pack(self) -> None:
-        self._packed.append(_matrix(self._rows))
-        self._rows = []
+            self._packed.append(_matrix(self._rows))
+            self._rows = []
 
     def add_run(self, start: float, ends: np.ndarray, duration: np.ndarray, batch: int,
                 held: np.ndarray | BlockGrowth, stored0: int) -> None:

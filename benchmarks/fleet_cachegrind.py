@@ -1,6 +1,6 @@
 """The Azure fleet against its replicas alone, in work done and in what the memory system charges.
 
-Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/fleet_cachegrind.py [--repeats N]
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/fleet_cachegrind.py [--repeats N] [--out DIR]
 (needs valgrind: `apt-get install valgrind`; about five minutes). With PYTHONPATH=DIR/src it
 measures earlier code; code from before batchlab.allocator keeps glibc's defaults, as its
 program did.
@@ -13,7 +13,9 @@ share alone (`simulate` x 4), each keeping the memory it frees as the `batchlab`
 Less the first: under cachegrind with its cache model (counts the machine's load does not move),
 instructions executed, first-level instruction and data cache misses and last-level misses;
 and, without valgrind, page faults (memory the process touches first, which the kernel charges
-as system time), user and system CPU, medians of `--repeats`.
+as system time), user and system CPU, medians of `--repeats`. With `--out DIR`, cachegrind's
+files stay there (cachegrind.MODE.out), for `cg_annotate --sort=DLmr DIR/cachegrind.fleet.out`
+to say which C functions miss.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ def child(mode: str, routed_file: str) -> None:
             simulate(part, PAGED, MODEL, H100)
 
 
-def counted(mode: str, routed_file: str, env: dict) -> dict[str, int]:
-    """cachegrind's totals for one child process."""
-    err = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null",
+def counted(mode: str, routed_file: str, env: dict, out_dir: Path | None) -> dict[str, int]:
+    """cachegrind's totals for one child process (its file kept in `out_dir`, if given)."""
+    out_file = out_dir / f"cachegrind.{mode}.out" if out_dir else "/dev/null"
+    err = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out_file}",
                           sys.executable, __file__, "--child", mode, routed_file],
                          env=env, capture_output=True, text=True, check=True).stderr
     out = {}
@@ -80,6 +83,7 @@ def timed(mode: str, routed_file: str, env: dict) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, metavar="DIR", help="keep cachegrind's files here")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "ROUTED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -92,7 +96,9 @@ def main() -> None:
         routed_file = f"{tmp}/routed.npy"
         azure = make_workload("azure-conv", 10**9, None)
         np.save(routed_file, simulate_fleet(azure, [SPEC] * AZURE_REPLICAS, "least-outstanding").assignment)
-        counts = {mode: counted(mode, routed_file, env) for mode in MODES}
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+        counts = {mode: counted(mode, routed_file, env, args.out) for mode in MODES}
         runs = {mode: [] for mode in MODES}
         for _ in range(args.repeats):   # in turn, so the machine's drift falls on all three alike
             for mode in MODES:

@@ -54,18 +54,29 @@ class StepLog:
     Rows and runs are kept as they come and turned into arrays once, at the end: a
     fast-forwarded run costs a few Python operations, not one per step. Single rows wait as
     tuples only until PACK_ROWS of them are packed into a float64 matrix (a tuple of Python
-    numbers takes a few times the memory), whatever runs come between them. A run's KV held
-    may come as its block growth, counted then for every such run in one numpy pass.
+    numbers takes a few times the memory), whatever runs come between them. A run's numbers
+    go into typed arrays, one per field, that the end reads without a pass over Python
+    objects (a fleet's replica logs thousands of runs). A run's KV held may come as its
+    block growth, counted then for every such run in one numpy pass.
     """
 
     COLUMNS = ("start", "duration", "batch", "prefill_tokens", "decode_tokens", "held", "stored", "seats")
     PACK_ROWS = 4096
 
     def __init__(self) -> None:
-        self._segments: list[int | tuple] = []   # in step order: a count of single rows, or a run
+        self._n_rows = 0                         # single rows so far
         self._rows: list[tuple] = []             # single rows not packed yet, in order
         self._packed: list[np.ndarray] = []      # single rows packed before them, in order
-        # every BlockGrowth's steps that take blocks and how many, in run order, packed
+        # each run, in order: single rows before it, its steps, start, batch, stored tokens before it
+        self._run_after, self._run_steps = array("q"), array("q")
+        self._run_start, self._run_batch, self._run_stored = array("d"), array("d"), array("d")
+        self._run_ends: list[np.ndarray] = []
+        self._run_durations: list[np.ndarray] = []
+        self._run_grown = array("b")             # its KV held came as block growth (else given)
+        self._held_given: list[np.ndarray] = []  # the others', in run order
+        # every BlockGrowth's blocks before it, block size and entries; its steps that take
+        # blocks and how many, in run order
+        self._grow_held0, self._grow_block, self._grow_entries = array("q"), array("q"), array("q")
         self._grow_at, self._grow_taken = array("q"), array("q")
 
     def add(self, *row: float) -> None:
@@ -74,13 +85,7 @@ class StepLog:
 
     def add_rows(self, rows: list[tuple] | tuple[tuple, ...]) -> None:
         """Steps, one row each (values in the order of COLUMNS)."""
-        if not rows:
-            return
-        segments = self._segments
-        if segments and type(segments[-1]) is int:
-            segments[-1] += len(rows)
-        else:
-            segments.append(len(rows))
+        self._n_rows += len(rows)
         self._rows.extend(rows)
         if len(self._rows) >= self.PACK_ROWS:
             self._packed.append(_matrix(self._rows))
@@ -91,37 +96,49 @@ class StepLog:
         """`len(duration)` back-to-back decode steps of `batch` sequences each, one token per
         sequence, from `start`; step j starts where step j - 1 ends. `held`: the KV held
         during each, or how it grows."""
+        self._run_after.append(self._n_rows)
+        self._run_steps.append(len(duration))
+        self._run_start.append(start)
+        self._run_batch.append(batch)
+        self._run_stored.append(stored0)
+        self._run_ends.append(ends)
+        self._run_durations.append(duration)
         if isinstance(held, BlockGrowth):
+            self._run_grown.append(1)
+            self._grow_held0.append(held.held0)
+            self._grow_block.append(held.block_size)
+            self._grow_entries.append(len(held.at))
             self._grow_at.extend(held.at)
             self._grow_taken.extend(held.taken)
-            held = (held.held0, held.block_size, len(held.at))
-        self._segments.append((start, ends, duration, batch, held, stored0))
+        else:
+            self._run_grown.append(0)
+            self._held_given.append(held)
 
     def arrays(self) -> dict[str, np.ndarray]:
         # The single rows are one matrix and the runs' columns are concatenated, each in one
-        # numpy call per column (not per segment): a long run has tens of thousands of segments.
+        # numpy call per column (not per run): a long simulation logs tens of thousands of runs.
         pieces = [*self._packed, _matrix(self._rows)] if self._rows else self._packed
-        runs = [seg for seg in self._segments if type(seg) is tuple]
-        lengths = [len(seg[2]) if type(seg) is tuple else seg for seg in self._segments]
-        is_run = np.array([type(seg) is tuple for seg in self._segments], dtype=bool)
-        in_run = np.repeat(is_run, lengths)               # [steps] whether each step is a run's
+        k = np.frombuffer(self._run_steps, dtype=np.int64)   # each run's steps
+        first = np.cumsum(k) - k                          # each run's first step, among the runs'
+        n_run_steps = int(k.sum())
+        in_run = np.zeros(self._n_rows + n_run_steps, dtype=bool)   # whether each step is a run's
+        in_run[segment_positions(np.frombuffer(self._run_after, dtype=np.int64) + first, k)] = True
         cols = {name: np.empty(len(in_run)) for name in self.COLUMNS}
         if pieces:
             matrix = np.concatenate(pieces)
             for j, name in enumerate(self.COLUMNS):
                 cols[name][~in_run] = matrix[:, j]
-        if runs:
-            k = np.array([len(seg[1]) for seg in runs], dtype=np.int64)
-            batch = np.repeat(np.array([seg[3] for seg in runs], dtype=np.float64), k)
-            stored0 = np.repeat(np.array([seg[5] for seg in runs], dtype=np.float64), k)
-            first = np.cumsum(k) - k                      # each run's first step, among the runs'
-            j = np.arange(len(batch)) - np.repeat(first, k)
-            starts = np.empty(len(batch))                 # a run's first step starts at its start,
-            starts[1:] = np.concatenate([seg[1] for seg in runs])[:-1]   # the others at an end
-            starts[first[k > 0]] = [seg[0] for seg in runs if len(seg[1])]
+        if n_run_steps:
+            batch = np.repeat(np.frombuffer(self._run_batch), k)
+            stored0 = np.repeat(np.frombuffer(self._run_stored), k)
+            j = np.arange(n_run_steps) - np.repeat(first, k)
+            starts = np.empty(n_run_steps)                # a run's first step starts at its start,
+            starts[1:] = np.concatenate(self._run_ends)[:-1]   # the others at an end
+            nonempty = k > 0
+            starts[first[nonempty]] = np.frombuffer(self._run_start)[nonempty]
             cols["start"][in_run] = starts
-            cols["duration"][in_run] = np.concatenate([seg[2] for seg in runs])
-            cols["held"][in_run] = self._runs_held(runs, k, first)
+            cols["duration"][in_run] = np.concatenate(self._run_durations)
+            cols["held"][in_run] = self._runs_held(k, first)
             cols["batch"][in_run] = batch
             cols["decode_tokens"][in_run] = batch
             cols["seats"][in_run] = batch
@@ -129,17 +146,16 @@ class StepLog:
             cols["stored"][in_run] = stored0 + batch * j
         return cols
 
-    def _runs_held(self, runs: list[tuple], k: np.ndarray, first: np.ndarray) -> np.ndarray:
+    def _runs_held(self, k: np.ndarray, first: np.ndarray) -> np.ndarray:
         """The KV held during every run step, in order: given, or counted from block growth
         (blocks before the run, plus those taken by its steps so far, times the block size)."""
         held = np.empty(int(k.sum()))
-        grown = np.array([type(seg[4]) is tuple for seg in runs], dtype=bool)
-        given = [seg[4] for seg in runs if type(seg[4]) is not tuple]
-        if given:
-            held[np.repeat(~grown, k)] = np.concatenate(given)
+        grown = np.frombuffer(self._run_grown, dtype=np.int8).astype(bool)
+        if self._held_given:
+            held[np.repeat(~grown, k)] = np.concatenate(self._held_given)
         if grown.any():
-            counts = [seg[4] for seg in runs if type(seg[4]) is tuple]   # (held0, block size, entries)
-            held0, block_size, entries = (np.array(c, dtype=np.int64) for c in zip(*counts))
+            held0, block_size, entries = (np.frombuffer(c, dtype=np.int64)
+                                          for c in (self._grow_held0, self._grow_block, self._grow_entries))
             taken = np.zeros(len(held), dtype=np.int64)
             taken[np.repeat(first[grown], entries) + np.frombuffer(self._grow_at, dtype=np.int64)] = \
                 np.frombuffer(self._grow_taken, dtype=np.int64)

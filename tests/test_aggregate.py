@@ -10,6 +10,8 @@ same requests stepped one plan at a time, with nothing fast-forwarded.
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from unittest import mock
 
 import numpy as np
@@ -22,7 +24,7 @@ from batchlab import aggregate
 from batchlab import trace as trace_module
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
-from batchlab.hardware import resolve_gpu
+from batchlab.hardware import resolve_gpu, step_totals
 from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
@@ -351,3 +353,37 @@ def test_a_runs_affine_prices_are_exact_integer_ranges():
     big = 2**53 + 1   # int64 exact, rounded once on the way to float64, as astype rounds it
     expected = np.array([big, big + 2], dtype=np.int64).astype(np.float64)
     assert aggregate._affine_range(big, 2, 2).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("bound", ["memory", "compute", "crossing"])
+def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, lane_steps, monkeypatch):
+    """A run whose first and last steps are both memory-bound (or both compute-bound) prices
+    that bound alone; one that crosses the ridge prices both and takes the larger at each step.
+    Either way, the trace is plain stepping's, bit for bit."""
+    def intensity(cached: int) -> float:   # one request decoding: flops per byte of its step
+        flops, nbytes = step_totals(MODEL, 1, cached, 1, 2 * cached + 2)
+        return flops / nbytes
+
+    low, high = sorted((intensity(60), intensity(320)))
+    ridge = {"memory": 4 * high, "compute": low / 4, "crossing": (low * high) ** 0.5}[bound]
+    monkeypatch.setattr(sys.modules[__name__], "GPU",
+                        dataclasses.replace(GPU, peak_flops=ridge * GPU.memory_rate / GPU.mfu))
+    ranges, priced = [0], []
+    affine_range, price_run = aggregate._affine_range, aggregate.Lane.price_run
+
+    def counting_ranges(*args):
+        ranges[0] += 1
+        return affine_range(*args)
+
+    def recording(lane, *args):
+        ranges[0] = 0
+        out = price_run(lane, *args)
+        if out is not None:
+            priced.append(ranges[0])
+        return out
+
+    with mock.patch.object(aggregate, "_affine_range", counting_ranges), \
+            mock.patch.object(aggregate.Lane, "price_run", recording):
+        trace, _ = check([(0.0, 40, 300)], SchedulerConfig(), ("paged", 4096, 4, 0.0))
+    assert lane_steps[0] == trace.n_steps and priced
+    assert set(priced) == ({2} if bound == "crossing" else {1})

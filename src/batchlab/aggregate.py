@@ -46,6 +46,10 @@ FLUSH_ROWS = 4096
 ENDS_CHUNK = 1 << 16
 # Integers the numpy run prices in int64, as the roofline's decode_run does; beyond, one step at a time.
 INT64_SAFE = 1 << 62
+# A run's steps are all memory-bound (or all compute-bound) when its first and last are by more than
+# this factor: the gap between the two prices is affine in the step, so it holds at every step
+# between, by far more than the division's rounding, and max() would pick that price at each.
+DOMINATES = 1 - 1e-9
 
 
 def applies(engine) -> bool:
@@ -351,8 +355,9 @@ class Lane:
         compute_rate, memory_rate, overhead = self.rates
         flops = per_batch_f * batch + per_cached_f * computed     # the run's first step's
         nbytes = b0 + per_batch_b * batch + per_cached_b * computed
+        compute0, memory0 = float(flops) / compute_rate, float(nbytes) / memory_rate
         if next_t < math.inf:   # no step is shorter than the first: at most this many start before the arrival
-            first = max(float(flops) / compute_rate, float(nbytes) / memory_rate) + overhead
+            first = max(compute0, memory0) + overhead
             if first > 0:
                 steps = min(steps, int((next_t - t) / first) + 2)
         last_past = computed + batch * steps
@@ -360,11 +365,21 @@ class Lane:
                                   b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
             return None
         # each step's flops and bytes are affine in its cached tokens: one integer range each
-        compute_s = _affine_range(flops, per_cached_f * batch, steps)
-        compute_s /= compute_rate
-        memory_s = _affine_range(nbytes, per_cached_b * batch, steps)
-        memory_s /= memory_rate
-        durations = np.maximum(compute_s, memory_s, out=compute_s)
+        more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
+        compute1 = float(flops + more_flops * (steps - 1)) / compute_rate   # the last step's
+        memory1 = float(nbytes + more_bytes * (steps - 1)) / memory_rate
+        if memory0 * DOMINATES > compute0 and memory1 * DOMINATES > compute1:   # memory-bound throughout
+            durations = _affine_range(nbytes, more_bytes, steps)
+            durations /= memory_rate
+        elif compute0 * DOMINATES > memory0 and compute1 * DOMINATES > memory1:   # compute-bound throughout
+            durations = _affine_range(flops, more_flops, steps)
+            durations /= compute_rate
+        else:
+            compute_s = _affine_range(flops, more_flops, steps)
+            compute_s /= compute_rate
+            memory_s = _affine_range(nbytes, more_bytes, steps)
+            memory_s /= memory_rate
+            durations = np.maximum(compute_s, memory_s, out=compute_s)
         durations += overhead
         ends = durations.copy()   # t + d0, then each end plus the next duration, in order
         ends[0] += t

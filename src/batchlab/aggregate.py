@@ -364,26 +364,27 @@ class Lane:
         if steps < RUN_MIN or max(per_batch_f * batch + per_cached_f * last_past,
                                   b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
             return None
-        # each step's flops and bytes are affine in its cached tokens: one integer range each
+        # each step's flops and bytes are affine in its cached tokens: one integer range each,
+        # from the step before the first, whose slot then holds t for the running sum of ends
         more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
         compute1 = float(flops + more_flops * (steps - 1)) / compute_rate   # the last step's
         memory1 = float(nbytes + more_bytes * (steps - 1)) / memory_rate
         if memory0 * DOMINATES > compute0 and memory1 * DOMINATES > compute1:   # memory-bound throughout
-            durations = _affine_range(nbytes, more_bytes, steps)
+            durations = _affine_range(nbytes - more_bytes, more_bytes, steps + 1)
             durations /= memory_rate
         elif compute0 * DOMINATES > memory0 and compute1 * DOMINATES > memory1:   # compute-bound throughout
-            durations = _affine_range(flops, more_flops, steps)
+            durations = _affine_range(flops - more_flops, more_flops, steps + 1)
             durations /= compute_rate
         else:
-            compute_s = _affine_range(flops, more_flops, steps)
+            compute_s = _affine_range(flops - more_flops, more_flops, steps + 1)
             compute_s /= compute_rate
-            memory_s = _affine_range(nbytes, more_bytes, steps)
+            memory_s = _affine_range(nbytes - more_bytes, more_bytes, steps + 1)
             memory_s /= memory_rate
             durations = np.maximum(compute_s, memory_s, out=compute_s)
         durations += overhead
-        ends = durations.copy()   # t + d0, then each end plus the next duration, in order
-        ends[0] += t
-        np.add.accumulate(ends, out=ends)
+        durations[0] = t
+        ends = np.add.accumulate(durations)[1:]   # t + d0, then each end plus the next duration, in order
+        durations = durations[1:]
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
             steps = min(steps, 1 + int(ends[:steps - 1].searchsorted(next_t, side="left")))
         if self.books.grows:
@@ -397,7 +398,9 @@ class Lane:
             held = np.full(steps, float(self.books.held()))
         if not steps:
             return None
-        return Stretch(t, durations[:steps], ends[:steps], None if held is None else held[:steps])
+        if steps < len(ends):
+            durations, ends, held = durations[:steps], ends[:steps], None if held is None else held[:steps]
+        return Stretch(t, durations, ends, held)
 
     def _growth(self, steps: int) -> tuple[int, np.ndarray]:
         """The steps of a run from lane step s that find every new block they need (the free
@@ -449,12 +452,10 @@ class Lane:
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
                 held = BlockGrowth(held0, self.bs, at, taken)
         self.flush_rows()
-        ends, durations = run.ends[:steps], run.durations[:steps]
-        if isinstance(held, np.ndarray):
-            held = held[:steps]
-        if steps < len(run.ends):   # cut short: the step log keeps copies, not views of the whole run
-            ends, durations = ends.copy(), durations.copy()
-            held = held.copy() if isinstance(held, np.ndarray) else held
+        ends, durations = run.ends, run.durations
+        if steps < len(ends):   # cut short: the step log keeps copies, not views of the whole run
+            ends, durations = ends[:steps].copy(), durations[:steps].copy()
+            held = held[:steps].copy() if isinstance(held, np.ndarray) else held
         self.engine.steps.add_run(run.start, ends, durations, batch, held, self.computed)
         if type(self.ends) is list:
             self.ends.extend(ends.tolist())
@@ -464,7 +465,7 @@ class Lane:
                 self.ends_done.append(self.ends)
                 self.ends = array("d")
         self.held = self.books.held()
-        self.duration = float(run.durations[steps - 1])
+        self.duration = float(durations[-1])
         self.decoded += batch * steps
         self.computed += batch * steps
         self.s = s + steps

@@ -16,7 +16,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from test_fast_forward_identity import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
 
@@ -353,6 +353,16 @@ def test_a_runs_affine_prices_are_exact_integer_ranges():
     big = 2**53 + 1   # int64 exact, rounded once on the way to float64, as astype rounds it
     expected = np.array([big, big + 2], dtype=np.int64).astype(np.float64)
     assert aggregate._affine_range(big, 2, 2).tolist() == expected.tolist()
+
+
+@settings(max_examples=300, **PROFILE)
+@given(st.integers(0, 2**40) | st.integers(2**52, 2**54) | st.integers(0, 2**60),
+       st.integers(1, 2**20) | st.integers(1, 2**40), st.integers(1, 5000))
+def test_a_runs_affine_range_is_the_int64_range_rounded_once(first, step, n):
+    # below 2**53 it is made in float64 directly; above, in int64 and rounded: the same values
+    assume(first + step * n < aggregate.INT64_SAFE)
+    expected = np.arange(first, first + step * n, step, dtype=np.int64).astype(np.float64)
+    assert np.array_equal(aggregate._affine_range(first, step, n), expected)
 
 
 @pytest.mark.parametrize("bound", ["memory", "compute", "crossing"])

@@ -46,6 +46,8 @@ FLUSH_ROWS = 4096
 ENDS_CHUNK = 1 << 16
 # Integers the numpy run prices in int64, as the roofline's decode_run does; beyond, one step at a time.
 INT64_SAFE = 1 << 62
+# Integers up to this are exact doubles, as are their sums and products up to it.
+FLOAT_EXACT = 1 << 53
 # A run's steps are all memory-bound (or all compute-bound) when its first and last are by more than
 # this factor: the gap between the two prices is affine in the step, so it holds at every step
 # between, by far more than the division's rounding, and max() would pick that price at each.
@@ -564,6 +566,9 @@ def _affine_range(first: int, step: int, n: int) -> np.ndarray:
     """[first, first + step, ...] (n integers, exact in int64) as float64."""
     if not step:
         return np.full(n, float(first))
+    if max(abs(first), abs(first + step * n)) <= FLOAT_EXACT:
+        # every value is an exact double, and so is numpy's first + i * step for each: one call
+        return np.arange(first, first + step * n, step, dtype=np.float64)
     return np.arange(first, first + step * n, step, dtype=np.int64).astype(np.float64)
 
 

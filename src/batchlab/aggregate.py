@@ -194,7 +194,7 @@ class Lane:
 
     @property
     def idle(self) -> bool:
-        return not self.live and not self.waiting
+        return not self.live and not self.waiting.heap   # the heap: a truth value without a call
 
     # -- one step ------------------------------------------------------------------------
 
@@ -202,8 +202,8 @@ class Lane:
         """The next step's (newcomers, prompt tokens, attention units, decodes taking a block),
         newcomers taken from the queue; None, and nothing changed, if the lane cannot run it."""
         waiting, batch = self.waiting, len(self.live)
-        if waiting:
-            planned = _newcomers(waiting, len(waiting), self.books, self.seats - batch, self.chunk,
+        if waiting.heap:
+            planned = _newcomers(waiting, len(waiting.heap), self.books, self.seats - batch, self.chunk,
                                  self.budget - batch)
             if planned is None:
                 return None
@@ -411,9 +411,7 @@ class Lane:
         free = len(self.memory.free_list)
         at, taken = [], []   # the run's steps that take blocks, and how many
         for k in self._booked(steps):
-            grow = crossings.get(k)
-            if grow is None:
-                continue
+            grow = crossings[k]
             if len(grow) > free:   # a preemption: stepped, by the general loop
                 steps = k - s
                 break
@@ -430,12 +428,15 @@ class Lane:
             run.held = self._growth(len(run.ends))[1]
         return run
 
-    def _booked(self, steps: int):
-        """The next `steps` lane steps at which decodes take blocks, in order: every step, or
-        the booked ones when they are fewer (every booked step is still ahead: the lane takes
-        them as it passes them)."""
+    def _booked(self, steps: int) -> list[int]:
+        """Those of the next `steps` lane steps at which decodes take blocks, in order: the
+        steps found among the booked ones (a set intersection, looked up in C), or the booked
+        ones in range when they are fewer (every booked step is still ahead: the lane takes them
+        as it passes them)."""
         s, crossings = self.s, self.crossings
-        return range(s, s + steps) if steps <= len(crossings) else sorted(k for k in crossings if k < s + steps)
+        if steps <= len(crossings):
+            return sorted(crossings.keys() & range(s, s + steps))
+        return sorted(k for k in crossings if k < s + steps)
 
     def apply_run(self, run: Stretch, steps: int) -> float:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
@@ -445,12 +446,11 @@ class Lane:
             crossings, free_list = self.crossings, self.memory.free_list
             held0, at, taken = self.memory.total_blocks - len(free_list), [], []
             for k in self._booked(steps):
-                grow = crossings.pop(k, None)
-                if grow is not None:
-                    for table in grow:
-                        table.append(free_list.pop())
-                    at.append(k - s)
-                    taken.append(len(grow))
+                grow = crossings.pop(k)
+                for table in grow:
+                    table.append(free_list.pop())
+                at.append(k - s)
+                taken.append(len(grow))
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
                 held = BlockGrowth(held0, self.bs, at, taken)
         self.flush_rows()

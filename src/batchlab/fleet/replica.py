@@ -101,7 +101,7 @@ class Replica:
             if self.lane is None:
                 return None
         lane = self.lane
-        if not lane.waiting:   # pure decodes: up to the next finish in one numpy piece, or one step
+        if not lane.waiting.heap:   # pure decodes: up to the next finish in one numpy piece, or one step
             if lane.s + aggregate.RUN_MIN <= lane.next_finish():
                 self.run = lane.price_run(now, math.inf)
                 if self.run is not None:

@@ -362,27 +362,20 @@ class Lane:
             first = max(compute0, memory0) + overhead
             if first > 0:
                 steps = min(steps, int((next_t - t) / first) + 2)
-        last_past = computed + batch * steps
-        if steps < RUN_MIN or max(per_batch_f * batch + per_cached_f * last_past,
-                                  b0 + per_batch_b * batch + per_cached_b * last_past) > INT64_SAFE:
+        more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch   # per step
+        if steps < RUN_MIN or max(flops + more_flops * steps, nbytes + more_bytes * steps) > INT64_SAFE:
             return None
         # each step's flops and bytes are affine in its cached tokens: one integer range each,
         # from the step before the first, whose slot then holds t for the running sum of ends
-        more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
         compute1 = float(flops + more_flops * (steps - 1)) / compute_rate   # the last step's
         memory1 = float(nbytes + more_bytes * (steps - 1)) / memory_rate
         if memory0 * DOMINATES > compute0 and memory1 * DOMINATES > compute1:   # memory-bound throughout
-            durations = _affine_range(nbytes - more_bytes, more_bytes, steps + 1)
-            durations /= memory_rate
+            durations = _seconds(nbytes - more_bytes, more_bytes, steps + 1, memory_rate)
         elif compute0 * DOMINATES > memory0 and compute1 * DOMINATES > memory1:   # compute-bound throughout
-            durations = _affine_range(flops - more_flops, more_flops, steps + 1)
-            durations /= compute_rate
+            durations = _seconds(flops - more_flops, more_flops, steps + 1, compute_rate)
         else:
-            compute_s = _affine_range(flops - more_flops, more_flops, steps + 1)
-            compute_s /= compute_rate
-            memory_s = _affine_range(nbytes - more_bytes, more_bytes, steps + 1)
-            memory_s /= memory_rate
-            durations = np.maximum(compute_s, memory_s, out=compute_s)
+            durations = _seconds(flops - more_flops, more_flops, steps + 1, compute_rate)
+            np.maximum(durations, _seconds(nbytes - more_bytes, more_bytes, steps + 1, memory_rate), out=durations)
         durations += overhead
         durations[0] = t
         ends = np.add.accumulate(durations)[1:]   # t + d0, then each end plus the next duration, in order
@@ -560,6 +553,13 @@ class Lane:
         if self.sliced:   # the trace gathers those token times from the ends as an array
             engine.token_slices.append((self.all_ends(), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
             self.sliced = []
+
+
+def _seconds(first: int, step: int, n: int, rate: float) -> np.ndarray:
+    """An affine range of flops or bytes (_affine_range) over the rate that does them."""
+    out = _affine_range(first, step, n)
+    out /= rate
+    return out
 
 
 def _affine_range(first: int, step: int, n: int) -> np.ndarray:

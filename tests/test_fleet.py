@@ -140,6 +140,28 @@ def test_fleet_metrics_and_assignment_cover_every_request():
     assert again.trace.token_times.tobytes() == result.trace.token_times.tobytes()
 
 
+@pytest.mark.parametrize("router", ["least-outstanding", "round-robin"])
+def test_the_fleet_figures_are_those_of_its_merged_trace_which_is_made_when_asked_for(router):
+    from batchlab.metrics import SLO, compute_metrics
+
+    workload = make_workload("chat", 300, 60.0, 4)
+    short = dataclasses.replace(MODEL, max_context=1024)   # the longest chats are rejected
+    slo = SLO(ttft=0.5, tpot=0.05)
+    result = simulate_fleet(workload, [ReplicaSpec(parse_system("paged:watermark=0.01"), short, GPU)] * 3,
+                            router, slo=slo)
+    assert result._trace is None   # the figures came from the replicas' traces
+    trace = result.trace
+    whole = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
+    m = result.metrics
+    assert repr((m.served, m.output_tokens, m.ttft, m.tpot, m.itl, m.e2e, m.throughput, m.steady_throughput,
+                 m.slo_attainment)) == repr((whole.served, whole.output_tokens, whole.ttft, whole.tpot, whole.itl,
+                                             whole.e2e, whole.throughput, whole.steady_throughput,
+                                             whole.slo_attainment))
+    assert m.itls.tobytes() == whole.itls.tobytes() and m.rejected > 0
+    for name in ("prompt", "output", "served", "arrival"):
+        assert result.per_request(name).tobytes() == getattr(trace, name).tobytes(), name
+
+
 def test_bad_router_and_empty_fleet_are_refused():
     with pytest.raises(InputError, match="field 'router': unknown router 'nearest'"):
         make_router("nearest")

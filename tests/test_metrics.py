@@ -250,6 +250,53 @@ def test_passes_a_block_at_a_time_equal_one_pass(run, block):
         assert aggregates(compute_metrics(arrival, offsets, flat, mask, SLO(ttft=5.0))) == aggregates(whole)
 
 
+# --- a run split between parts ----------------------------------------------------------------
+
+def _csr(arrival, times, served, picked):
+    """The CSR arrays of the requests at positions `picked`, in that order."""
+    counts = [len(times[i]) for i in picked]
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    flat = np.array([t for i in picked for t in times[i]], dtype=np.float64)
+    return np.array([arrival[i] for i in picked]), offsets, flat, np.array([served[i] for i in picked], dtype=bool)
+
+
+@settings(max_examples=150, deadline=None)
+@given(run=runs(), data=st.data(), scatter=st.sampled_from([1, 2, 5, 1 << 16]))
+def test_a_run_split_between_parts_has_the_whole_runs_figures_bit_for_bit(run, data, scatter):
+    """A fleet's figures from its replicas' token times, never gathered: the same bytes as
+    compute_metrics over the whole run, whatever parts hold which requests in which order."""
+    from batchlab.metrics import compute_split_metrics
+    from batchlab.metrics import split
+
+    arrival, counts, times, served = run
+    n = len(arrival)
+    part_of = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    order = data.draw(st.permutations(range(n)))   # a part's requests need not be in the run's order
+    rows = [[i for i in order if part_of[i] == k] for k in range(4)]
+    whole = compute_metrics(*_csr(arrival, times, served, range(n)), SLO(ttft=5.0, tpot=2.0))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(split, "SCATTER_TOKENS", scatter)
+        parts = compute_split_metrics([_csr(arrival, times, served, r) for r in rows], rows, SLO(ttft=5.0, tpot=2.0))
+        assert parts.itls.tobytes() == whole.itls.tobytes()
+    assert aggregates(parts) == aggregates(whole)
+    for name in ("arrival", "served", "n_tokens", "first_token", "finish", "ttft", "tpot", "e2e"):
+        assert getattr(parts.requests, name).tobytes() == getattr(whole.requests, name).tobytes(), name
+    assert vllm_result(parts, np.ones(n, dtype=np.int64), percentiles=[25, 75]) == \
+        vllm_result(whole, np.ones(n, dtype=np.int64), percentiles=[25, 75])
+
+
+def test_bad_parts_are_named():
+    from batchlab.metrics import compute_split_metrics
+
+    part = ([0.0, 1.0], [0, 1, 2], [0.5, 1.5], None)
+    with pytest.raises(InputError, match=r"field 'rows': the parts' positions must be 0 to 3, each once"):
+        compute_split_metrics([part, part], [[0, 1], [1, 2]])
+    with pytest.raises(InputError, match=r"field 'rows': part 1 holds 2 requests, got 1 positions"):
+        compute_split_metrics([part, part], [[0, 1], [2]])
+    with pytest.raises(InputError, match=r"part 1: record 0: field 'token_times' has a first token before"):
+        compute_split_metrics([part, ([2.0], [0, 1], [1.0], None)], [[0, 1], [2]])
+
+
 @pytest.mark.parametrize("offsets, times, fragment", [
     ([0, 2, 4, 6], [1.0, 2.0, 2.0, 3.0, 4.0, 3.5],
      r"record 2: field 'token_times' must be nondecreasing .* token 1 "),

@@ -8,7 +8,7 @@ import pytest
 
 from batchlab.engine import Engine
 from batchlab.fleet import Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
-from batchlab.fleet.orca import OrcaSetting, best_rate, normalized_latency
+from batchlab.fleet.orca import OrcaSetting, best_rate, normalized_latency, trace_latencies
 from batchlab.fleet.pipeline import PipelineExecutor, replica_engine
 from batchlab.hardware import Layout, resolve_gpu, resolve_model
 from batchlab.hardware.parallel import kv_capacity_tokens_split
@@ -131,10 +131,10 @@ def _trace(arrival, tokens) -> Trace:
 
 def test_normalized_latency_by_hand():
     # q0: arrives 0, tokens at 1, 2, 3 -> 3 s / 3 tokens; q1: arrives 0, one token at 1 -> 1 s / 1
-    trace = _trace([0.0, 0.0, 2.0], [[1.0, 2.0, 3.0], [1.0], [4.0, 6.0]])
-    assert normalized_latency(trace).tolist() == [1.0, 1.0, 2.0]
+    lat = trace_latencies(_trace([0.0, 0.0, 2.0], [[1.0, 2.0, 3.0], [1.0], [4.0, 6.0]]))
+    assert normalized_latency(lat).tolist() == [1.0, 1.0, 2.0]
     # returned with its batch: q1 came out of the same first step as q0, so it leaves at 3
-    assert normalized_latency(trace, batch_return=True).tolist() == [1.0, 3.0, 2.0]
+    assert normalized_latency(lat, batch_return=True).tolist() == [1.0, 3.0, 2.0]
 
 
 def test_orca_beats_static_batching_at_equal_normalized_latency():

@@ -8,7 +8,7 @@ from itertools import chain
 
 import numpy as np
 
-from batchlab.metrics.latency import request_blocks
+from batchlab.metrics.latency import request_blocks, segment_positions
 from batchlab.request import Request, Status
 
 # Token times gathered this many at a time (and one request's more): the index arrays of a
@@ -165,12 +165,6 @@ class StepLog:
             blocks = so_far[1:][in_grown] + np.repeat(held0 - so_far[first[grown]], k[grown])
             held[in_grown] = blocks.astype(np.float64) * np.repeat(block_size, k[grown])
         return held
-
-
-def segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The positions of consecutive segments laid end to end: starts[0] .. starts[0] +
-    lengths[0] - 1, then starts[1] .., one int64 array of sum(lengths), without a Python loop."""
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 def _token_times(ordered: list[Request], offsets: np.ndarray,

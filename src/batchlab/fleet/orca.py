@@ -19,6 +19,7 @@ from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import Layout
 from batchlab.metrics import find_goodput
+from batchlab.metrics.latency import RequestLatencies, TokenTimes, request_latencies
 from batchlab.serving.run import build_requests
 from batchlab.serving.systems import System, parse_system
 from batchlab.trace import Trace
@@ -35,30 +36,34 @@ ORCA_SYSTEMS = ("orca-max", "static:memory=reservation-max:max_bs=1",
                 "static:memory=reservation-max:max_bs=8", "static:memory=reservation-max:max_bs=32")
 
 
-def normalized_latency(trace: Trace, batch_return: bool = False) -> np.ndarray:
-    """[served] seconds per output token: (end - arrival) / output tokens.
+def normalized_latency(lat: RequestLatencies, batch_return: bool = False) -> np.ndarray:
+    """[served] seconds per output token: (end - arrival) / output tokens, from a run's
+    per-request figures (`trace_latencies` of a trace).
 
     The end is the request's last token; with `batch_return`, the last token of its whole batch:
     a request-level scheduler (FasterTransformer behind Triton, the paper's baseline) returns a
     batch's responses together, so "a request that finished early cannot leave" (Orca §2.2). A
     static batch is the requests whose first token came out of the same step.
     """
-    offsets = trace.token_offsets
-    counts = np.diff(offsets)
-    served = trace.served & (counts > 0)
-    last = trace.token_times[offsets[1:][served] - 1]
+    served = lat.served & (lat.n_tokens > 0)
+    last = lat.finish[served]
     if batch_return and last.size:
-        first = trace.token_times[offsets[:-1][served]]
+        first = lat.first_token[served]
         batches, batch_of = np.unique(first, return_inverse=True)
         ends = np.full(batches.size, -np.inf)
         np.maximum.at(ends, batch_of, last)
         last = ends[batch_of]
-    return (last - trace.arrival[served]) / counts[served]
+    return (last - lat.arrival[served]) / lat.n_tokens[served]
 
 
-def normalized_figures(trace: Trace, batch_return: bool = False) -> dict[str, float | None]:
+def trace_latencies(trace: Trace) -> RequestLatencies:
+    """The per-request figures of an engine's trace (its token times need no check)."""
+    return request_latencies(TokenTimes(trace.arrival, trace.token_offsets, trace.token_times, trace.served))
+
+
+def normalized_figures(lat: RequestLatencies, batch_return: bool = False) -> dict[str, float | None]:
     """mean, median and p99 normalized latency in ms per token (vLLM-style keys)."""
-    values = normalized_latency(trace, batch_return) * 1e3
+    values = normalized_latency(lat, batch_return) * 1e3
     if not values.size:
         return {"mean_normalized_latency_ms": None, "median_normalized_latency_ms": None,
                 "p99_normalized_latency_ms": None}
@@ -98,7 +103,7 @@ def best_rate(setting: OrcaSetting, spec: str) -> dict:
 
     def within(rate: float) -> float:
         trace = run_once(setting, system, rate)
-        values = normalized_latency(trace, batch_return)
+        values = normalized_latency(trace_latencies(trace), batch_return)
         return float((values <= bound).sum() / len(trace))   # rejected requests count as missing it
 
     search = find_goodput(within, target=MEDIAN, start=0.5, rel_tol=setting.rel_tol)
@@ -109,7 +114,7 @@ def best_rate(setting: OrcaSetting, spec: str) -> dict:
         span = float(trace.token_times.max() - trace.arrival.min())
         row["request_throughput"] = float(trace.served.sum()) / span
         row["output_throughput"] = float(np.diff(trace.token_offsets)[trace.served].sum()) / span
-        row.update(normalized_figures(trace, batch_return))
+        row.update(normalized_figures(trace_latencies(trace), batch_return))
     return row
 
 

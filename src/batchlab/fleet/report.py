@@ -24,6 +24,6 @@ def fleet_figures(result: FleetResult, percentiles=DEFAULT_PERCENTILES) -> dict:
     usage = {"busy_time": sum(r["busy_time"] for r in replicas),
              "preemptions": sum(r["preemptions"] for r in replicas)}
     return {"router": result.router, "gpus": sum(r.spec.gpus for r in result.replicas),
-            **run_figures(result.metrics, result.trace.prompt, usage, percentiles),
-            **normalized_figures(result.trace),
+            **run_figures(result.metrics, result.per_request("prompt"), usage, percentiles),
+            **normalized_figures(result.metrics.requests),
             "load_imbalance": result.load_imbalance(), "replicas": replicas}

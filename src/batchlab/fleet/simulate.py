@@ -16,12 +16,12 @@ from batchlab.fleet.routers import Router, make_router
 from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
-from batchlab.metrics import SLO, RunMetrics, compute_metrics
-from batchlab.metrics.latency import request_blocks
+from batchlab.metrics import SLO, RunMetrics, compute_metrics, compute_split_metrics
+from batchlab.metrics.latency import request_blocks, segment_positions
 from batchlab.request import Request
 from batchlab.serving.run import build_requests, usage_figures
 from batchlab.serving.systems import System
-from batchlab.trace import GATHER_TOKENS, StepLog, Trace, segment_positions
+from batchlab.trace import GATHER_TOKENS, StepLog, Trace
 from batchlab.workload import Workload
 from batchlab.workload.context import limit_context
 
@@ -94,9 +94,29 @@ class FleetResult:
     router: str
     workload: Workload
     replicas: list[ReplicaResult]
-    trace: Trace                  # every request, in input order (no step log: see the replicas)
     metrics: RunMetrics
     assignment: np.ndarray        # [n] the replica each request was routed to first, input order
+    positions: list[np.ndarray] | None = None   # colocated: each replica's requests' input positions, ascending
+    _trace: Trace | None = None
+
+    @property
+    def trace(self) -> Trace:
+        """Every request, in input order (no step log: see the replicas). A colocated fleet's
+        figures come from its replicas' traces (compute_split_metrics), and this one is merged
+        from them when first asked for: for a million requests its token times are gigabytes."""
+        if self._trace is None:
+            traces = [r.trace for r in self.replicas]
+            work = {key: sum(t.work[key] for t in traces) for key in traces[0].work}
+            self._trace = merge_traces(traces, self.positions, work)
+        return self._trace
+
+    def per_request(self, name: str) -> np.ndarray:
+        """A per-request array of the replicas' traces (prompt, output, served, ...) in input
+        order, without merging their token times."""
+        if self._trace is not None:
+            return getattr(self._trace, name)
+        return np.concatenate([getattr(r.trace, name) for r in self.replicas])[
+            np.argsort(np.concatenate(self.positions), kind="stable")]
 
     def load_imbalance(self) -> dict[str, float | None]:
         """Max over mean across replicas of requests routed and of busy time (1 = balanced)."""
@@ -171,16 +191,18 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
         trace = traces[replica.index]
         role = "colocated" if handoff is None else ("decode" if replica.index in handoff.decode else "prefill")
         results.append(ReplicaResult(replica.name, role, spec, trace, usage_figures(trace), slo))
-    work = {key: sum(r.trace.work[key] for r in results) for key in results[0].trace.work}
-    if handoff is None:   # every request on one replica: the replicas' traces, interleaved
-        trace = merge_traces([r.trace for r in results], [sorted(r.routed) for r in replicas], work)
-    else:
-        trace = Trace.from_requests(final, StepLog(), [], None, work, "s")
     assignment = np.empty(len(requests), dtype=np.int64)
     for replica in reversed(replicas):   # a handed-off request counts where it entered
         if handoff is None or replica.index not in handoff.decode:
             assignment[replica.routed] = replica.index
-    return FleetResult(router.name, workload, results, trace, _metrics(trace, slo), assignment)
+    if handoff is None:   # every request on one replica: the fleet's figures from their traces
+        positions = [np.array(sorted(r.routed), dtype=np.int64) for r in replicas]
+        metrics = compute_split_metrics([(t.arrival, t.token_offsets, t.token_times, t.served)
+                                         for t in (r.trace for r in results)], positions, slo)
+        return FleetResult(router.name, workload, results, metrics, assignment, positions)
+    work = {key: sum(r.trace.work[key] for r in results) for key in results[0].trace.work}
+    trace = Trace.from_requests(final, StepLog(), [], None, work, "s")
+    return FleetResult(router.name, workload, results, _metrics(trace, slo), assignment, _trace=trace)
 
 
 def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, int]) -> Trace:

@@ -12,7 +12,7 @@ _EXPORTS = {
     **dict.fromkeys(("GoodputResult", "find_goodput"), "goodput"),
     **dict.fromkeys(("PERCENTILES", "LatencyStats", "RequestLatencies", "TokenTimes", "check_token_times",
                      "inter_token_latencies", "none_if_nan", "request_latencies"), "latency"),
-    **dict.fromkeys(("RunMetrics", "compute_metrics"), "run"),
+    **dict.fromkeys(("RunMetrics", "compute_metrics", "compute_split_metrics"), "run"),
     **dict.fromkeys(("SLO", "parse_goodput", "slo_attainment", "slo_met"), "slo"),
     "time_weighted_mean": "steps",
     **dict.fromkeys(("overall_throughput", "steady_throughput"), "throughput"),

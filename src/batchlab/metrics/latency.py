@@ -56,6 +56,39 @@ class TokenTimes:
     def owner(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.arrival)), self.counts)  # [T] request of each token
 
+    @property
+    def parts(self) -> tuple[TokenTimes, ...]:
+        """The token times that hold its requests': itself (a SplitTokenTimes has several)."""
+        return (self,)
+
+    def first_and_last(self) -> tuple[np.ndarray, np.ndarray]:
+        """[n] each request's first and last token time; NaN where it was not served."""
+        ok = self.served & (self.counts > 0)
+        if not self.times.size:
+            return np.where(ok, 0.0, np.nan), np.where(ok, 0.0, np.nan)
+        last_index = self.times.shape[0] - 1
+        # the first and last token of request i sit at offsets[i] and offsets[i+1]-1
+        first = np.where(ok, self.times[np.clip(self.offsets[:-1], 0, last_index)], np.nan)
+        last = np.where(ok, self.times[np.clip(self.offsets[1:] - 1, 0, last_index)], np.nan)
+        return first, last
+
+    def block_itls(self, tokens: int | None = None):
+        """(a, b, ITLs) for consecutive blocks of requests a..b-1 that cover every request
+        (request_blocks of `tokens`), but blocks without any: the gaps between consecutive
+        tokens of each served request of the block, in token order."""
+        counts = self.counts
+        kept = gaps_kept(self.served, counts)
+        for a, b in request_blocks(self.offsets, tokens):
+            if not kept[a:b].any():
+                continue
+            _, gaps, boundary = self.block_diff(a, b)
+            keep = np.repeat(self.served[a:b], counts[a:b])[1:]    # the later token's request is served
+            keep[boundary] = False                                 # ... and the earlier token is its own
+            yield a, b, gaps[keep]                                 # (np.compress is several times slower)
+
+    def itls(self) -> np.ndarray:
+        return inter_token_latencies(self)
+
     def block_diff(self, a: int, b: int) -> tuple[int, np.ndarray, np.ndarray]:
         """Requests a..b-1: the index of their first token, the [their tokens - 1] differences
         between consecutive tokens, and the positions of those that cross from one request's
@@ -139,13 +172,10 @@ class RequestLatencies:
 
 
 def request_latencies(tt: TokenTimes) -> RequestLatencies:
+    """Per-request figures of `tt` (a TokenTimes, or a SplitTokenTimes of parts)."""
     counts = tt.counts
-    ok = tt.served & (counts > 0)
-    last_index = max(tt.times.shape[0] - 1, 0)
-    # Index arithmetic: the first and last token of request i sit at offsets[i] and offsets[i+1]-1.
-    first = np.where(ok, tt.times[np.clip(tt.offsets[:-1], 0, last_index)] if tt.times.size else 0.0, np.nan)
-    last = np.where(ok, tt.times[np.clip(tt.offsets[1:] - 1, 0, last_index)] if tt.times.size else 0.0, np.nan)
-    decoded = ok & (counts > 1)
+    first, last = tt.first_and_last()
+    decoded = tt.served & (counts > 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(decoded, (last - first) / np.maximum(counts - 1, 1), np.nan)
     return RequestLatencies(
@@ -154,24 +184,27 @@ def request_latencies(tt: TokenTimes) -> RequestLatencies:
     )
 
 
+def gaps_kept(served: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """[n] the inter-token gaps each request adds to the ITLs: its tokens - 1 if served."""
+    return np.where(served, np.maximum(counts - 1, 0), 0)
+
+
 def inter_token_latencies(tt: TokenTimes) -> np.ndarray:
     """Every gap between consecutive tokens of the same served request, pooled, in token
     order: [T - n_served]. Written into its array a block of requests at a time: the
     temporaries are a block's, not the size of the run."""
-    counts = tt.counts
-    kept = np.where(tt.served, np.maximum(counts - 1, 0), 0)   # [n] gaps each request adds
-    out = np.empty(int(kept.sum()))
+    out = np.empty(int(gaps_kept(tt.served, tt.counts).sum()))
     at = 0
-    for a, b in request_blocks(tt.offsets):
-        size = int(kept[a:b].sum())
-        if size == 0:
-            continue
-        _, gaps, boundary = tt.block_diff(a, b)
-        keep = np.repeat(tt.served[a:b], counts[a:b])[1:]          # the later token's request is served
-        keep[boundary] = False                                     # ... and the earlier token is its own
-        out[at:at + size] = gaps[keep]                             # (np.compress is several times slower)
-        at += size
+    for _, _, itls in tt.block_itls():
+        out[at:at + itls.size] = itls
+        at += itls.size
     return out
+
+
+def segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions of consecutive segments laid end to end: starts[0] .. starts[0] +
+    lengths[0] - 1, then starts[1] .., one int64 array of sum(lengths), without a Python loop."""
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 @dataclass(slots=True, frozen=True)

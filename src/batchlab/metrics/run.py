@@ -1,21 +1,19 @@
-"""`compute_metrics`: every aggregate figure of one run from its token timestamps."""
+"""`compute_metrics`: every aggregate figure of one run from its token timestamps, whole or split."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from batchlab.metrics.latency import (
-    LatencyStats,
-    RequestLatencies,
-    TokenTimes,
-    check_token_times,
-    inter_token_latencies,
-    request_latencies,
-)
+from batchlab.errors import InputError
+from batchlab.metrics.latency import LatencyStats, RequestLatencies, TokenTimes, check_token_times, request_latencies
 from batchlab.metrics.slo import SLO, slo_attainment
 from batchlab.metrics.throughput import overall_throughput, steady_throughput
+
+if TYPE_CHECKING:   # a single run's figures need no split ones
+    from batchlab.metrics.split import SplitTokenTimes
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,7 +36,7 @@ class RunMetrics:
     slo: SLO | None
     slo_attainment: float | None
     requests: RequestLatencies
-    token_times: TokenTimes  # the run's checked token times (its arrays, not a copy)
+    token_times: TokenTimes | SplitTokenTimes  # the run's checked token times (its arrays, or its parts', not a copy)
     # ITLs measured apart from the token times (a client's gaps between the chunks it read);
     # None: the token times' own gaps.
     measured_itls: np.ndarray | None = None
@@ -50,7 +48,7 @@ class RunMetrics:
         millions of tokens would otherwise keep a second array of their size."""
         if self.measured_itls is not None:
             return self.measured_itls
-        return inter_token_latencies(self.token_times)
+        return self.token_times.itls()
 
 
 def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO | None = None) -> RunMetrics:
@@ -59,11 +57,33 @@ def compute_metrics(arrival, token_offsets, token_times, served=None, slo: SLO |
     arrival [n] s; token_offsets [n+1] int64; token_times [T] s (CSR: request i's tokens are
     token_times[token_offsets[i]:token_offsets[i+1]]); served [n] bool, default all.
     """
-    tt = check_token_times(arrival, token_offsets, token_times, served)
+    return metrics_of(check_token_times(arrival, token_offsets, token_times, served), slo)
+
+
+def compute_split_metrics(parts, rows, slo: SLO | None = None) -> RunMetrics:
+    """compute_metrics of a run whose requests are split between parts (a fleet's replicas),
+    bit for bit, without gathering their token times into one array.
+
+    parts[k]: (arrival, token_offsets, token_times, served) of some of the run's requests, as
+    compute_metrics takes them; rows[k]: their positions in the run (every one exactly once).
+    """
+    from batchlab.metrics.split import split_token_times
+
+    checked = []
+    for k, part in enumerate(parts):
+        try:
+            checked.append(check_token_times(*part))
+        except InputError as error:
+            raise InputError(f"part {k}: {error}") from None
+    return metrics_of(split_token_times(checked, rows), slo)
+
+
+def metrics_of(tt: TokenTimes | SplitTokenTimes, slo: SLO | None = None) -> RunMetrics:
+    """The figures of checked token times, whole or split."""
     lat = request_latencies(tt)
     served_count = int(tt.served.sum())
     # The ITL figures from an array of their own, partitioned in place for the percentiles.
-    itl = LatencyStats.of(inter_token_latencies(tt), overwrite=True)
+    itl = LatencyStats.of(tt.itls(), overwrite=True)
     return RunMetrics(
         requests_total=int(tt.arrival.shape[0]),
         served=served_count,

@@ -28,12 +28,14 @@ def _served_blocks(tt: TokenTimes):
 
 
 def overall_throughput(tt: TokenTimes) -> float:
-    """Tokens per second over the whole run; NaN when no time elapsed or nothing was served."""
+    """Tokens per second over the whole run; NaN when no time elapsed or nothing was served.
+    `tt` may be split (SplitTokenTimes): its parts' blocks count as the run's."""
     size, top = 0, []
-    for times in _served_blocks(tt):
-        if times.size:
-            size += times.size
-            top.append(times.max())
+    for part in tt.parts:
+        for times in _served_blocks(part):
+            if times.size:
+                size += times.size
+                top.append(times.max())
     if size == 0 or tt.arrival.size == 0:
         return math.nan
     span = float(np.max(top) - tt.arrival.min())
@@ -44,8 +46,9 @@ def steady_throughput(tt: TokenTimes) -> float:
     """Tokens per second up to the moment the last request emits its first token."""
     if not tt.counts[tt.served].any():
         return math.nan
-    first = tt.times[tt.offsets[:-1][tt.served]]  # first token of each served request
-    moment = float(first.max())
+    # first token of each served request, part by part: the latest of them is the run's
+    firsts = [part.times[part.offsets[:-1][part.served]] for part in tt.parts]
+    moment = max(float(first.max()) for first in firsts if first.size)
     span = moment - float(tt.arrival.min())
-    early = sum(int(np.count_nonzero(times <= moment)) for times in _served_blocks(tt))
+    early = sum(int(np.count_nonzero(times <= moment)) for part in tt.parts for times in _served_blocks(part))
     return early / span if span > 0 else math.nan

@@ -10,8 +10,9 @@ the ratio moves by more than what separates them. This script counts instead, in
 that each build the same workload and routing: one that stops there, one that then runs the
 fleet (`simulate_fleet`, least-outstanding on 4 replicas) and one that serves each replica's
 share alone (`simulate` x 4), each keeping the memory it frees as the `batchlab` program does.
-Less the first: under cachegrind with its cache model (counts the machine's load does not move),
-instructions executed, first-level instruction and data cache misses and last-level misses;
+Less the first: under cachegrind with its cache model (counts the machine's load does not move;
+the last level as Linux describes this machine's, `last_level`), instructions executed,
+first-level instruction and data cache misses and last-level misses;
 and, without valgrind, page faults (memory the process touches first, which the kernel charges
 as system time), user and system CPU, medians of `--repeats`. With `--out DIR`, cachegrind's
 files stay there (cachegrind.MODE.out), for `cg_annotate --sort=DLmr DIR/cachegrind.fleet.out`
@@ -56,11 +57,28 @@ def child(mode: str, routed_file: str) -> None:
             simulate(part, PAGED, MODEL, H100)
 
 
+def last_level() -> list[str]:
+    """cachegrind's --LL for this machine's last-level cache as Linux describes it (size, ways,
+    line), or nothing where it does not: cachegrind's own guess can be far off in a virtual
+    machine (on the one these figures come from, a 256 MB direct-mapped cache for a 32 MB
+    16-way L3)."""
+    caches = sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"))
+    unified = [c for c in caches if (c / "type").read_text().strip() == "Unified"]
+    if not unified:
+        return []
+    top = max(unified, key=lambda c: int((c / "level").read_text()))
+    size = (top / "size").read_text().strip()   # e.g. 32768K
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1], 1)
+    nbytes = int(size.rstrip("KM")) * scale
+    ways, line = int((top / "ways_of_associativity").read_text()), int((top / "coherency_line_size").read_text())
+    return [f"--LL={nbytes},{ways},{line}"]
+
+
 def counted(mode: str, routed_file: str, env: dict, out_dir: Path | None) -> dict[str, int]:
     """cachegrind's totals for one child process (its file kept in `out_dir`, if given)."""
     out_file = out_dir / f"cachegrind.{mode}.out" if out_dir else "/dev/null"
-    err = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out_file}",
-                          sys.executable, __file__, "--child", mode, routed_file],
+    err = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", *last_level(),
+                          f"--cachegrind-out-file={out_file}", sys.executable, __file__, "--child", mode, routed_file],
                          env=env, capture_output=True, text=True, check=True).stderr
     out = {}
     for name, label in COUNTS.items():
@@ -106,7 +124,8 @@ def main() -> None:
     times = {mode: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for mode, rs in runs.items()}
     print(f"azure-conv on {AZURE_REPLICAS} replicas, least-outstanding, against its replicas' shares served "
           f"alone; each less the process that only builds the workload and routing "
-          f"(times: medians of {args.repeats}, load average {os.getloadavg()[0]:.2f})")
+          f"(times: medians of {args.repeats}, load average {os.getloadavg()[0]:.2f}; "
+          f"last level: {' '.join(last_level()) or 'cachegrind default'})")
     net = {mode: {**{k: counts[mode][k] - counts["setup"][k] for k in COUNTS},
                   **{k: times[mode][k] - times["setup"][k] for k in times["setup"]}} for mode in ("fleet", "alone")}
     print(f"{'':16s}{'fleet':>16s}{'alone':>16s}{'fleet / alone':>15s}")

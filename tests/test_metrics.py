@@ -293,6 +293,10 @@ def test_bad_parts_are_named():
         compute_split_metrics([part, part], [[0, 1], [1, 2]])
     with pytest.raises(InputError, match=r"field 'rows': part 1 holds 2 requests, got 1 positions"):
         compute_split_metrics([part, part], [[0, 1], [2]])
+    with pytest.raises(InputError, match=r"field 'rows': part 1's positions must be integers, got float64"):
+        compute_split_metrics([part, part], [[0, 1], [2.0, 3.0]])
+    with pytest.raises(InputError, match=r"field 'rows': 1 lists of positions for 2 parts"):
+        compute_split_metrics([part, part], [[0, 1]])
     with pytest.raises(InputError, match=r"part 1: record 0: field 'token_times' has a first token before"):
         compute_split_metrics([part, ([2.0], [0, 1], [1.0], None)], [[0, 1], [2]])
 

@@ -56,10 +56,13 @@ def split_token_times(parts: Sequence[TokenTimes], rows: Sequence) -> SplitToken
     rows[k] of the run; every position from 0 to n - 1 exactly once."""
     if len(rows) != len(parts):
         raise InputError(f"field 'rows': {len(rows)} lists of positions for {len(parts)} parts")
-    rows = tuple(np.asarray(r, dtype=np.int64).reshape(-1) for r in rows)
-    for k, (part, r) in enumerate(zip(parts, rows)):
+    given = [np.asarray(r).reshape(-1) for r in rows]
+    for k, (part, r) in enumerate(zip(parts, given)):
+        if r.size and r.dtype.kind not in "iu":
+            raise InputError(f"field 'rows': part {k}'s positions must be integers, got {r.dtype}")
         if r.size != part.arrival.size:
             raise InputError(f"field 'rows': part {k} holds {part.arrival.size} requests, got {r.size} positions")
+    rows = tuple(r.astype(np.int64) for r in given)
     n = sum(r.size for r in rows)
     every = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     if every.size and (every.min() < 0 or every.max() >= n or np.bincount(every, minlength=n).max() > 1):

@@ -106,8 +106,7 @@ class FleetResult:
         from them when first asked for: for a million requests its token times are gigabytes."""
         if self._trace is None:
             traces = [r.trace for r in self.replicas]
-            work = {key: sum(t.work[key] for t in traces) for key in traces[0].work}
-            self._trace = merge_traces(traces, self.positions, work)
+            self._trace = merge_traces(traces, self.positions, summed_work(traces))
         return self._trace
 
     def per_request(self, name: str) -> np.ndarray:
@@ -115,8 +114,7 @@ class FleetResult:
         order, without merging their token times."""
         if self._trace is not None:
             return getattr(self._trace, name)
-        return np.concatenate([getattr(r.trace, name) for r in self.replicas])[
-            np.argsort(np.concatenate(self.positions), kind="stable")]
+        return np.concatenate([getattr(r.trace, name) for r in self.replicas])[input_order(self.positions)]
 
     def load_imbalance(self) -> dict[str, float | None]:
         """Max over mean across replicas of requests routed and of busy time (1 = balanced)."""
@@ -200,17 +198,26 @@ def simulate_fleet(workload: Workload, specs: list[ReplicaSpec], router: str | R
         metrics = compute_split_metrics([(t.arrival, t.token_offsets, t.token_times, t.served)
                                          for t in (r.trace for r in results)], positions, slo)
         return FleetResult(router.name, workload, results, metrics, assignment, positions)
-    work = {key: sum(r.trace.work[key] for r in results) for key in results[0].trace.work}
-    trace = Trace.from_requests(final, StepLog(), [], None, work, "s")
+    trace = Trace.from_requests(final, StepLog(), [], None, summed_work([r.trace for r in results]), "s")
     return FleetResult(router.name, workload, results, _metrics(trace, slo), assignment, _trace=trace)
+
+
+def summed_work(traces: list[Trace]) -> dict[str, int]:
+    """The tokens computed (and swapped) by all of `traces`, key by key."""
+    return {key: sum(t.work[key] for t in traces) for key in traces[0].work}
+
+
+def input_order(indices: list) -> np.ndarray:
+    """[n] for each input position, the row of the traces' requests laid end to end that holds
+    it (`indices[k]`: the input positions of trace k's requests)."""
+    return np.argsort(np.concatenate([np.asarray(ix, dtype=np.int64) for ix in indices]), kind="stable")
 
 
 def merge_traces(traces: list[Trace], indices: list[list[int]], work: dict[str, int]) -> Trace:
     """One trace of every request, in input order, from traces that split the requests between
     them (`indices[k]`: the input positions of trace k's requests, ascending, as its rows are).
     Equal to Trace.from_requests over all the requests (without a step log), built from arrays."""
-    position = np.concatenate([np.asarray(ix, dtype=np.int64) for ix in indices])
-    order = np.argsort(position, kind="stable")          # [n] row of the concatenation for each input position
+    order = input_order(indices)
     counts = np.concatenate([np.diff(t.token_offsets) for t in traces])[order]
     offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])

@@ -160,6 +160,33 @@ _GPUS = (
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
 GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 
+# Models read from their Hugging Face config.json, shipped in batchlab/data/models/ as
+# "<organisation>__<name>.json" (data/README.md names each source): the preset's name is the
+# Hugging Face name. Read when first asked for, so that naming a model costs no file reads.
+CONFIG_PRESETS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V2",
+                  "Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
+                  "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct",
+                  "openai/gpt-oss-20b", "openai/gpt-oss-120b", "mistralai/Mixtral-8x7B-v0.1",
+                  "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B",
+                  "meta-llama/Llama-3.3-70B-Instruct", "google/gemma-2-9b",
+                  "google/gemma-3-1b-it", "google/gemma-3-27b-it",
+                  "microsoft/Phi-3-mini-4k-instruct")
+_CONFIG_MODELS: dict[str, ModelSpec] = {}
+
+
+def config_preset(hf_id: str) -> ModelSpec:
+    """The model of a shipped config, named by its Hugging Face id (read once)."""
+    if hf_id not in _CONFIG_MODELS:
+        from importlib import resources
+
+        from batchlab.hardware.hf_config import load_json_config
+
+        org, name = hf_id.split("/")
+        resource = resources.files("batchlab") / "data" / "models" / f"{org}__{name}.json"
+        _CONFIG_MODELS[hf_id] = load_json_config(resource.read_text(encoding="utf-8"),
+                                                 f"batchlab/data/models/{org}__{name}.json", name)
+    return _CONFIG_MODELS[hf_id]
+
 
 # Short forms people type, by normalized name (see `normalize`): the bare GPU family picks the
 # variant most deployed (H100 SXM, A100 80 GB); Hugging Face ids name the models they hold.
@@ -170,8 +197,16 @@ ALIASES = {
     "llama38b": "Llama-3-8B", "metallama38b": "Llama-3-8B",
     "llama27b": "Llama-2-7B", "llama213b": "Llama-2-13B", "llama270b": "Llama-2-70B",
     "mistral7bv01": "Mistral-7B", "opt13b": "OPT-13B",
+    # Config presets by the names of their other checkpoints of the same shapes.
+    "llama3370b": "meta-llama/Llama-3.3-70B-Instruct", "mixtral8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "mixtral8x7binstructv01": "mistralai/Mixtral-8x7B-v0.1", "qwen257b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen2572b": "Qwen/Qwen2.5-72B-Instruct", "gemma31b": "google/gemma-3-1b-it",
+    "gemma327b": "google/gemma-3-27b-it", "gemma29bit": "google/gemma-2-9b",
+    "deepseekv3base": "deepseek-ai/DeepSeek-V3", "deepseekv30324": "deepseek-ai/DeepSeek-V3",
+    "deepseekv2chat": "deepseek-ai/DeepSeek-V2", "phi3mini4k": "microsoft/Phi-3-mini-4k-instruct",
 }
-SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B"}
+SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B, "
+                                                "deepseek-ai/DeepSeek-V3, a config.json"}
 
 
 def normalize(name: str) -> str:
@@ -182,24 +217,29 @@ def normalize(name: str) -> str:
     return name.removesuffix("hf") if len(name) > 2 else name
 
 
-def _lookup(presets: dict, kind: str, name: str):
+def _lookup(presets: dict, kind: str, name: str, configs: tuple[str, ...] = ()):
     spec = None
     if isinstance(name, str):
         by_key = {normalize(key): spec for key, spec in presets.items()}
+        in_configs = {normalize(hf_id): hf_id for hf_id in configs}
         key = normalize(name)
+        if key not in by_key and key not in in_configs:
+            key = normalize(ALIASES.get(key, key))
         spec = by_key.get(key)
-        if spec is None and ALIASES.get(key) in presets:
-            spec = presets[ALIASES[key]]
+        if spec is None and key in in_configs:
+            spec = config_preset(in_configs[key])
     if spec is None:
+        names = [*presets, *(hf_id.split("/")[1] for hf_id in configs)]
         raise InputError(f"field '{kind}': unknown {kind} {name!r}; choose one of "
-                         f"{', '.join(presets)} (any case, dashes optional, short forms such as "
-                         f"{SHORT_EXAMPLES[kind]}) or give a .toml/.json spec file")
+                         f"{', '.join(names)} (any case, dashes optional, short forms such as "
+                         f"{SHORT_EXAMPLES[kind]}) or give a .toml/.json spec file"
+                         + (" or a Hugging Face config.json (or its folder)" if configs else ""))
     return spec
 
 
 def model_preset(name: str) -> ModelSpec:
-    """The preset called `name`, any letter case."""
-    return _lookup(MODEL_PRESETS, "model", name)
+    """The preset called `name`, any letter case: hand-written, or read from a shipped config."""
+    return _lookup(MODEL_PRESETS, "model", name, CONFIG_PRESETS)
 
 
 def gpu_preset(name: str) -> GPUSpec:

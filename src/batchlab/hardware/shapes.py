@@ -38,6 +38,10 @@ def check_variants(m, rec: str) -> None:
                   "dense_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                   "v_head_dim", "sliding_window", "sliding_layers", "extra_params"):
         _count(rec, field, getattr(m, field))
+    if (isinstance(m.routing_skew, bool) or not isinstance(m.routing_skew, (int, float))
+            or not 0 <= m.routing_skew <= 10):
+        raise InputError(f"{rec}: field 'routing_skew' must be a number in [0, 10], got "
+                         f"{m.routing_skew!r}")
     for field in ("attention_sinks", "qkv_bias"):
         if not isinstance(getattr(m, field), bool):
             raise InputError(f"{rec}: field '{field}' must be true or false, "
@@ -106,8 +110,10 @@ def expert_params(m) -> int:
 
 
 def _moe_always_active(m) -> int:
-    """One MoE layer's shared experts and router (H x E): run for every token."""
-    return m.mlp_matrices * m.hidden * m.shared_expert_ffn + m.hidden * m.n_experts
+    """One MoE layer's shared experts and router (H x E; one expert needs none): run for every
+    token."""
+    router = m.hidden * m.n_experts if m.n_experts > 1 else 0
+    return m.mlp_matrices * m.hidden * m.shared_expert_ffn + router
 
 
 def _dense_mlp(m) -> int:
@@ -169,3 +175,19 @@ def expected_experts_touched(n_experts: int, top_k: int, routed_tokens):
     E uniformly (each expert is missed by one token with probability 1 - k/E). Scalars or
     arrays of T."""
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** routed_tokens)
+
+
+def experts_touched_skewed(n_experts: float, top_k: float, routed_tokens, skew: float):
+    """Expected distinct experts T tokens reach when expert e (e = 1..E) takes a share of the
+    picks proportional to e^-skew (a Zipf law; skew 0 is uniform routing): expert e is missed
+    by one token with probability 1 - p_e, p_e = k * e^-skew / sum_j j^-skew (at most 1), so
+    sum_e 1 - (1 - p_e)^T. Fit `skew` to measured per-expert loads."""
+    if skew == 0:
+        return expected_experts_touched(n_experts, top_k, routed_tokens)
+    import numpy as np
+
+    weights = np.arange(1, int(n_experts) + 1, dtype=np.float64) ** -skew
+    shares = np.minimum(top_k * weights / weights.sum(), 1.0)
+    tokens = np.asarray(routed_tokens, dtype=np.float64)
+    touched = (1.0 - (1.0 - shares[:, None]) ** tokens.reshape(1, -1)).sum(axis=0)
+    return touched.reshape(tokens.shape) if tokens.ndim else float(touched[0])

@@ -118,6 +118,7 @@ class ModelSpec:
     expert_ffn: int = 0           # one routed expert's FFN width
     shared_expert_ffn: int = 0    # FFN width of the always-active shared experts, summed
     dense_layers: int = 0         # leading layers with a dense FFN of width `ffn` (DeepSeek)
+    routing_skew: float = 0.0     # Zipf exponent of the experts' shares of picks (0: uniform)
     # Multi-head latent attention (DeepSeek-V2/V3, HF: kv_lora_rank, q_lora_rank,
     # qk_rope_head_dim, v_head_dim); head_dim is then the query/key head (nope + rope).
     kv_lora_rank: int = 0         # the cached latent's width; 0: not MLA
@@ -303,6 +304,12 @@ class GPUSpec:
     p2p_latency_s: float = DEFAULT_LINK_LATENCY_S
     source: str = ""  # where the numbers come from (datasheet, fitted profiles and command)
     price_per_hour: float | None = None  # what one GPU costs per hour (any currency); `plan` minimises it
+    # Dense FP8 FLOP/s of the tensor cores (Hopper, Ada, Blackwell, CDNA 3); None: no FP8 math,
+    # so FP8 weights are widened to bf16 and multiply at peak_flops (vLLM's weight-only FP8).
+    fp8_peak_flops: float | None = None
+    # The fitted preset whose operator efficiencies this one carries ("": fitted on its own
+    # profiles, or none); see presets.transfer_fit.
+    fit_base: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -344,6 +351,11 @@ class GPUSpec:
                                  f"got {getattr(self, field)!r}")
         if self.price_per_hour is not None:
             object.__setattr__(self, "price_per_hour", _positive_float(rec, "price_per_hour", self.price_per_hour))
+        if self.fp8_peak_flops is not None:
+            object.__setattr__(self, "fp8_peak_flops", _positive_float(
+                rec, "fp8_peak_flops", self.fp8_peak_flops, at_least=MIN_RATE))
+        if not isinstance(self.fit_base, str):
+            raise InputError(f"{rec}: field 'fit_base' must be a string, got {self.fit_base!r}")
         if not isinstance(self.source, str):
             raise InputError(f"{rec}: field 'source' must be a string, got {self.source!r}")
 

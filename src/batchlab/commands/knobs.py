@@ -26,6 +26,7 @@ def register(subparsers) -> None:
                    help="comma-separated arrival rates in req/s")
     options.add_common_system(p, None)
     options.add_hardware(p)
+    options.add_layout(p)
     options.add_workload(p, rate=False)
     p.set_defaults(workload=None)   # each experiment's own workload unless given
     g = p.add_argument_group("SLO (default: each experiment's own)")
@@ -68,6 +69,7 @@ def build_plan(args: argparse.Namespace) -> list:
         slo_tpot=None if args.slo_tpot is None else args.slo_tpot / options.MS_PER_S)
     experiments = select(args.experiments, overrides)
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     workloads: dict[str, object] = {}
     plan = []
     for e in experiments:
@@ -75,7 +77,8 @@ def build_plan(args: argparse.Namespace) -> list:
         if kind not in workloads:  # one sample per kind, shared by the experiments using it
             workloads[kind] = options.workload(argparse.Namespace(**{**vars(args), "workload": kind}))
         slo = whole if whole is not None else SLO(ttft=e.slo[0], tpot=e.slo[1])
-        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles)))
+        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles,
+                                layout)))
     return plan
 
 

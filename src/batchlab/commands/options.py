@@ -73,6 +73,35 @@ def hardware(args: argparse.Namespace):
     return precision(model, args), gpu
 
 
+def add_layout(p: argparse.ArgumentParser) -> None:
+    """vLLM's parallelism flags: the GPUs one replica runs on."""
+    g = p.add_argument_group("parallelism")
+    g.add_argument("--tensor-parallel-size", "--tp", dest="tp", type=flagtypes.count, default=1,
+                   metavar="N", help="GPUs each layer is split over (default: %(default)s)")
+    g.add_argument("--pipeline-parallel-size", "--pp", dest="pp", type=flagtypes.count, default=1,
+                   metavar="N", help="pipeline stages, each on its own tp GPUs (default: %(default)s)")
+    g.add_argument("--enable-expert-parallel", action="store_true",
+                   help="a mixture of experts' experts spread whole over each stage's tp GPUs "
+                        "(ep = tp), reached by all-to-all")
+
+
+def layout(args: argparse.Namespace, model):
+    """The Layout of the parallelism flags, checked against the model (errors name the flag)."""
+    from batchlab.hardware.parallel import Layout, check_layout
+    from batchlab.io_checks import named
+
+    with named("tp", "--tensor-parallel-size"), named("pp", "--pipeline-parallel-size"), \
+            named("ep", "--enable-expert-parallel"):
+        chosen = Layout(args.tp, args.pp, args.tp if args.enable_expert_parallel else 1)
+        check_layout(model, chosen)
+    return chosen
+
+
+def layout_fields(chosen) -> dict:
+    """The layout as a result's fields: none for one GPU, so single-GPU results stay as they were."""
+    return {} if chosen.trivial else {"tp": chosen.tp, "pp": chosen.pp, "ep": chosen.ep}
+
+
 # vLLM's spellings, as the ModelSpec fields they set.
 DTYPES = {"auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 QUANTIZATIONS = {"fp8": {"weight_dtype": "fp8", "expert_dtype": ""},

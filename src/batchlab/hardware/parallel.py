@@ -127,6 +127,15 @@ def alltoall_s(gpu: GPUSpec, nbytes, ep: int):
     return send_s(gpu, nbytes)
 
 
+def kv_capacity_tokens_on(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
+    """Tokens of KV a replica of `layout` holds: the single-GPU figure itself for one GPU."""
+    if layout.trivial:
+        from batchlab.hardware.cost import kv_capacity_tokens
+
+        return kv_capacity_tokens(model, gpu)
+    return kv_capacity_tokens_split(model, gpu, layout)
+
+
 def kv_capacity_tokens_split(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
     """Tokens of KV a replica holds: every GPU keeps its share of each token's KV."""
     free = gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, layout)

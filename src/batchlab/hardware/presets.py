@@ -133,17 +133,25 @@ _FIT_LINKS = {"A100-80GB": NVLINK3_BYTES_S, "H100-SXM": NVLINK4_BYTES_S}
 _FITS = {"A100-80GB": _A100_FIT, "H100-SXM": _H100_FIT}
 
 
-def transfer_fit(base: str, link_bytes_s: float, name: str) -> dict:
+def transfer_fit(base: str, name: str, link_bytes_s: float | None = None) -> dict:
     """The operator parameters fitted on `base`, carried to a GPU of the same family of kernels:
     efficiencies, floors, tiles and per-row kernels as fitted (shares of the new GPU's own
-    peaks), collectives scaled by the new link's datasheet bandwidth over the fitted one's.
+    peaks), and with `link_bytes_s` the fitted collectives scaled by the new link's datasheet
+    bandwidth over the fitted one's (None: the preset keeps its own link figures).
     How far this is off where a check exists: docs/hardware.md."""
     fit = dict(_FITS[base])
-    scale = link_bytes_s / _FIT_LINKS[base]
-    fit.update(allreduce_bandwidth=fit["allreduce_bandwidth"] * scale,
-               p2p_bandwidth=fit["p2p_bandwidth"] * scale, fit_base=base,
-               source=f"{name} datasheet peaks; operator efficiencies transferred from "
-                      f"{base}'s fit (presets.transfer_fit), links scaled to the datasheet")
+    links = ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s")
+    if link_bytes_s is None:
+        for field in links:
+            del fit[field]
+    else:
+        scale = link_bytes_s / _FIT_LINKS[base]
+        fit.update(allreduce_bandwidth=fit["allreduce_bandwidth"] * scale,
+                   p2p_bandwidth=fit["p2p_bandwidth"] * scale)
+    fit.update(fit_base=base,
+               source=f"{name} datasheet peaks; operator efficiencies transferred from {base}'s "
+                      f"fit (presets.transfer_fit)"
+                      + (", links scaled to the datasheet" if link_bytes_s else ", datasheet links"))
     return fit
 
 
@@ -157,10 +165,11 @@ _GPUS = (
             **_H100_FIT),
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
     # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions; no FP8.
-    # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1.
+    # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1. Links at the
+    # datasheet's figure, as the Orca paper's setting prices them (docs/parallel.md).
     GPUSpec("A100-40GB", peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
-            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108,
-            **transfer_fit("A100-80GB", NVLINK3_BYTES_S, "NVIDIA A100 40GB")),
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, allreduce_bandwidth=NVLINK3_BYTES_S,
+            p2p_bandwidth=NVLINK3_BYTES_S, **transfer_fit("A100-80GB", "NVIDIA A100 40GB")),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
     # The same GA100 chip, 108 SMs (the PCIe card Vidur profiled has them too).
     GPUSpec("A100-80GB", peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
@@ -170,39 +179,39 @@ _GPUS = (
     # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory).
     GPUSpec("H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
-            **transfer_fit("H100-SXM", NVLINK4_BYTES_S, "NVIDIA H200")),
+            **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S)),
     # NVIDIA HGX B200 specification, per GPU of the eight: FP8 72 and BF16 36 PFLOPS with
     # sparsity for the board (4.5 and 2.25 PFLOPS dense each), 1.44 TB HBM3e (180 GB each),
     # 64 TB/s (8 TB/s each), NVLink 5 1.8 TB/s both ways; PCIe Gen5 host. 148 SMs: NVIDIA
     # Blackwell architecture technical brief (B200).
     GPUSpec("B200", peak_flops=2250e12, mem_bandwidth=8e12, memory=180e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=148, fp8_peak_flops=4500e12,
-            **transfer_fit("H100-SXM", NVLINK5_BYTES_S, "NVIDIA HGX B200")),
+            **transfer_fit("H100-SXM", "NVIDIA HGX B200", NVLINK5_BYTES_S)),
     # AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense, FP8 2,614.9 TFLOPS dense,
     # 192 GB HBM3 at 5.3 TB/s, 304 compute units (the SMs' counterpart), Infinity Fabric 896 GB/s
     # aggregate, PCIe Gen5 x16 host. Nearest calibrated kernels: the H100's (HBM, dense matrix
     # cores of the same generation).
     GPUSpec("MI300X", peak_flops=1307.4e12, mem_bandwidth=5.3e12, memory=192e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=304, fp8_peak_flops=2614.9e12,
-            **transfer_fit("H100-SXM", INFINITY_FABRIC_MI300X_BYTES_S, "AMD Instinct MI300X")),
+            **transfer_fit("H100-SXM", "AMD Instinct MI300X", INFINITY_FABRIC_MI300X_BYTES_S)),
     # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense,
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 and no NVLink. 142 SMs: AD102 as configured for
     # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper).
     GPUSpec("L40S", peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=142,
             fp8_peak_flops=733e12,
-            **transfer_fit("A100-80GB", PCIE_GEN4_X16_BYTES_S, "NVIDIA L40S")),
+            **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S)),
     # NVIDIA A40 datasheet: BF16 149.7 TFLOPS dense (299.4 with sparsity), 48 GB GDDR6 at
     # 696 GB/s, PCIe Gen4 (an NVLink bridge joins pairs only: collectives go over PCIe), no
     # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM).
     GPUSpec("A40", peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=84,
-            **transfer_fit("A100-80GB", PCIE_GEN4_X16_BYTES_S, "NVIDIA A40")),
+            **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S)),
     # AWS EC2 G5's NVIDIA A10G: 24 GB GDDR6 at 600 GB/s, 80 SMs, FP16/BF16 tensor 70 TFLOPS
     # dense (the A10's 125 at lower tensor clocks; AWS G5 documentation), PCIe Gen4, no FP8.
     GPUSpec("A10G", peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=80,
-            **transfer_fit("A100-80GB", PCIE_GEN4_X16_BYTES_S, "AWS A10G")),
+            **transfer_fit("A100-80GB", "AWS A10G", PCIE_GEN4_X16_BYTES_S)),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense), FP8 485
     # with sparsity (242.5 dense), 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk
     # over PCIe. 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for
@@ -210,7 +219,7 @@ _GPUS = (
     GPUSpec("L4", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
             fp8_peak_flops=242.5e12,
-            **transfer_fit("A100-80GB", PCIE_GEN4_X16_BYTES_S, "NVIDIA L4")),
+            **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S)),
 )
 
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}

@@ -35,8 +35,8 @@ PROBE_TOKENS = 1024   # the prompt whose lone prefill prices the SLO order's pre
 # The traffic of `knobs fairness`: a heavy tenant sending three requests for each of a light
 # one's; the light one's are interactive (vLLM priority 0), the heavy one's batch (priority 1).
 TENANT_MIX = "heavy:3:1,light:1:0"
-# The programs of `knobs programs`: chains of four calls, tool waits of 1 s on average, the
-# calls of a program sharing their first 128 prompt tokens.
+# The programs of `knobs programs`: chains of four calls on average (geometric: agents' runs
+# differ), tool waits of 1 s on average, the calls of a program sharing their first 128 tokens.
 PROGRAM_CALLS, PROGRAM_TOOL_WAIT, PROGRAM_PREFIX = 4, 1.0, 128
 
 
@@ -125,7 +125,8 @@ def tenant_point(setting, system: System, rate: float) -> dict:
 def program_traffic(workload: Workload, rate: float, seed: int) -> Programs:
     """`knobs programs`' traffic at `rate` programs per second."""
     return programs_from_workload(workload.with_rate(rate), calls=PROGRAM_CALLS, shape="chain",
-                                  tool_wait=PROGRAM_TOOL_WAIT, shared_prefix=PROGRAM_PREFIX, seed=seed)
+                                  tool_wait=PROGRAM_TOOL_WAIT, shared_prefix=PROGRAM_PREFIX, seed=seed,
+                                  vary=True)
 
 
 def program_point(setting, system: System, rate: float) -> dict:

@@ -92,10 +92,12 @@ class Programs:
 
 
 def programs_from_workload(workload: Workload, calls: int = 4, shape: str = "chain", fanout: int = 2,
-                           tool_wait: float = 1.0, shared_prefix: int = 0, seed: int = 0) -> Programs:
-    """Programs of `calls` calls each, built from a workload: the k-th program starts at the
+                           tool_wait: float = 1.0, shared_prefix: int = 0, seed: int = 0,
+                           vary: bool = False) -> Programs:
+    """Programs of `calls` calls each (`vary`: a geometric number with mean `calls`, at most
+    4·calls, as agents' runs differ), built from a workload: the k-th program starts at the
     workload's k-th arrival (its rate is the programs' rate) and its calls take the lengths of
-    requests k·calls .. k·calls + calls − 1. `shape` chain: each call after the previous one;
+    the workload's next requests, in order. `shape` chain: each call after the previous one;
     tree: call j after call (j − 1) // fanout. Tool waits are exponential with mean `tool_wait`
     seconds. `shared_prefix` > 0 gives every call of a program the same first tokens (up to its
     prompt), as a program's calls share their instructions (Parrot's shared prefix)."""
@@ -108,17 +110,27 @@ def programs_from_workload(workload: Workload, calls: int = 4, shape: str = "cha
         raise InputError(f"field 'shared_prefix' must be a whole number >= 0, got {shared_prefix!r}")
     if not (isinstance(tool_wait, (int, float)) and math.isfinite(tool_wait) and tool_wait >= 0):
         raise InputError(f"field 'tool_wait' must be a number of seconds >= 0, got {tool_wait!r}")
-    n_programs = len(workload) // calls
-    if n_programs < 1:
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xA6E27]))
+    sizes = []   # calls of each program, while the workload's requests last
+    drawn = np.minimum(rng.geometric(1.0 / calls, len(workload)), 4 * calls) if vary else None
+    used = 0
+    for k in range(len(workload)):
+        size = int(drawn[k]) if vary else calls
+        if used + size > len(workload):
+            break
+        sizes.append(size)
+        used += size
+    if not sizes:
         raise InputError(f"field 'calls': {calls} calls per program need at least {calls} requests, "
                          f"the workload has {len(workload)}")
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xA6E27]))
-    waits = rng.exponential(tool_wait, n_programs * calls) if tool_wait > 0 else np.zeros(n_programs * calls)
+    n_programs = len(sizes)
+    waits = rng.exponential(tool_wait, used) if tool_wait > 0 else np.zeros(used)
     ids, program, parent, wait, content = [], [], [], [], []
-    for p in range(n_programs):
+    i = -1
+    for p, size in enumerate(sizes):
         prefix = rng.integers(0, VOCAB, shared_prefix) if shared_prefix else None
-        for j in range(calls):
-            i = p * calls + j
+        for j in range(size):
+            i += 1
             ids.append(f"p{p}.c{j}")
             program.append(f"p{p}")
             up = None if j == 0 else (j - 1 if shape == "chain" else (j - 1) // fanout)
@@ -128,9 +140,10 @@ def programs_from_workload(workload: Workload, calls: int = 4, shape: str = "cha
                 n_prompt = int(workload.prompt[i])
                 own = rng.integers(0, VOCAB, max(0, n_prompt - shared_prefix))
                 content.append(Content.tokens(np.concatenate([prefix[:n_prompt], own])))
-    notes = [*workload.notes, f"{n_programs} programs of {calls} calls ({shape}), tool waits exponential "
-             f"with mean {tool_wait:g} s" + (f", {shared_prefix} shared prefix tokens" if shared_prefix else "")]
-    n = n_programs * calls
+    notes = [*workload.notes, f"{n_programs} programs of {'a mean of ' if vary else ''}{calls} calls ({shape}), "
+             f"tool waits exponential with mean {tool_wait:g} s"
+             + (f", {shared_prefix} shared prefix tokens" if shared_prefix else "")]
+    n = used
     return Programs(ids, tuple(program), tuple(parent), np.asarray(wait), workload.prompt[:n], workload.output[:n],
                     content=tuple(content) if shared_prefix else None, name=f"{workload.name} programs", notes=notes)
 

@@ -77,7 +77,8 @@ class LoadRow:
 
 
 def load_experiment(seed: int = 0, slo_ms: float = SEED_SLO_MS, n_requests: int = N_REQUESTS,
-                    n_keys: int = DISTINCT_QUERIES, multiples=LOAD_MULTIPLES) -> list[LoadRow]:
+                    n_keys: int = DISTINCT_QUERIES, multiples=LOAD_MULTIPLES,
+                    skew: float = LOAD_SKEW) -> list[LoadRow]:
     """Every variant sees the same arrivals and keys at each rate, and the same latency draws."""
     profile = MEDIUM
     max_batch = max(1, profile.b_max(slo_ms))
@@ -88,7 +89,7 @@ def load_experiment(seed: int = 0, slo_ms: float = SEED_SLO_MS, n_requests: int 
         rate = multiple * most
         arrivals_rng, keys_rng = np.random.default_rng([seed, 100 + index]).spawn(2)
         arrivals = poisson_arrivals_ms(rate, n_requests, arrivals_rng)
-        keys = zipf_queries(n_keys, LOAD_SKEW, n_requests, keys_rng)
+        keys = zipf_queries(n_keys, skew, n_requests, keys_rng)
         for variant in LOAD_VARIANTS:
             cache = None if variant == "no cache" else CACHE_POLICIES["clock"](capacity)
             result = simulate_cached(profile, arrivals, keys, cache, np.random.default_rng([seed, index]),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batchlab.clipper.bandits import Exp3, Exp4, weighted_vote
+from batchlab.clipper.bandits import Exp3, Exp4
 
 ACCURACIES = (0.70, 0.75, 0.80, 0.85, 0.65)  # the fourth model is the best until it degrades
 BEST = 3

@@ -235,8 +235,8 @@ def _straggler_tables(st: dict) -> list:
     deadline = f"{st['deadline_ms']:g} ms"
     sizes = Table(title=f"Ensembles of long-tailed models: wait for all, or answer at {deadline} "
                         "with the models that replied")
-    for name in ("models", "p99 latency,\nall (ms)", f"p99 latency,\n{deadline} (ms)",
-                 "accuracy,\nall", f"accuracy,\n{deadline}", "replied", "no reply", "mean\nconfidence"):
+    for name in ("models", "p99 latency,\nall (ms)", f"p99 latency,\nat {deadline} (ms)",
+                 "accuracy,\nall", f"accuracy,\nat {deadline}", "replied", "no reply", "mean\nconfidence"):
         sizes.add_column(name, justify="right")
     for r in st["rows"]:
         sizes.add_row(str(r["models"]), f"{r['p99_latency_all_ms']:.1f}",

@@ -157,6 +157,36 @@ def weight_bytes(m) -> int:
     return _bytes(other_linear, linear_bits) + _bytes(routed, expert_bits) + _bytes(rest, base)
 
 
+def routed_expert_bytes(m) -> int:
+    """Bytes of every routed expert's weights (0 for a dense model)."""
+    if not m.n_experts:
+        return 0
+    base = Fraction(BITS_PER_BYTE * m.bytes_per_value)
+    if not m.weight_dtype and not m.expert_dtype:
+        return _bytes(routed_expert_params(m), base)
+    bits = WEIGHT_BITS[m.expert_dtype or m.weight_dtype]
+    return _bytes(routed_expert_params(m), bits)
+
+
+def expert_reads(m):
+    """A step's reads of routed expert weights as a function of its tokens, or None for a dense
+    model: every MoE layer reads the experts its tokens touch (`experts_touched_skewed`), the
+    same share of each layer's experts, in whole bytes (int, or int64 for an array of counts)."""
+    if not m.n_experts:
+        return None
+    routed, experts, top_k, skew = routed_expert_bytes(m), m.n_experts, m.experts_per_token, m.routing_skew
+
+    def reads(tokens):
+        share = experts_touched_skewed(experts, top_k, tokens, skew) / experts
+        if isinstance(share, float):
+            return round(routed * share)
+        import numpy as np
+
+        return np.rint(routed * np.asarray(share)).astype(np.int64)
+
+    return reads
+
+
 def kv_value_bytes(m) -> int:
     """Bytes of one cached value: the KV cache dtype's, else bytes_per_value."""
     return KV_BYTES[m.kv_cache_dtype] if m.kv_cache_dtype else m.bytes_per_value

@@ -128,3 +128,26 @@ def test_mla_decode_reads_the_latent_and_an_fp8_cache_halves_it():
     fp8 = dataclasses.replace(model, kv_cache_dtype="fp8")
     rows8 = {r.op: r for r in OperatorCost(fp8, H100, Layout(tp=8, ep=8)).breakdown(shape)}
     assert rows8["attn_decode"].bytes < 0.6 * rows["attn_decode"].bytes
+
+
+def test_one_expert_top1_on_the_roofline_is_the_dense_model_bit_for_bit():
+    from batchlab.hardware.cost import RooflinePrice, step_totals
+
+    dense = dataclasses.replace(resolve_model("Llama-3-8B"), n_params=None)
+    moe = one_expert(dense)
+    assert step_totals(dense, 77, 12345, 9, 99999) == step_totals(moe, 77, 12345, 9, 99999)
+    a, b = RooflinePrice.of(dense, H100), RooflinePrice.of(moe, H100)
+    assert a.step(64, 5000, 60, 123456) == b.step(64, 5000, 60, 123456)
+    assert a.decode_run(16, 2000, 100).tobytes() == b.decode_run(16, 2000, 100).tobytes()
+
+
+def test_the_roofline_reads_the_experts_a_decode_batch_touches():
+    from batchlab.hardware.cost import RooflinePrice
+    from batchlab.hardware.shapes import routed_expert_bytes
+
+    model = resolve_model("Qwen/Qwen3-30B-A3B")
+    price = RooflinePrice.of(model, H100)
+    routed = routed_expert_bytes(model)
+    assert price.weights(1) == price.b0 + round(routed * 8 / 128)   # one token: its 8 experts
+    assert price.weights(64) == price.b0 + round(routed * expected_experts_touched(128, 8, 64) / 128)
+    assert price.b0 + routed == model.weight_bytes

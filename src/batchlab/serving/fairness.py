@@ -140,8 +140,10 @@ def program_traffic(workload: Workload, rate: float, seed: int) -> Programs:
 
 
 def program_point(setting, system: System, rate: float) -> dict:
-    """One `knobs programs` row: the calls' figures and the programs' end-to-end latency."""
-    res = simulate_calls(program_traffic(setting.workload, rate, setting.seed), system, setting.model,
-                         setting.gpu, slo=setting.slo, seed=setting.seed)
+    """One `knobs programs` row: the calls' figures and the programs' end-to-end latency, of
+    the setting's programs trace if it has one, else of programs built from its workload."""
+    traffic = (setting.programs.with_rate(rate) if setting.programs is not None
+               else program_traffic(setting.workload, rate, setting.seed))
+    res = simulate_calls(traffic, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
     return {"rate": rate, **run_figures(res.metrics, res.trace.prompt, res.usage, setting.percentiles),
             **res.programs()}

@@ -32,6 +32,7 @@ class Setting:
     context_mode: str = "reject"
     seed: int = 0
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES   # pNN keys besides the tables' own
+    programs: object = None     # a programs trace (workload.programs.Programs) for `knobs programs`
     layout: Layout = SINGLE_GPU   # tp x pp (x ep) GPUs per replica
 
 

@@ -64,7 +64,8 @@ kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPE
 a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
 up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,
 embedding; rope, act, add and embedding may carry their own figures, else they take
-elementwise's). A step adds CPU time: step_overhead_s + seq_overhead_s per sequence.
+elementwise's). A step adds CPU time: step_overhead_s + engine_overhead_s (a serving engine's
+own, which the roofline leaves out) + seq_overhead_s per sequence.
 
 The API a scheduler uses (`price` returns all of it):
 
@@ -127,6 +128,10 @@ MOE_OPS = (("router", 1), ("expert_up", 1), ("expert_act", 1), ("expert_down", 1
            ("shared_up", 1), ("shared_act", 1), ("shared_down", 1))
 DENSE_MLP_OPS = LAYER_OPS[8:]
 MOE_NAMES = frozenset(name for name, _ in MOE_OPS)
+# Operators whose work is a function of the step's new tokens alone (op_work reads s.tokens
+# and the model's widths only): MLA's kv_up and the attention kernels read more.
+TOKEN_ONLY_OPS = frozenset({"norm", "qkv", "rope", "kv_write", "o", "add", "up", "act", "down",
+                            *MOE_NAMES})
 # Products whose weights are quantized (the embedding, the LM head and the router stay bf16).
 QUANTIZED_OPS = frozenset({"qkv", "o", "up", "down", "kv_up", "shared_up", "shared_down"})
 EXPERT_OPS = frozenset({"expert_up", "expert_down"})
@@ -570,7 +575,7 @@ class StepPrice:
 
     stages: list          # seconds per stage (floats or arrays)
     send_s: object        # all stage-to-stage sends of the step
-    cpu_s: object         # step_overhead_s + seq_overhead_s * sequences
+    cpu_s: object         # step_overhead_s + engine_overhead_s + seq_overhead_s * sequences
     time_s: object        # sum(stages) + send_s + cpu_s
 
     @property
@@ -627,6 +632,7 @@ class OperatorCost:
         self.kinds = layer_kinds(model, self.layers)
         fp8 = fp8_matmul_params(gpu, self.params["matmul"])
         expert_fp8 = (model.expert_dtype or model.weight_dtype) == "fp8"
+        self._memo: dict = {}
         self.op_params = {name: fp8 if (name in QUANTIZED_OPS and model.weight_dtype == "fp8"
                                         or name in EXPERT_OPS and expert_fp8)
                           else self.params[OP_CLASS[name]] for name in OP_CLASS}
@@ -637,12 +643,26 @@ class OperatorCost:
             if work is not None:
                 yield name, work
 
+    def _op(self, name: str, shape: Shape):
+        """One instance's time (None when it does not run). An operator whose work depends on
+        the step's token count alone is priced once per count: a run's decode steps share it."""
+        key = shape.tokens if name in TOKEN_ONLY_OPS else None
+        if key is not None and not isinstance(key, np.ndarray):
+            found = self._memo.get((name, key), self)
+            if found is not self:
+                return found
+        work = op_work(name, self.dims, shape)
+        time = None if work is None else op_time(self.op_params[name], *work)
+        if key is not None and not isinstance(key, np.ndarray):
+            self._memo[(name, key)] = time
+        return time
+
     def _layer(self, ops, shape: Shape):
         layer = 0.0
         for name, count in ops:
-            work = op_work(name, self.dims, shape)
-            if work is not None:
-                layer = layer + count * op_time(self.op_params[name], *work)
+            time = self._op(name, shape)
+            if time is not None:
+                layer = layer + count * time
         return layer
 
     def _comm(self, moe: bool, activation_bytes, shape: Shape):
@@ -679,7 +699,7 @@ class OperatorCost:
                 t = t + last
             stages.append(t)
         sends = (len(self.layers) - 1) * send_s(gpu, activation_bytes) if len(self.layers) > 1 else 0.0
-        cpu = gpu.step_overhead_s + gpu.seq_overhead_s * shape.seqs
+        cpu = gpu.step_overhead_s + gpu.engine_overhead_s + gpu.seq_overhead_s * shape.seqs
         total = stages[0]
         for t in stages[1:]:
             total = total + t

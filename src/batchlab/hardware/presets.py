@@ -155,68 +155,78 @@ def transfer_fit(base: str, name: str, link_bytes_s: float | None = None) -> dic
     return fit
 
 
+# vLLM's CPU time per step beside the GPU's work (scheduling, input preparation, sampling,
+# output processing), one figure for every GPU: the balance of the errors of vLLM's published
+# latency runs on the A100-80GB, H100 and H200 (calibrate/vllm_runs.py; refit with
+# `python -c "from batchlab.calibrate.vllm_runs import fit_engine_overhead as f; print(f())"`,
+# each run's error with it in docs/fidelity.md), rounded to 4 digits.
+VLLM_ENGINE_STEP_S = 1.059e-3
+# Every preset prices steps with its operators (fitted or transferred) and vLLM's engine time
+# by default; `--cost roofline` gives the seed's two-parameter paper GPU instead.
+_CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)
+
 _GPUS = (
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16 1,979 TFLOPS with sparsity (989.4
     # dense), FP8 3,958 with sparsity (1,979 dense), 3.35 TB/s HBM3, 80 GB; host link PCIe Gen5
     # (128 GB/s both directions). 132 SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper
     # (2022), H100 SXM5 column.
-    GPUSpec("H100-SXM", peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
+    GPUSpec("H100-SXM", **_CALIBRATED, peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
             **_H100_FIT),
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
     # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions; no FP8.
     # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1. Links at the
     # datasheet's figure, as the Orca paper's setting prices them (docs/parallel.md).
-    GPUSpec("A100-40GB", peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
+    GPUSpec("A100-40GB", **_CALIBRATED, peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, allreduce_bandwidth=NVLINK3_BYTES_S,
             p2p_bandwidth=NVLINK3_BYTES_S, **transfer_fit("A100-80GB", "NVIDIA A100 40GB")),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
     # The same GA100 chip, 108 SMs (the PCIe card Vidur profiled has them too).
-    GPUSpec("A100-80GB", peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
+    GPUSpec("A100-80GB", **_CALIBRATED, peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, **_A100_FIT),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM (BF16 989 and FP8
     # 1,979 TFLOPS dense), 4.8 TB/s HBM3e, 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both ways.
     # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory).
-    GPUSpec("H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
+    GPUSpec("H200", **_CALIBRATED, peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
             **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S)),
     # NVIDIA HGX B200 specification, per GPU of the eight: FP8 72 and BF16 36 PFLOPS with
     # sparsity for the board (4.5 and 2.25 PFLOPS dense each), 1.44 TB HBM3e (180 GB each),
     # 64 TB/s (8 TB/s each), NVLink 5 1.8 TB/s both ways; PCIe Gen5 host. 148 SMs: NVIDIA
     # Blackwell architecture technical brief (B200).
-    GPUSpec("B200", peak_flops=2250e12, mem_bandwidth=8e12, memory=180e9,
+    GPUSpec("B200", **_CALIBRATED, peak_flops=2250e12, mem_bandwidth=8e12, memory=180e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=148, fp8_peak_flops=4500e12,
             **transfer_fit("H100-SXM", "NVIDIA HGX B200", NVLINK5_BYTES_S)),
     # AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense, FP8 2,614.9 TFLOPS dense,
     # 192 GB HBM3 at 5.3 TB/s, 304 compute units (the SMs' counterpart), Infinity Fabric 896 GB/s
     # aggregate, PCIe Gen5 x16 host. Nearest calibrated kernels: the H100's (HBM, dense matrix
     # cores of the same generation).
-    GPUSpec("MI300X", peak_flops=1307.4e12, mem_bandwidth=5.3e12, memory=192e9,
+    GPUSpec("MI300X", **_CALIBRATED, peak_flops=1307.4e12, mem_bandwidth=5.3e12, memory=192e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=304, fp8_peak_flops=2614.9e12,
             **transfer_fit("H100-SXM", "AMD Instinct MI300X", INFINITY_FABRIC_MI300X_BYTES_S)),
     # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense,
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 and no NVLink. 142 SMs: AD102 as configured for
     # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper).
-    GPUSpec("L40S", peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
+    GPUSpec("L40S", **_CALIBRATED, peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=142,
             fp8_peak_flops=733e12,
             **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S)),
     # NVIDIA A40 datasheet: BF16 149.7 TFLOPS dense (299.4 with sparsity), 48 GB GDDR6 at
     # 696 GB/s, PCIe Gen4 (an NVLink bridge joins pairs only: collectives go over PCIe), no
     # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM).
-    GPUSpec("A40", peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
+    GPUSpec("A40", **_CALIBRATED, peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=84,
             **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S)),
     # AWS EC2 G5's NVIDIA A10G: 24 GB GDDR6 at 600 GB/s, 80 SMs, FP16/BF16 tensor 70 TFLOPS
     # dense (the A10's 125 at lower tensor clocks; AWS G5 documentation), PCIe Gen4, no FP8.
-    GPUSpec("A10G", peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
+    GPUSpec("A10G", **_CALIBRATED, peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=80,
             **transfer_fit("A100-80GB", "AWS A10G", PCIE_GEN4_X16_BYTES_S)),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense), FP8 485
     # with sparsity (242.5 dense), 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk
     # over PCIe. 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for
     # the L4 (7,424 CUDA cores, 128 per SM).
-    GPUSpec("L4", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
+    GPUSpec("L4", **_CALIBRATED, peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
             fp8_peak_flops=242.5e12,
             **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S)),

@@ -289,6 +289,10 @@ class GPUSpec:
     embedding_row_bandwidth: float | None = None
     embedding_rows_per_sm: int | None = None
     seq_overhead_s: float = 0.0              # CPU time per sequence in a step (operators model)
+    # A serving engine's CPU time per step beside the GPU's work (scheduling, input preparation,
+    # sampling, output processing), priced by the operators model; the roofline, the seed's
+    # paper GPU, leaves it out. The presets carry vLLM's (presets.VLLM_ENGINE_STEP_S).
+    engine_overhead_s: float = 0.0
     # CPU time per bucket of a step's decodes: the mini server's paged decode attention runs one
     # batched computation per group of lengths in blocks of bucket_block_tokens
     # (model/paged_attention.py); fitted by `batchlab validate`, 0 elsewhere.
@@ -323,7 +327,7 @@ class GPUSpec:
             object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
                                                             at_most_one=True))
         for field in ("step_overhead_s", "seq_overhead_s", "bucket_overhead_s", "allreduce_latency_s",
-                      "p2p_latency_s"):
+                      "p2p_latency_s", "engine_overhead_s"):
             object.__setattr__(self, field, _positive_float(rec, field, getattr(self, field),
                                                             zero_ok=True))
         for field in OPERATOR_FIELDS:

@@ -300,11 +300,12 @@ class _Choice:
             text = self.decoder.piece(token) + (self.decoder.flush() if self.finished else "")
             return self.write(text, finish, self.count == 1, token)
         ct = self.text
-        text = ct.piece(token, finish, self.job.stop_reason if self.finished else None)
+        stop_reason = self.job.stop_reason if self.finished else None
+        text = ct.piece(token, finish, stop_reason)
         lps = "null"
         if self.job.generation.logprobs is not None:
             lps = json.dumps(ct.logprobs(ct.entries(token, lp)), separators=(",", ":"))
-        return self.write(text, finish, self.count == 1, token, lps)
+        return self.write(text, finish, self.count == 1, token, lps, stop_reason)
 
 
 async def _stream(st: ServeState, job: Job, created: int, prompt_lps):

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from batchlab.executor.sampling import LOGIT_FIELDS, SamplingParams
+from batchlab.executor.sampling import SamplingParams
 from batchlab.serve.tokenizer import CHAT_ROLES, chat_prompt, encode
 
 DEFAULT_MAX_TOKENS = 16     # OpenAI's default for completions (chat: the rest of the context)

@@ -49,7 +49,7 @@ async def _body(request: HttpRequest) -> dict:
 
 
 async def tokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import _error
+    from batchlab.serve.app import error_response
     st = request.app.state.serve
     try:
         body = await _body(request)
@@ -64,13 +64,13 @@ async def tokenize(request: HttpRequest) -> Response:
         else:
             raise protocol.bad("prompt", "'prompt' must be a string", "invalid_type")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"count": len(tokens), "max_model_len": st.limits.max_model_len, "tokens": tokens,
                          "token_strs": [token_text(t) for t in tokens] if with_strs else None})
 
 
 async def detokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import _error
+    from batchlab.serve.app import error_response
     st = request.app.state.serve
     try:
         body = await _body(request)
@@ -82,5 +82,5 @@ async def detokenize(request: HttpRequest) -> Response:
                 raise protocol.bad(f"tokens[{i}]", f"'tokens' item {i} must be a token id in "
                                                    f"[0, {st.limits.vocab})")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"prompt": decode(value)})

@@ -5,8 +5,8 @@ A request body is checked field by field before anything is queued; a bad one be
 `{"error": {"message", "type": "invalid_request_error", "param": FIELD, "code"}}`.
 Fields this server does not implement are refused when set to anything but their neutral
 value (a request is never silently served differently from what it asked). Fields that need
-the model's logits (`LOGIT_FIELDS`) are recorded in `Generation.needs`, so a server whose
-executor has no logits refuses them by name.
+the model's logits (`executor.sampling.LOGIT_FIELDS`) are recorded in `Generation.needs`, so
+a server whose executor has no logits refuses them by name.
 """
 
 from __future__ import annotations

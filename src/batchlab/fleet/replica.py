@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from batchlab import aggregate
 from batchlab.engine import Engine, Pipeline, StepOutput, Stretch
 

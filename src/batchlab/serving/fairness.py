@@ -15,6 +15,7 @@ import numpy as np
 
 from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics
 from batchlab.metrics.programs import program_figures, program_latencies
 from batchlab.metrics.tenants import service_curves, tenant_rows
@@ -62,7 +63,7 @@ class CallsResult:
 
 @gc_paused()
 def simulate_calls(traffic: Workload | Programs, system: System, model: ModelSpec, gpu: GPUSpec, *,
-                   slo: SLO | None = None, seed: int = 0) -> CallsResult:
+                   slo: SLO | None = None, seed: int = 0, layout: Layout = SINGLE_GPU) -> CallsResult:
     """Serve a workload, or programs of calls, on `system`; figures of the calls and per tenant."""
     after: dict[str, tuple[str, float]] = {}
     if isinstance(traffic, Programs):
@@ -76,7 +77,7 @@ def simulate_calls(traffic: Workload | Programs, system: System, model: ModelSpe
     else:
         traffic, _ = limit_context(traffic, model.max_context, "reject")
         requests = build_requests(traffic, system, seed)
-    engine = engine_for(system, model, gpu)
+    engine = engine_for(system, model, gpu, layout=layout)
     trace = run_dependent(engine, requests, after)
     metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
     calls_of: dict[str, int] = {}
@@ -98,7 +99,8 @@ def tenant_point(setting, system: System, rate: float) -> dict:
     """One `knobs fairness` row: the run's figures, then each tenant's as `tenant.<name>.<key>`
     (and all of them under `tenants`)."""
     workload = tenant_traffic(setting.workload, rate, setting.seed)
-    res = simulate_calls(workload, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
+    res = simulate_calls(workload, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
+                         layout=setting.layout)
     row = {"rate": rate, **run_figures(res.metrics, res.trace.prompt, res.usage, setting.percentiles),
            "dropped": len(res.trace.reject_reasons)}
     tenants = res.tenants(setting.slo)
@@ -118,8 +120,11 @@ def program_traffic(workload: Workload, rate: float, seed: int) -> Programs:
 
 
 def program_point(setting, system: System, rate: float) -> dict:
-    """One `knobs programs` row: the calls' figures and the programs' end-to-end latency."""
-    res = simulate_calls(program_traffic(setting.workload, rate, setting.seed), system, setting.model,
-                         setting.gpu, slo=setting.slo, seed=setting.seed)
+    """One `knobs programs` row: the calls' figures and the programs' end-to-end latency, of
+    the setting's programs trace if it has one, else of programs built from its workload."""
+    traffic = (setting.programs.with_rate(rate) if setting.programs is not None
+               else program_traffic(setting.workload, rate, setting.seed))
+    res = simulate_calls(traffic, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
+                         layout=setting.layout)
     return {"rate": rate, **run_figures(res.metrics, res.trace.prompt, res.usage, setting.percentiles),
             **res.programs()}

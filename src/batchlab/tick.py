@@ -18,6 +18,7 @@ from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.unit import UnitExecutor
 from batchlab.io_checks import MAX_REQUESTS, MAX_TOKENS, brief, load_json, reading, token_count, whole
+from batchlab.metrics.seats import seats_held
 from batchlab.request import Request
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.trace import Trace
@@ -183,7 +184,19 @@ class TickResult:
             "throughput": outputs / makespan,
             "work": {"prefill": tr.work["prefill"], "decode": tr.work["decode"]},
             "rounds": tr.n_steps,
+            **self.seat_counts(),
         }
+
+    def seats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per round, seats held and seats idle (held without computing: metrics/seats.py)."""
+        tr = self.trace
+        held = seats_held(tr.steps, tr.admitted_at, self.policy == "static")
+        return held, held - tr.steps["batch"]
+
+    def seat_counts(self) -> dict:
+        """Seat-rounds held and idle over the run, and the idle share (seed L02 §1.2's seat waste)."""
+        held, idle = (int(x.sum()) for x in self.seats())
+        return {"seat_rounds_held": held, "seat_rounds_idle": idle, "seat_waste": idle / held if held else None}
 
     def to_dict(self) -> dict:
         tr = self.trace
@@ -193,12 +206,14 @@ class TickResult:
             requests.append({"id": rid, "arrival": _num(tr.arrival[i]), "output_times": times,
                              "first_output": times[0], "finish": times[-1],
                              "ttft": _num(times[0] - tr.arrival[i])})
+        held, idle = self.seats()
         rounds = [{
             "t": _num(r.t), "admitted": r.admitted,
             "plan": [{"id": i, "phase": p, "tokens": n} for i, p, n in r.plan],
             "active": [{"id": i, "prefill_remaining": p, "output_remaining": o} for i, p, o in r.active],
             "waiting": r.waiting, "emitted": r.emitted, "finished": r.finished,
-        } for r in tr.rounds]
+            "seats_held": int(h), "seats_idle": int(s),
+        } for r, h, s in zip(tr.rounds, held, idle)]
         settings = {name: getattr(self.case, name) for name in SETTINGS}
         return {"policy": self.policy, "settings": settings, "requests": requests,
                 "rounds": rounds, "summary": self.summary()}

@@ -19,6 +19,7 @@ def register(subparsers) -> None:
                                           "whose ceiling still passes reports \"> R\".")
     options.add_common_system(p, "orca-oracle")
     options.add_hardware(p)
+    options.add_host(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
     options.add_save_result(p)
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.io_checks import named
 
     with named("systems", "--systems"):
-        systems = parse_systems(args.systems)
+        systems = options.host(args, parse_systems(args.systems))
     model, gpu = options.hardware(args)
     slo = options.slo(args)
     if not args.tolerance > 0:

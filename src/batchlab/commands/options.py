@@ -41,6 +41,32 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
                         "(default: the GPU spec's cost_model, roofline for the presets)")
 
 
+def add_host(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("host CPU work per step (executor/host.py)")
+    g.add_argument("--cpu-ms", type=flagtypes.real(ge=0), metavar="MS",
+                   help="CPU time of every step (scheduling, input preparation, sampling, "
+                        "detokenising), added to the GPU's: each system's cpu_ms (default 0)")
+    g.add_argument("--async-scheduling", action="store_true",
+                   help="overlap each step's CPU work with the step before, as vLLM's "
+                        "--async-scheduling and Orca's control plane do: a step costs "
+                        "max(gpu, cpu) instead of gpu + cpu")
+
+
+def host(args: argparse.Namespace, systems: list) -> list:
+    """`systems` with --cpu-ms and --async-scheduling applied; each name the spec that says so."""
+    import dataclasses
+
+    changes: dict[str, object] = {}
+    if getattr(args, "cpu_ms", None) is not None:
+        changes["cpu_ms"] = float(args.cpu_ms)
+    if getattr(args, "async_scheduling", False):
+        changes["async_scheduling"] = 1
+    if not changes:
+        return systems
+    suffix = "".join(f":{k}={v:g}" for k, v in changes.items())
+    return [dataclasses.replace(s, name=s.name + suffix, **changes) for s in systems]
+
+
 def hardware(args: argparse.Namespace):
     """(ModelSpec, GPUSpec) with the flags' overrides applied (and re-validated)."""
     import dataclasses

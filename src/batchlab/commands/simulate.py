@@ -14,6 +14,7 @@ def register(subparsers) -> None:
     p.add_argument("--system", default="orca-oracle", metavar="SPEC",
                    help="a system preset with optional :field=value overrides (default: %(default)s)")
     options.add_hardware(p)
+    options.add_host(p)
     options.add_workload(p)
     options.add_samples(p)
     options.add_slo(p)
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.io_checks import named
 
     with named("system", "--system"):
-        system = parse_system(args.system)
+        system = options.host(args, [parse_system(args.system)])[0]
     model, gpu = options.hardware(args)
     slo = options.slo(args)
     selected, percentiles = options.latency_selection(args)

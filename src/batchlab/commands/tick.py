@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     for res in results:
         if args.timeline:
-            console.print(render_timeline(res.trace, static=res.policy == "static",
+            console.print(render_timeline(res.trace, static=res.policy == "static", seats=True,
                                           title=f"{res.policy} batching ({res.trace.n_steps} rounds)"),
                           highlight=False, markup=False)
         else:

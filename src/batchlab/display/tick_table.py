@@ -42,6 +42,7 @@ def summary_table(results: list[TickResult]) -> Table:
     rows.append(("throughput (outputs/tick)", [f"{s['throughput']:.4g}" for s in summaries]))
     rows.append(("mean TTFT (ticks)", [f"{s['mean_ttft']:.4g}" for s in summaries]))
     rows.append(("work prefill / decode", [f"{s['work']['prefill']} / {s['work']['decode']}" for s in summaries]))
+    rows.append(("seat-rounds idle / held", [f"{s['seat_rounds_idle']} / {s['seat_rounds_held']}" for s in summaries]))
     ttfts = [ttft_array(res) for res in results]
     traces = [res.trace for res in results]
     for i, rid in enumerate(traces[0].ids):

@@ -31,6 +31,7 @@ from batchlab.serving.systems import System, parse_system
 CHAT_SLO = (1.0, 0.050)
 LONG_SLO = (2.0, 0.050)
 AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md §6.3
+HOST_CPU_MS = (4.0, 16.0)   # below and above a chat decode step's GPU time (~7 ms): see docs/host.md
 PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's watermark is 1%)
 
 
@@ -111,6 +112,13 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          ("unlimited", "unlimited")),
         ("preemptions", "recomputed_tokens", "swapped_gb", "swap_time", "p50_ttft_ms", "p99_ttft_ms",
          "mean_tpot_ms", "max_itl_ms", "output_throughput", "slo_attainment")),
+    Experiment(
+        "host", "§4.4, §7", "CPU work per step: serial vs overlapped (async scheduling)", "chat", CHAT_SLO,
+        (8.0, 16.0, 32.0, 48.0),
+        (("no CPU", "orca-oracle"),
+         *((f"{kind} {ms:g} ms", f"orca-oracle:cpu_ms={ms:g}" + (":async_scheduling=1" if kind == "async" else ""))
+           for ms in HOST_CPU_MS for kind in ("serial", "async"))),
+        ("p50_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "output_throughput", "mean_batch", "slo_attainment")),
 )}
 
 

@@ -43,6 +43,8 @@ class System:
     prefix_caching: int = 0         # 1: paged memory keeps full blocks for reuse (vLLM's APC)
     cache_tokens: int | None = None  # prefix cache: most unreferenced cached tokens kept; None: free memory
     host_cache_tokens: float = 0.0   # prefix cache: tokens kept in host memory after GPU eviction; inf: unlimited
+    cpu_ms: float = 0.0              # CPU work per step (scheduling, inputs, sampling, detokenising), ms
+    async_scheduling: int = 0        # 1: that CPU work overlaps the step before (vLLM's --async-scheduling)
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_KINDS:
@@ -66,6 +68,10 @@ class System:
             raise InputError(f"system {self.name!r}: field 'host_cache_tokens': must be >= 0 or inf, got {self.host_cache_tokens!r}")
         if self.cache_tokens is not None and (isinstance(self.cache_tokens, bool) or self.cache_tokens < 0):
             raise InputError(f"system {self.name!r}: field 'cache_tokens': must be >= 0 or none, got {self.cache_tokens!r}")
+        if not 0 <= self.cpu_ms < float("inf"):
+            raise InputError(f"system {self.name!r}: field 'cpu_ms': must be a finite number >= 0, got {self.cpu_ms!r}")
+        if self.async_scheduling not in (0, 1) or isinstance(self.async_scheduling, bool):
+            raise InputError(f"system {self.name!r}: field 'async_scheduling': must be 0 or 1, got {self.async_scheduling!r}")
         try:
             self.scheduler_config()
         except InputError as exc:
@@ -76,6 +82,11 @@ class System:
             batching=self.batching, max_active=self.max_bs, prefill=self.prefill,
             token_budget=self.token_budget, chunk_size=self.chunk_size,
             order=QueueOrder(self.order, self.aging_rate), preempt=self.preempt, victim=self.victim)
+
+    def with_host_work(self, executor):
+        """`executor` with this system's CPU work per step, serial or overlapped (executor/host.py)."""
+        from batchlab.executor.host import with_host_work
+        return with_host_work(executor, self.cpu_ms / 1e3, bool(self.async_scheduling))
 
     def memory_manager(self, model: ModelSpec, gpu: GPUSpec) -> MemoryManager:
         if self.memory == "unlimited":

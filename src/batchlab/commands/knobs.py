@@ -16,7 +16,7 @@ def register(subparsers) -> None:
         description="The knobs of continuous batching, each an experiment of simulated runs: "
                     "reservation (§6.1: KV held vs stored for Orca max/pow2/oracle, paged, "
                     "unlimited), max_bs (§6.2), order (§6.3 and exercise 5: fcfs, sjf, predicted "
-                    "sjf, aging), prefill (§6.4: mixed, prefill_first, chunked), preempt "
+                    "sjf, aging), prefill (§6.4: mixed, prefill-first, chunked), preempt "
                     "(recompute vs swap) and host (CPU work per step, serial or overlapped). Without EXPERIMENT all run. --rates, --systems, "
                     "--workload and the SLO flags replace every selected experiment's own "
                     "choice; left unset (None), each experiment keeps its own.")

@@ -115,6 +115,9 @@ def add_workload(p: argparse.ArgumentParser, rate: bool = True) -> None:
                         "more regular; giving it selects gamma arrivals (default: 1)")
     g.add_argument("--prompt", type=flagtypes.positive_tokens, help="prompt tokens of the fixed workload")
     g.add_argument("--output", type=flagtypes.positive_tokens, help="output tokens of the fixed workload")
+    g.add_argument("--max-output", type=flagtypes.positive_tokens, metavar="N",
+                   help="cut every output longer than N tokens to N (bounds a generated "
+                        "distribution's tail, as a request's max_tokens does; default: no cap)")
     g.add_argument("--seed", type=flagtypes.seed, default=0, help="random seed (default: %(default)s)")
     g.add_argument("--context-mode", choices=("reject", "clip"), default="reject",
                    help="requests longer than the model's max context: reject or clip them")
@@ -183,6 +186,10 @@ def workload(args: argparse.Namespace, rate: float | None = None):
         process, burstiness = arrival_process(args)
         built = make_workload(args.workload, args.requests, 1.0 if rate is None else rate, args.seed,
                               arrival=process, burstiness=burstiness, prompt=args.prompt, output=args.output)
+    cap = getattr(args, "max_output", None)
+    if cap is not None:
+        with named("max_output", "--max-output"):
+            built = built.with_max_output(cap)
     return all_at_once(built) if at_once else built
 
 

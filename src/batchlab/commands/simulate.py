@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             say_wrote([path])
     if args.plot:
         from batchlab.plots import plot_run
-        say_wrote(plot_run(result.trace, args.plot, slo=slo,
+        say_wrote(plot_run(result.trace, args.plot, slo=slo, static=system.batching == "static",
                            title=f"{system.name}, {workload.name} {options.rate_text(rate, '.3g')}"))
         if result.cache_history is not None:
             from batchlab.plots.prefix import prefix_cache

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from batchlab.trace import Trace
 
 MARK = {"prefill": "P", "decode": "D"}
@@ -41,6 +43,12 @@ def timeline_rows(trace: Trace, static: bool) -> tuple[list[int], list[TimelineR
     seats: list[list] = []            # [id, first column, last column, batch]
     open_seat: dict[str, list] = {}
     batch = -1
+    admitted = {rid for r in rounds for rid in r.admitted}
+    for i, rid in enumerate(trace.ids):   # active from the first round on (a case started mid-run)
+        if rid not in admitted and not np.isnan(trace.admitted_at[i]):
+            batch = 0
+            open_seat[rid] = [rid, 0, len(columns) - 1, batch]
+            seats.append(open_seat[rid])
     for r, col in zip(rounds, col_at):
         if r.admitted:
             batch += 1

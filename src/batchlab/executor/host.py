@@ -11,7 +11,7 @@ detokenising the outputs. Two ways to run it:
 A step overlaps only when it carries on from the step before (some request in it ran before it
 was admitted in this step: a decode, or a prefill chunk of an earlier admission). A step whose
 every request is new waits for its own CPU work: the first after idle time, the first of a new
-static batch, a prefill_first step of new prompts (its CPU work could have hidden behind the
+static batch, a prefill-first step of new prompts (its CPU work could have hidden behind the
 paused decodes' last step; counting it serial keeps the price an upper bound).
 
 What overlap saves on a carried step is `min(gpu, cpu)`: the speed-up `(gpu + cpu) / max(gpu, cpu)`

@@ -10,7 +10,7 @@ waste. Per step:
   request leaves at the step's end and its seat is refilled at the next);
 - idle seats: held seats whose request does no work in the step: a finished request riding along
   in its static batch, or a running request that got no share of the step (a decode paused by a
-  prefill_first step, a request left out of the token budget).
+  prefill-first step, a request left out of the token budget).
 
 The run's figure weighs each step by its duration, as the memory shares do (metrics/steps.py):
 Σ idle·duration / Σ held·duration. Seats never filled (a batch formed below max_bs because fewer

@@ -10,7 +10,7 @@ Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own 
 - max_bs (§6.2): chat at 48 req/s, Orca with oracle reservations, max_bs from 8 to 512.
 - order (§6.3 and exercise 5): chat at 40 req/s; fcfs, sjf (true lengths), sjf on predicted
   lengths (σ = 0.5 and 1), aging, with max_bs 64 (requests queue) and 256 (nothing queues).
-- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill_first (early
+- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill-first (early
   vLLM) vs chunked prefill with token budgets 512 and 2048 (Sarathi-Serve, vLLM v1).
 - preempt: paged memory on the long workload at rates that run out of KV blocks; preemption
   by recompute vs swap to host memory, a watermark that avoids most of it, and unlimited
@@ -100,7 +100,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
         "prefill", "§6.4", "prefill insertion: mixed vs prefill-first vs chunked", "chat", CHAT_SLO,
         (8.0, 16.0, 32.0, 48.0),
         (("mixed", "orca-oracle"),
-         ("prefill_first", "orca-oracle:prefill=prefill_first"),
+         ("prefill-first", "orca-oracle:prefill=prefill-first"),
          ("chunked 512", "orca-oracle:prefill=chunked:token_budget=512"),
          ("chunked 2048", "orca-oracle:prefill=chunked:token_budget=2048")),
         ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "mean_batch")),
@@ -245,7 +245,7 @@ def findings(name: str, systems: list[dict]) -> list[dict]:
         ratio("aging / sjf, TTFT max (max_bs 64)", aging, "sjf, max_bs 64", "max_ttft_ms")
     elif name == "prefill":
         ratio("chunked 512 / mixed, ITL max", "chunked 512", "mixed", "max_itl_ms")
-        ratio("prefill_first / mixed, ITL p99", "prefill_first", "mixed", "p99_itl_ms")
+        ratio("prefill-first / mixed, ITL p99", "prefill-first", "mixed", "p99_itl_ms")
     elif name == "preempt":
         ratio("swap / recompute, TTFT p50", "swap", "recompute", "p50_ttft_ms")
         ratio("swap / recompute, throughput", "swap", "recompute", "output_throughput")

@@ -17,6 +17,7 @@ from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
 from batchlab.memory import MemoryManager, ReservationMemory, UnlimitedMemory
 from batchlab.scheduler import QueueOrder, SchedulerConfig
+from batchlab.scheduler.order import AGING_ORDERS, PREDICTING_ORDERS, canonical_order
 
 MEMORY_KINDS = ("unlimited", "reservation-max", "reservation-pow2", "reservation-oracle", "paged")
 DEFAULT_MAX_BS = 256   # seed L02 §6.4 and exercise 5 run Orca with max_bs = 256
@@ -45,8 +46,13 @@ class System:
     host_cache_tokens: float = 0.0   # prefix cache: tokens kept in host memory after GPU eviction; inf: unlimited
     cpu_ms: float = 0.0              # CPU work per step (scheduling, inputs, sampling, detokenising), ms
     async_scheduling: int = 0        # 1: that CPU work overlaps the step before (vLLM's --async-scheduling)
+    admission: str = "stop-at-head"  # skip-blocked: admit requests behind a head that does not fit
 
     def __post_init__(self) -> None:
+        for field in ("batching", "prefill", "memory", "order", "preempt", "victim", "admission"):
+            value = getattr(self, field)   # one spelling of every value: words joined by '-'
+            if isinstance(value, str):
+                object.__setattr__(self, field, value.replace("_", "-"))
         if self.memory not in MEMORY_KINDS:
             raise InputError(f"system {self.name!r}: field 'memory': unknown {self.memory!r} "
                              f"(choose from {', '.join(MEMORY_KINDS)})")
@@ -54,6 +60,13 @@ class System:
             raise InputError(f"system {self.name!r}: field 'watermark': must be in [0, 1), got {self.watermark}")
         if not self.predict_sigma >= 0:
             raise InputError(f"system {self.name!r}: field 'predict_sigma': must be >= 0, got {self.predict_sigma}")
+        order = canonical_order(self.order)
+        if self.predict_sigma > 0 and order not in PREDICTING_ORDERS:
+            raise InputError(f"system {self.name!r}: field 'predict_sigma': order {self.order!r} does not predict "
+                             f"output lengths (use order {' or '.join(PREDICTING_ORDERS)})")
+        if self.aging_rate > 0 and order not in AGING_ORDERS:
+            raise InputError(f"system {self.name!r}: field 'aging_rate': order {self.order!r} does not age "
+                             f"(use order {' or '.join(AGING_ORDERS)})")
         for field in ("block_size", "max_bs"):
             value = getattr(self, field)
             if field == "max_bs" and value is None:
@@ -81,7 +94,8 @@ class System:
         return SchedulerConfig(
             batching=self.batching, max_active=self.max_bs, prefill=self.prefill,
             token_budget=self.token_budget, chunk_size=self.chunk_size,
-            order=QueueOrder(self.order, self.aging_rate), preempt=self.preempt, victim=self.victim)
+            order=QueueOrder(self.order, self.aging_rate), preempt=self.preempt, victim=self.victim,
+            admission=self.admission)
 
     def with_host_work(self, executor):
         """`executor` with this system's CPU work per step, serial or overlapped (executor/host.py)."""
@@ -125,7 +139,8 @@ PRESETS: dict[str, System] = {s.name: s for s in (
 
 _FIELD_TYPES = {f.name: f.type for f in fields(System)}
 # vLLM's engine-argument names of two fields (`vllm serve --max-num-seqs --max-num-batched-tokens`)
-FIELD_ALIASES = {"max_num_seqs": "max_bs", "max_num_batched_tokens": "token_budget"}
+# and the tick contract's (seed L11) name of the seat limit
+FIELD_ALIASES = {"max_num_seqs": "max_bs", "max_num_batched_tokens": "token_budget", "max_active": "max_bs"}
 
 
 def parse_system(spec: str, field: str = "system") -> System:

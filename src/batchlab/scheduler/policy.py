@@ -3,11 +3,12 @@
 The rule is the tick contract's (seed L11 §3) generalised, and it is vLLM v1's single
 token-budget loop: admit from the queue in order while seats and memory allow (static batching
 admits only into an empty running set; admission stops at the first request that does not fit,
-never skipping the head: Orca's Select, unless admission is `skip-blocked`); then every decoding request gets one token in admission
-order while the budget lasts; then prefilling requests get `min(chunk, remaining, budget left)`
-in admission order. Each planned token must fit in memory; when it does not, a victim is
-preempted (nano-vllm / vLLM: the manager answers, the scheduler chooses). The plan is never
-re-scanned: a request that finishes its prefill in this step does not also decode in it.
+never skipping the head: Orca's Select, unless admission is `skip-blocked`); then every decoding
+request gets one token in admission order while the budget lasts; then prefilling requests get
+`min(chunk, remaining, budget left)` in admission order. Each planned token must fit in memory;
+when it does not, a victim is preempted (nano-vllm / vLLM: the manager answers, the scheduler
+chooses). The plan is never re-scanned: a request that finishes its prefill in this step does
+not also decode in it.
 """
 
 from __future__ import annotations

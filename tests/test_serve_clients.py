@@ -263,7 +263,8 @@ def test_penalties_and_bias_apply_as_vllm_does():
                        logit_bias=((4, 1.5),))
     s = Sampler(p, prompt=[1], vocab=5)
     s.counts[0] = 2   # token 0 emitted twice; token 1 in the prompt only
-    z = s._processed(logits, emitted=2)
+    z = logits.astype(np.float64)
+    s._process(z, emitted=2)
     # bias on 4; repetition on 0 (positive: halved) and 1 (negative: doubled); frequency and
     # presence on 0 only (output tokens)
     np.testing.assert_allclose(z, [2.0 / 2 - 0.5 * 2 - 0.25, -1.0 * 2, 0.5, 3.0, 1.0 + 1.5])

@@ -218,8 +218,10 @@ def _checked(st: ServeState, gen: Generation) -> None:
     waiting queue. A chat request's default max_tokens shrinks to what the KV cache can hold."""
     missing = sorted(gen.needs - st.sampling_fields)
     if missing:
+        executor = st.loop.executor
+        name = getattr(executor, "name", type(executor).__name__)
         raise protocol.bad(missing[0], f"'{missing[0]}' needs the model's logits, which this "
-                                       f"server's executor ({st.loop.executor.name}) does not have",
+                                       f"server's executor ({name}) does not have",
                            "unsupported")
     reason = st.capacity_error(gen)
     if reason is not None and not gen.max_tokens_given:
@@ -291,7 +293,7 @@ class _Choice:
         self.text = None if self.plain else ChoiceText(gen, prompt_lps)
         self.count, self.finished = 0, False
 
-    def event(self, token: int, finish: str | None, lp) -> str:
+    def event(self, token: int, finish: str | None, lp=None) -> str:
         self.count += 1
         self.finished = finish is not None
         if self.plain:
@@ -372,7 +374,7 @@ async def _complete(request: HttpRequest, st: ServeState, job: Job, queue: async
                 error = _failure(item)
                 break
             tokens[k].append(item[0])
-            lps[k].append(item[2])
+            lps[k].append(item[2] if len(item) > 2 else None)
             finish[k] = item[1]
             if None not in finish:
                 break

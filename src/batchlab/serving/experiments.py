@@ -31,6 +31,7 @@ class Setting:
     context_mode: str = "reject"
     seed: int = 0
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES   # pNN keys besides the tables' own
+    programs: object = None     # a programs trace (workload.programs.Programs) for `knobs programs`
 
 
 def _run(setting: Setting, system: System, rate: float):

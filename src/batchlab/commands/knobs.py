@@ -28,6 +28,7 @@ def register(subparsers) -> None:
                    help="comma-separated arrival rates in req/s")
     options.add_common_system(p, None)
     options.add_hardware(p)
+    options.add_layout(p)
     options.add_workload(p, rate=False)
     p.set_defaults(workload=None)   # each experiment's own workload unless given
     g = p.add_argument_group("SLO (default: each experiment's own)")
@@ -82,6 +83,7 @@ def build_plan(args: argparse.Namespace) -> list:
         with named("programs", "--programs"):
             traces = load_programs(args.programs)
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     workloads: dict[str, object] = {}
     plan = []
     for e in experiments:
@@ -91,7 +93,7 @@ def build_plan(args: argparse.Namespace) -> list:
         slo = whole if whole is not None else SLO(ttft=e.slo[0], tpot=e.slo[1])
         programs = traces if e.name == "programs" else None
         plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles,
-                                programs)))
+                                programs, layout)))
     return plan
 
 

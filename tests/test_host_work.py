@@ -104,3 +104,14 @@ def test_the_knob_reaches_a_simulated_run():
     assert tpot["orca-oracle:cpu_ms=3:async_scheduling=1"] < tpot["orca-oracle"] + 0.5
     engine_executor = HostTimedExecutor(RooflineExecutor(MODEL, GPU), HostWork(0.003))
     assert engine_executor.name == "roofline"
+
+
+def test_where_cpu_work_is_not_priced_it_is_refused():
+    from batchlab.fleet.pipeline import replica_engine
+    from batchlab.hardware import Layout
+    from batchlab.serve.server import ServeConfig, build_state
+
+    with pytest.raises(InputError, match="cpu_ms"):   # a fleet's replicas
+        replica_engine(parse_system("orca-oracle:cpu_ms=2"), MODEL, GPU, Layout())
+    with pytest.raises(InputError, match="cpu_ms"):   # the real server: its CPU work is real
+        build_state(ServeConfig(system="paged:cpu_ms=2"))

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         from batchlab.plots import plot_run
         for res in results:
             say_wrote(plot_run(res.trace, args.plot, prefix=f"{res.policy}_", static=res.policy == "static",
-                               title=f"{Path(source).stem}: {res.policy} batching, {len(case.requests)} requests"))
+                               title=f"{Path(source).stem}: {res.policy} batching, {len(case.requests) + len(case.active)} requests"))
     if args.json:
         payload = results[0].to_dict() if len(results) == 1 else {r.policy: r.to_dict() for r in results}
         print(json.dumps(payload, indent=2))

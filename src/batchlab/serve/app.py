@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,6 +48,8 @@ class ServeState:
     counter: int = 0   # requests accepted: the default seed of an unseeded one derives from it
     active: int = 0    # requests whose handler still waits for tokens
     wake: asyncio.Event | None = None   # set when `active` leaves 0
+    # a request body -> Generation (a twin estimates text prompts and refuses what needs logits)
+    parse: Callable = protocol.parse_generation
 
     def capacity_error(self, gen: Generation) -> str | None:
         """Why the engine could never hold this request (the check `Engine.add` makes), or None."""
@@ -63,12 +66,13 @@ def create_app(state: ServeState) -> Starlette:
     async def lifespan(app):
         state.wake = asyncio.Event()
         state.loop.start()
-        pump = asyncio.create_task(_pump(state))
+        pump = asyncio.create_task(_pump(state)) if state.loop.needs_pump else None
         yield
         state.draining = True
         await asyncio.to_thread(state.loop.stop)
         deliver(state.loop.outbox)
-        pump.cancel()
+        if pump is not None:
+            pump.cancel()
 
     app = Starlette(routes=[
         Route("/v1/completions", completions, methods=["POST"]),
@@ -150,8 +154,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
             raise ApiError(503, "the server is shutting down" if st.draining else st.loop.failure,
                            kind="service_unavailable", code="unavailable",
                            headers={"Retry-After": str(RETRY_AFTER_S)})
-        gen = protocol.parse_generation(protocol.parse_json(await _read_body(request, st.max_body)),
-                                        st.limits, chat)
+        gen = st.parse(protocol.parse_json(await _read_body(request, st.max_body)), st.limits, chat)
         reason = st.capacity_error(gen)
         if reason is not None:
             raise protocol.bad("max_tokens", f"the request can never fit this server's KV cache: "

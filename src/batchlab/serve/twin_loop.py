@@ -7,10 +7,10 @@ per engine. Each step: arrivals up to its start join the queue, the plan is pric
 time spent planning is part of the step, not added to it), then the step is committed and its
 tokens go to their clients.
 
-While the engine is busy, a step starts when the previous one ended, as in the simulator, even
-if the event loop woke a little late (its timers have about a millisecond's resolution): the
-steps' times stay the prices, exactly, and a late wake-up delays what clients see without
-shifting every later step. Requests read during that lag arrived after the step's start, so
+While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
+idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay
+the prices, exactly, and a late wake-up delays what clients see for a step or two, as the loop
+catches up, without shifting every later step. Requests read during that lag arrived after the step's start, so
 they wait for the next step, as the simulator has them. Only when the loop falls more than
 `CHAIN_LATE_S` behind (a starved CPU) does the next step start at the wall clock's now; those
 steps are counted (`batchlab:twin_late_steps`).
@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import threading
 import time
 
 from batchlab.serve.loop import EngineLoop, Job, deliver
 
-CHAIN_LATE_S = 0.005   # how far behind a step's end the loop may wake and still chain the next
+CHAIN_LATE_S = 0.05   # how far behind a step's end the loop may wake and still chain the next
 
 
 class WallTimer:
@@ -98,6 +99,7 @@ class TwinLoop(EngineLoop):
         self._task: asyncio.Task | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self.late_steps = 0
+        self.chain_late_s = CHAIN_LATE_S
 
     # -- the event loop's side ------------------------------------------------------------
 
@@ -132,6 +134,7 @@ class TwinLoop(EngineLoop):
 
     def _add(self, job: Job) -> None:
         if job.arrival > self._step_start:
+            self.drained += 1            # read, and counted as waiting while deferred
             self._deferred.append(job)   # it arrived after this step began
         else:
             super()._add(job)
@@ -152,8 +155,16 @@ class TwinLoop(EngineLoop):
                 self._wake.clear()
                 await self._wake.wait()
             now = self.now()
-            slipped = chained is not None and now - chained > CHAIN_LATE_S
-            start = now if chained is None or slipped else chained
+            slipped = False
+            if chained is None:   # an idle engine's step starts at its first arrival
+                self._step_start = -math.inf   # every request read now waits in `_deferred`
+                if not self._drain(block=False):
+                    break
+                first = min((job.arrival for job in self._deferred), default=now)
+                start = first if now - first <= self.chain_late_s else now
+            else:
+                slipped = now - chained > self.chain_late_s
+                start = now if slipped else chained
             if not self._admit(start):
                 break
             if engine.idle and self._deferred:   # nothing runs until the first of them arrived
@@ -190,6 +201,7 @@ class TwinLoop(EngineLoop):
             self._publish()
             self._account(out, late)
         for job in self._deferred:
+            self.drained -= 1
             super()._add(job)
         self._deferred = []
         self._fail_all("the server stopped", broken=False)
@@ -201,6 +213,7 @@ class TwinLoop(EngineLoop):
         self._step_start = start
         held, self._deferred = self._deferred, []
         for job in held:
+            self.drained -= 1   # read once: `_add` counts it again
             self._add(job)
         return self._drain(block=False)
 

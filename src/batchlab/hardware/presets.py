@@ -77,7 +77,7 @@ _MODELS = (
     _gpt3("GPT-3-341B", n_layers=120, hidden=15360),
 )
 
-# Operator parameters fitted from Vidur's profiles (../shared/data/profiles: Llama-2-7B mlp.csv
+# Operator parameters fitted from Vidur's profiles (batchlab/data/profiles: Llama-2-7B mlp.csv
 # at TP 1/2/4/8, NCCL all-reduce and send/recv inside one DGX node; for the A100 also the
 # Llama-3-8B FlashInfer attention subset) by
 #   batchlab calibrate vidur_a100_llama-2-7b_mlp.csv vidur_a100_llama-3-8b_attention_subset.csv \

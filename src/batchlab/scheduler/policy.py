@@ -33,9 +33,11 @@ class Scheduler:
     def plan(self, now: float) -> StepPlan:
         plan = StepPlan()
         self.memory.observe(now)
+        self.waiting.at(now)
         self._admit(plan, now)
         self._select_work(plan)
         self._reserve_growth(plan, now)
+        self.waiting.charge(plan)   # a stateful order (vtc, plas) counts the service planned
         return plan
 
     def remove(self, request_id: str) -> Request | None:
@@ -130,6 +132,9 @@ class Scheduler:
 
     def _victim(self) -> Request:
         candidates = self.running if self.config.max_in_flight == 1 else self._ready()
+        chosen = self.waiting.victim(candidates)   # priority: the lowest priority, latest arrival
+        if chosen is not None:
+            return chosen
         if self.config.victim == "last-admitted":
             return candidates[-1]
         return max(candidates, key=arrival_order)

@@ -19,7 +19,9 @@ list of ints); a text prompt (and every chat prompt) is estimated at one token p
 are the 4-byte chunks themselves (mod the vocabulary), so two prompts that share a text prefix
 share the token ids of its whole chunks, and a prefix cache hits on them.
 
-The twin has no logits, so it refuses by name the options that read them (`TWIN_REFUSED`).
+The twin has no logits: the server refuses by name every option that reads them (logprobs,
+top_k, penalties, logit_bias: `Generation.needs`), and the twin `echo` too (`TWIN_REFUSED`).
+Stop strings and stop token ids are honoured, on the made-up tokens.
 """
 
 from __future__ import annotations
@@ -127,8 +129,8 @@ def parse_twin(body: dict, limits, chat: bool, parse):
 
     for key, neutral in TWIN_REFUSED.items():
         if key in body and body[key] not in neutral:
-            raise bad(key, f"'{key}' = {json.dumps(body[key])} needs the model's logits, which a "
-                           f"twin (batchlab serve --simulate) does not have", "unsupported")
+            raise bad(key, f"'{key}' = {json.dumps(body[key])} is not served by a twin (batchlab "
+                           "serve --simulate): it has no text of the prompt to echo", "unsupported")
     text = chat or not _is_token_ids(body.get("prompt"))
     if not text:
         return parse(body, limits, chat)

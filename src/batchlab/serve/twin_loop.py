@@ -127,6 +127,10 @@ class TwinLoop(EngineLoop):
         super().abort(request_id)
         self._wake.set()
 
+    def cut(self, request_id: str, reason: str) -> None:
+        super().cut(request_id, reason)
+        self._wake.set()
+
     def waiting(self) -> int:
         return super().waiting() + len(self._deferred)
 
@@ -145,6 +149,15 @@ class TwinLoop(EngineLoop):
                 self._deferred.remove(job)
                 return
         super()._abort(request_id)
+
+    def _cut(self, request_id: str, reason: str) -> None:
+        for job in self._deferred:   # cut before its first step: it ends as the others do
+            if job.id == request_id:
+                self._deferred.remove(job)
+                self.drained -= 1
+                super()._add(job)
+                break
+        super()._cut(request_id, reason)
 
     async def _run_async(self) -> None:
         engine = self.engine

@@ -79,9 +79,11 @@ def build_requests(workload: Workload, system: System, seed: int) -> list[Reques
         predicted = (workload.output * noise).tolist()
     content = workload.content or (None,) * len(workload)
     sessions = workload.sessions or (None,) * len(workload)
+    tenants = workload.tenants or (None,) * len(workload)
+    priorities = [0] * len(workload) if workload.priorities is None else workload.priorities.tolist()
     # tolist gives Python floats and ints, as a Request holds them
     requests = [Request(rid, a, p, o, index=i, predicted_output=predicted[i], content=content[i],
-                        session=sessions[i])
+                        session=sessions[i], tenant=tenants[i], priority=priorities[i])
                 for i, (rid, a, p, o) in enumerate(zip(workload.ids, workload.arrival.tolist(),
                                                        workload.prompt.tolist(), workload.output.tolist()))]
     if workload.samples is not None:
@@ -99,7 +101,8 @@ def add_samples(requests: list[Request], n: list[int]) -> None:
             prompt_only = None if c is None else _prompt_content(c, r.prompt_tokens)
             r.samples = tuple(Request(f"{r.id}#{j}", r.arrival, r.prompt_tokens, r.output_tokens,
                                       index=index + j - 1, predicted_output=r.predicted_output,
-                                      content=prompt_only, session=r.session) for j in range(1, k))
+                                      content=prompt_only, session=r.session, tenant=r.tenant,
+                                      priority=r.priority, program=r.program) for j in range(1, k))
             index += k - 1
 
 

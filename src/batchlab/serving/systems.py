@@ -43,6 +43,11 @@ class System:
     prefix_caching: int = 0         # 1: paged memory keeps full blocks for reuse (vLLM's APC)
     cache_tokens: int | None = None  # prefix cache: most unreferenced cached tokens kept; None: free memory
     host_cache_tokens: float = 0.0   # prefix cache: tokens kept in host memory after GPU eviction; inf: unlimited
+    input_weight: float = 1.0       # vtc: cost of a prompt token (the paper's w_p)
+    output_weight: float = 2.0      # vtc: cost of an output token (w_q)
+    slo_ttft: float = 0.0           # slo: TTFT deadline in seconds (0: none)
+    slo_action: str = "defer"       # slo: a request predicted to miss goes last (defer) or is dropped (reject)
+    prefill_rate: float = 0.0       # slo: prompt tokens/s the prediction assumes (0: priced on the GPU)
 
     def __post_init__(self) -> None:
         if self.memory not in MEMORY_KINDS:
@@ -75,7 +80,9 @@ class System:
         return SchedulerConfig(
             batching=self.batching, max_active=self.max_bs, prefill=self.prefill,
             token_budget=self.token_budget, chunk_size=self.chunk_size,
-            order=QueueOrder(self.order, self.aging_rate), preempt=self.preempt, victim=self.victim)
+            order=QueueOrder(self.order, self.aging_rate, self.input_weight, self.output_weight,
+                             self.slo_ttft or None, self.slo_action, self.prefill_rate or None),
+            preempt=self.preempt, victim=self.victim)
 
     def memory_manager(self, model: ModelSpec, gpu: GPUSpec) -> MemoryManager:
         if self.memory == "unlimited":

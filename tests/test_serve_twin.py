@@ -162,7 +162,8 @@ def test_the_http_surface_is_the_real_servers():
                                                  "stream_options": {"include_usage": True}})
         events = [json.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: {")]
         assert sorted(e["choices"][0]["index"] for e in events if e["choices"]) == [0] * 4 + [1] * 4 + [2] * 4
-        assert events[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22}
+        usage = events[-1]["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (10, 12, 22)
         too_big = client.post("/v1/completions", json={"prompt": [1] * 600, "max_tokens": 4})
         assert too_big.status_code == 400   # more than the KV cache holds
         assert client.post("/v1/completions", json={"prompt": [MODEL.vocab]}).status_code == 400
@@ -243,3 +244,16 @@ def test_bad_faults_are_refused_naming_the_flag(text, field):
 def test_seeded_tokens_do_not_depend_on_the_batch_only_on_seed_and_position():
     assert [seeded_token(1, k) for k in range(5)] != [seeded_token(2, k) for k in range(5)]
     assert seeded_token(1, 3) == seeded_token(1, 3)
+
+
+def test_a_prefix_cache_hits_on_the_prompts_blocks_and_stop_strings_end_made_up_text():
+    state, _ = build_twin(TwinConfig(system="paged-prefix:max_bs=8", max_model_len=4096))
+    with TestClient(twin_app(state, None)) as client:
+        body = {"prompt": list(range(64)), "max_tokens": 2, "ignore_eos": True}
+        first, second = (client.post("/v1/completions", json=body).json() for _ in range(2))
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 48   # 3 whole blocks of 16, the last recomputed
+        text = "".join(chr(seeded_token(5, k)) for k in range(8))
+        r = client.post("/v1/completions", json={"prompt": [1], "max_tokens": 8, "seed": 5,
+                                                 "temperature": 1.0, "stop": [text[3:5]]}).json()
+        assert r["choices"][0]["text"] == text[:3] and r["choices"][0]["finish_reason"] == "stop"

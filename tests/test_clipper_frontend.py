@@ -253,3 +253,53 @@ def test_selector_input_is_checked():
         selector.feedback(p, 1)
     with pytest.raises(InputError, match="prediction"):
         selector.feedback("not a prediction", 1)
+
+
+def test_tearing_the_worker_down_cancels_every_sharing_caller():
+    gate = None
+
+    async def blocked(items):
+        await gate.wait()
+        return items
+
+    batcher = AdaptiveBatcher(blocked, max_batch=1, max_wait_s=0.0, dedup=True)
+
+    async def main():
+        nonlocal gate
+        gate = asyncio.Event()
+        callers = [asyncio.create_task(batcher(i % 2)) for i in range(6)]   # 0 running, 1 queued
+        for _ in range(5):
+            await asyncio.sleep(0)
+        batcher._worker.cancel()    # what its loop's shutdown does
+        await asyncio.wait(callers, timeout=5.0)
+        cancelled = [c.cancelled() for c in callers]
+        gate.set()
+        return cancelled, await asyncio.wait_for(batcher(0), 5.0)
+
+    assert asyncio.run(main()) == ([True] * 6, 0)
+    assert batcher.metrics.deduplicated == 4
+
+
+def test_a_selector_over_batchers_cancels_the_straggling_model_s_caller():
+    gate = None
+    fast = AdaptiveBatcher(Recorder(), max_batch=4, max_wait_s=0.0)
+
+    async def stuck(items):
+        await gate.wait()
+        return items
+
+    slow = AdaptiveBatcher(stuck, max_batch=4, max_wait_s=0.0)
+    selector = ModelSelector({"fast": fast, "slow": slow}, policy="exp4", deadline_s=0.02)
+
+    async def main():
+        nonlocal gate
+        gate = asyncio.Event()
+        p = await selector.predict(21)
+        gate.set()
+        await slow.aclose()
+        return p
+
+    p = asyncio.run(main())
+    assert p.replies == {"fast": 42} and p.stragglers == ("slow",) and p.confidence == 0.5
+    # the slow model's batch ran on, and its result found its caller gone
+    assert slow.metrics.cancelled_items == 1 and fast.metrics.items == 1

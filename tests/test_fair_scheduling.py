@@ -193,3 +193,25 @@ def test_slo_order_needs_a_deadline():
         QueueOrder("slo", slo_ttft=1.0, slo_action="drop")
     with pytest.raises(InputError, match="output_weight"):
         QueueOrder("vtc", output_weight=math.nan)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 30), st.integers(1, 40), st.integers(1, 30), st.integers(0, 2),
+                          st.integers(0, 3)), min_size=2, max_size=25),
+       st.sampled_from(["priority", "parrot"]), st.integers(1, 6), st.booleans())
+def test_priority_and_parrot_fast_forward_as_they_step(rows, order, seats, paged):
+    """The orders whose keys do not change while a request waits keep the fast path: the same
+    token times, to the bit, as stepping one plan at a time."""
+    rows = sorted(rows)
+
+    def run(fast: bool):
+        requests = [Request(f"r{i}", t, p, o, index=i, priority=prio, program=f"p{prog}")
+                    for i, (t, p, o, prio, prog) in enumerate(rows)]
+        memory = PagedMemory(96, block_size=4) if paged else None
+        e = Engine(SchedulerConfig(max_active=seats, order=QueueOrder(order)), UnitExecutor(), memory,
+                   fast_forward=fast)
+        return e.run(requests)
+
+    fast, slow = run(True), run(False)
+    assert np.array_equal(fast.token_times, slow.token_times)
+    assert np.array_equal(fast.preemptions, slow.preemptions)

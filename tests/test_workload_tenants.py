@@ -59,3 +59,44 @@ def test_traces_read_tenant_and_priority_columns(tmp_path):
         load_trace(jsonl, TraceColumns(tenant="user"))
     with pytest.raises(InputError, match="missing column 'nobody'"):
         load_trace(path, TraceColumns(tenant="nobody"))
+
+
+def test_stateful_orders_run_on_the_general_loop_everywhere():
+    from batchlab.engine import Engine
+    from batchlab.executor.unit import UnitExecutor
+    from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.metrics import SLO
+    from batchlab.scheduler import QueueOrder, SchedulerConfig
+    from batchlab.serving.fairness import simulate_calls
+    from batchlab.serving.run import simulate
+
+    for name, stepwise in (("vtc", True), ("plas", True), ("fcfs", False), ("priority", False)):
+        assert Engine(SchedulerConfig(order=QueueOrder(name)), UnitExecutor()).fast_forward is not stepwise
+    model, gpu = resolve_model("llama-3-8b"), resolve_gpu("h100")
+    w = with_tenants(make_workload("chat", 80, 40.0, 0), "heavy:3,light:1", seed=0)
+    system, slo = parse_system("paged:max_bs=8:order=vtc"), SLO(ttft=1.0, tpot=0.05)
+    run, calls = simulate(w, system, model, gpu, slo=slo), simulate_calls(w, system, model, gpu, slo=slo)
+    assert np.array_equal(run.trace.token_times, calls.trace.token_times)
+    rows = run.to_dict()["tenants"]
+    assert [r["tenant"] for r in rows] == ["heavy", "light"]
+    assert sum(r["requests"] for r in rows) == 80
+    assert sum(r["service_share"] for r in rows) == pytest.approx(1.0)
+
+
+def test_the_cli_takes_a_tenant_mix_and_tenant_columns(tmp_path, capsys):
+    import json
+
+    from batchlab.cli import main
+
+    assert main(["simulate", "--system", "paged:order=priority", "--num-prompts", "40", "--rate", "10",
+                 "--tenants", "a:1:0,b:1:1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {t["tenant"] for t in out["tenants"]} == {"a", "b"}
+    assert main(["simulate", "--tenants", "a:zero"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tenants" in err[0]
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,user\n0,10,5,x\n1,20,6,y\n2,5,5,x\n")
+    assert main(["simulate", "--trace", str(trace), "--columns", "tenant=user", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [t["tenant"] for t in out["tenants"]] == ["x", "y"]

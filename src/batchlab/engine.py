@@ -60,7 +60,7 @@ class Engine:
         self.record_rounds = record_rounds
         self.check_memory = check_memory
         self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
-                             and isinstance(executor, DecodeRunPricer))
+                             and isinstance(executor, DecodeRunPricer) and not config.order.stepwise)
         # False: a request that runs start to finish in the aggregate lane keeps only its first
         # token time in its own list; the trace takes them all from the lane's step ends (for a
         # caller that reads the trace, never the requests: a fleet holds every replica's lists)

@@ -119,7 +119,9 @@ class _Pending:
     enqueued: float  # loop time
     settled: bool = False  # a call's result or error was delivered (or found its caller gone)
     key: Any = MISSING  # the cache / dedup key (MISSING when the batcher has neither)
-    waiters: int = 0  # callers sharing this input (dedup)
+    # dedup: `future` is the batcher's own, and each caller sharing the input awaits one of these,
+    # settled from it as soon as it is (no extra event-loop turn, unlike asyncio.shield)
+    callers: list | None = None
 
 
 def _check(name: str, ok: bool, value: object, rule: str) -> None:
@@ -219,7 +221,7 @@ class AdaptiveBatcher(Generic[T, R]):
                     f"max_queue={self.max_queue}; retry later or raise max_queue"
                 )
         future = loop.create_future()
-        pending = _Pending(item, future, loop.time(), key=key)
+        pending = _Pending(item, future, loop.time(), key=key, callers=[] if self.dedup else None)
         self._queue.append(pending)
         self._wakeup.set()
         if self.dedup:
@@ -230,15 +232,29 @@ class AdaptiveBatcher(Generic[T, R]):
 
     async def _share(self, pending: _Pending):
         """Await a deduplicated input's result; the input is cancelled when its last caller leaves."""
-        pending.waiters += 1
+        mine = pending.future.get_loop().create_future()
+        pending.callers.append(mine)
         try:
-            return await asyncio.shield(pending.future)
+            return await mine
         except asyncio.CancelledError:
-            pending.waiters -= 1
-            if pending.waiters == 0 and not pending.future.done():
+            if not pending.future.done() and all(c.cancelled() for c in pending.callers):
                 pending.future.cancel()   # the worker drops it (queued) or discards it (running)
                 self._forget(pending)
             raise
+
+    @staticmethod
+    def _fan_out(pending: _Pending) -> None:
+        """Settle every caller sharing `pending` from its own (settled) future."""
+        source = pending.future
+        for caller in pending.callers:
+            if caller.done():
+                continue
+            if source.cancelled():
+                caller.cancel()
+            elif source.exception() is not None:   # reading it also marks it retrieved
+                caller.set_exception(source.exception())
+            else:
+                caller.set_result(source.result())
 
     def _forget(self, pending: _Pending) -> None:
         if self._inflight.get(pending.key) is pending:
@@ -373,6 +389,8 @@ class AdaptiveBatcher(Generic[T, R]):
         if isinstance(exc, asyncio.CancelledError) and _worker_cancelled():
             for pending in left:   # the batcher is being torn down with its loop
                 pending.future.cancel()
+                if pending.callers:
+                    self._fan_out(pending)
             return
         self._deliver_rest(left, _wrapped(exc, "the batcher's worker stopped:"))
 
@@ -451,6 +469,8 @@ class AdaptiveBatcher(Generic[T, R]):
                 pending.future.set_exception(_raisable(result))
             else:
                 pending.future.set_result(result)
+            if pending.callers:
+                self._fan_out(pending)
 
     def _deliver_rest(self, batch: list[_Pending], error: BaseException) -> None:
         """`error` to every caller of `batch` that has not had its result yet."""

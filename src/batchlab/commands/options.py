@@ -73,7 +73,12 @@ def add_workload(p: argparse.ArgumentParser, rate: bool = True) -> None:
     g.add_argument("--trace", metavar="FILE", help="replay a CSV or JSONL trace instead of --workload")
     g.add_argument("--columns", metavar="MAP",
                    help="trace column mapping, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,"
-                        "output=GeneratedTokens[,id=ID] (default: the Azure trace's columns)")
+                        "output=GeneratedTokens[,id=ID][,tenant=USER][,priority=PRIO] (default: the "
+                        "Azure trace's columns)")
+    g.add_argument("--tenants", metavar="MIX",
+                   help="give each request a tenant drawn from a mix of name:share[:priority], e.g. "
+                        "heavy:3:1,light:1:0 (docs/fairness.md); a trace names its own with "
+                        "--columns tenant=COL,priority=COL")
     g.add_argument("--num-prompts", "--requests", dest="requests", type=flagtypes.requests,
                    default=600, metavar="N",
                    action=Spelled, help="number of requests (default: %(default)s)")
@@ -157,6 +162,10 @@ def workload(args: argparse.Namespace, rate: float | None = None):
         process, burstiness = arrival_process(args)
         built = make_workload(args.workload, args.requests, 1.0 if rate is None else rate, args.seed,
                               arrival=process, burstiness=burstiness, prompt=args.prompt, output=args.output)
+    if getattr(args, "tenants", None):
+        from batchlab.workload.tenants import with_tenants
+        with named("tenants", "--tenants"):
+            built = with_tenants(built, args.tenants, args.seed)
     return all_at_once(built) if at_once else built
 
 
@@ -193,8 +202,9 @@ def _columns(text: str):
     mapping = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")
-        if not sep or key.strip() not in ("timestamp", "prompt", "output", "id"):
-            raise InputError(f"field '--columns': {item!r} is not one of timestamp=, prompt=, output=, id=")
+        if not sep or key.strip() not in ("timestamp", "prompt", "output", "id", "tenant", "priority"):
+            raise InputError(f"field '--columns': {item!r} is not one of timestamp=, prompt=, output=, id=, "
+                             "tenant=, priority=")
         if not value.strip():
             raise InputError(f"field '--columns': {item!r} names no column")
         mapping[key.strip()] = value.strip()

@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
              f"{model.name} on {gpu.name}")
     console.print(run_table(data, title, selected, percentiles))
     console.print(run_summary_table(data))
+    if data.get("tenants"):
+        from batchlab.display.serving_tables import tenant_table
+        console.print(tenant_table(data["tenants"], slo.to_ms()))
     if "prefix_cache_hit_rate" in data:
         from batchlab.display.prefix_tables import prefix_cache_table
         console.print(prefix_cache_table(data))

@@ -144,3 +144,15 @@ def accounting_table(report: dict) -> FitTable | None:
                             f"{acc['ideal_decode_context']} tokens of context, "
                             f"{acc['ideal_decode_step_ms']:.2f} ms each; prefill alone: every served "
                             f"prompt prefilled in a step of its own; busy: the sum of step times")
+
+
+def tenant_table(rows: list[dict], slo_ms: dict) -> FitTable:
+    """Each tenant's figures of one run (docs/fairness.md)."""
+    return FitTable("per tenant", "tenant", [],
+                    [(h, R) for h in ("requests", "served", "TTFT p50", "TTFT p99", "TPOT mean", "SLO met",
+                                      "service share")],
+                    [(t["tenant"] or "(none)", [f"{t['requests']:,}", f"{t['served']:,}", millis(t["p50_ttft_ms"]),
+                                           millis(t["p99_ttft_ms"]), millis(t["mean_tpot_ms"]),
+                                           pct(t["slo_attainment"]), pct(t["service_share"])]) for t in rows],
+                    caption=f"latencies in ms; service: weighted tokens received (VTC's measure); "
+                            f"SLO met: share of the tenant's requests with {slo_text(slo_ms)}")

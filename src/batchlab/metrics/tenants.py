@@ -31,7 +31,7 @@ def tenant_rows(trace: Trace, tenant_of: dict[str, str | None], slo: SLO | None,
                 input_weight: float = 1.0, output_weight: float = 2.0) -> list[dict]:
     """One row per tenant (in order of first appearance): requests, served, TTFT p50/p99 and
     TPOT mean in ms, SLO attainment, service received and its share of all service."""
-    names = [tenant_of.get(i) or "" for i in trace.ids]
+    names = tenant_names(trace, tenant_of)
     order = list(dict.fromkeys(names))
     labels = np.array(names, dtype=object)
     service = _service(trace, input_weight, output_weight)
@@ -52,7 +52,7 @@ def tenant_rows(trace: Trace, tenant_of: dict[str, str | None], slo: SLO | None,
 def service_curves(trace: Trace, tenant_of: dict[str, str | None], times: np.ndarray,
                    input_weight: float = 1.0, output_weight: float = 2.0) -> dict[str, np.ndarray]:
     """Cumulative service of each tenant at each of `times` (weighted tokens)."""
-    names = [tenant_of.get(i) or "" for i in trace.ids]
+    names = tenant_names(trace, tenant_of)
     offsets = trace.token_offsets
     counts = offsets[1:] - offsets[:-1]
     owner = np.repeat(np.arange(len(names)), counts)            # [tokens] the request of each token time
@@ -71,6 +71,11 @@ def service_curves(trace: Trace, tenant_of: dict[str, str | None], times: np.nda
         served_tokens = np.searchsorted(token_times, times, side="right")
         curves[name] = input_weight * served_prompt + output_weight * served_tokens
     return curves
+
+
+def tenant_names(trace: Trace, tenant_of: dict[str, str | None]) -> list[str]:
+    """Each request's tenant ("" for none); a parallel sample `<id>#k` is its prompt's."""
+    return [(tenant_of[i] if i in tenant_of else tenant_of.get(i.rpartition("#")[0])) or "" for i in trace.ids]
 
 
 def _service(trace: Trace, input_weight: float, output_weight: float) -> np.ndarray:

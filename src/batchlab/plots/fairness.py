@@ -23,10 +23,9 @@ STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
 
 def fairness_figure(setting, systems, labels, rate: float, directory: str | Path, stem: str,
                     title: str = "") -> list[Path]:
-    from batchlab.serving.fairness import TENANT_MIX, simulate_calls
-    from batchlab.workload.tenants import with_tenants
+    from batchlab.serving.fairness import simulate_calls, tenant_traffic
 
-    workload = with_tenants(setting.workload.with_rate(rate), TENANT_MIX, setting.seed)
+    workload = tenant_traffic(setting.workload, rate, setting.seed)
     runs = [simulate_calls(workload, s, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
             for s in systems]
     plt = pyplot()

@@ -40,6 +40,7 @@ from batchlab.request import Request
 
 ORDERS = ("fcfs", "sjf", "sjf-predicted", "aging", "lpm", "priority", "vtc", "slo", "plas", "parrot")
 SLO_ACTIONS = ("defer", "reject")
+STEPWISE = ("vtc", "slo", "plas")   # orders whose queue hears of every step
 LPM_MAX_QUEUE = 128   # SGLang's SchedulePolicy falls back from lpm to fcfs above this many waiting
 
 
@@ -73,6 +74,12 @@ class QueueOrder:
                 raise InputError(f"field '{name}': must be a positive number, got {value!r}")
         if self.name == "slo" and self.slo_ttft is None:
             raise InputError("field 'slo_ttft': order 'slo' needs a TTFT deadline in seconds")
+
+    @property
+    def stepwise(self) -> bool:
+        """Its queue counts what every step serves (vtc, plas) or reads the clock (slo): no
+        run of steps may be skipped over (the engine's fast-forward)."""
+        return self.name in STEPWISE
 
     def key(self, r: Request) -> tuple:
         if self.name == "priority":

@@ -71,12 +71,15 @@ def prefill_rate(model: ModelSpec, gpu: GPUSpec) -> float:
     return PROBE_TOKENS / make_executor(model, gpu).run(plan)
 
 
-def engine_for(system: System, model: ModelSpec, gpu: GPUSpec) -> Engine:
+def engine_for(system: System, model: ModelSpec, gpu: GPUSpec, memory=None, **options) -> Engine:
+    """The system's engine on the general loop (no fast-forward), the SLO order's prefill rate
+    priced on the GPU unless the system gives one."""
     config = system.scheduler_config()
     if config.order.name == "slo" and config.order.prefill_rate is None:
         config = replace(config, order=replace(config.order, prefill_rate=prefill_rate(model, gpu)))
-    return Engine(config, make_executor(model, gpu), system.memory_manager(model, gpu),
-                  max_context=model.max_context, fast_forward=False)
+    memory = system.memory_manager(model, gpu) if memory is None else memory
+    return Engine(config, make_executor(model, gpu), memory, max_context=model.max_context,
+                  fast_forward=False, **options)
 
 
 @gc_paused()
@@ -106,10 +109,17 @@ def simulate_calls(traffic: Workload | Programs, system: System, model: ModelSpe
                        {r.id: r.program for r in requests if r.program is not None}, calls_of)
 
 
+def tenant_traffic(workload: Workload, rate: float, seed: int) -> Workload:
+    """`knobs fairness`' traffic at `rate`: the workload's own tenants (a trace's column, or
+    --tenants), else TENANT_MIX drawn with `seed`."""
+    workload = workload.with_rate(rate)
+    return workload if workload.tenants is not None else with_tenants(workload, TENANT_MIX, seed)
+
+
 def tenant_point(setting, system: System, rate: float) -> dict:
     """One `knobs fairness` row: the run's figures, then each tenant's as `tenant.<name>.<key>`
     (and all of them under `tenants`)."""
-    workload = with_tenants(setting.workload.with_rate(rate), TENANT_MIX, setting.seed)
+    workload = tenant_traffic(setting.workload, rate, setting.seed)
     res = simulate_calls(workload, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
     row = {"rate": rate, **run_figures(res.metrics, res.trace.prompt, res.usage, setting.percentiles),
            "dropped": len(res.trace.reject_reasons)}

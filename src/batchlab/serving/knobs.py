@@ -216,7 +216,7 @@ def _config(e: Experiment, setting: Setting) -> dict:
         out["rate_unit"] = e.unit
     if e.runner is tenant_point:
         from batchlab.serving.fairness import TENANT_MIX
-        out["tenants"] = TENANT_MIX
+        out["tenants"] = "the workload's own" if w.tenants is not None else TENANT_MIX
     if e.runner is program_point:
         from batchlab.serving.fairness import PROGRAM_CALLS, PROGRAM_PREFIX, PROGRAM_TOOL_WAIT
         out["programs"] = {"mean_calls": PROGRAM_CALLS, "shape": "chain", "tool_wait_s": PROGRAM_TOOL_WAIT,

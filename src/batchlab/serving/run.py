@@ -42,6 +42,11 @@ class RunResult:
             "work": self.trace.work,
             "steps": self.trace.n_steps,
         }
+        if self.workload.tenants is not None:   # each tenant's figures (docs/fairness.md)
+            from batchlab.metrics.tenants import tenant_rows
+            tenant_of = dict(zip(self.workload.ids, self.workload.tenants))
+            out["tenants"] = tenant_rows(self.trace, tenant_of, self.metrics.slo,
+                                         self.system.input_weight, self.system.output_weight)
         if per_request:
             from batchlab.metrics import request_rows
             out["per_request"] = request_rows(self.metrics.requests, self.trace.ids, self.trace.prompt,
@@ -120,10 +125,16 @@ def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec,
         from batchlab.memory.hashing import check_block_size
         check_block_size((c.unit for c in workload.content if c is not None), system.block_size)
     memory = system.memory_manager(model, gpu)
-    engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
-                    max_context=model.max_context, check_memory=check_memory,
-                    record_rounds=record_rounds, token_lists=False)
-    trace = engine.run(build_requests(workload, system, seed))
+    if system.scheduler_config().order.stepwise:   # its queue hears of every step: the dependent driver
+        from batchlab.serving.dependent import run_dependent
+        from batchlab.serving.fairness import engine_for
+        engine = engine_for(system, model, gpu, memory, check_memory=check_memory, record_rounds=record_rounds)
+        trace = run_dependent(engine, build_requests(workload, system, seed))
+    else:
+        engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
+                        max_context=model.max_context, check_memory=check_memory,
+                        record_rounds=record_rounds, token_lists=False)
+        trace = engine.run(build_requests(workload, system, seed))
     metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
     usage, history = usage_figures(trace), None
     stats = memory.cache_stats()

@@ -60,7 +60,8 @@ def fidelity(args) -> dict:
     return {"command": " ".join(["batchlab", *cmd[3:-1]]), "saturation": out["saturation"],
             "spread": out["spread"], "lateness": lateness,
             "runs": [{"load": r["load"], "rate": r["rate"], "max_streams": r["max_streams"],
-                      "front_end_ms": r["front_end_ms"]["measured"]} for r in out["runs"]]}
+                      "front_end_ms": r["front_end_ms"]["measured"], "twin_ttft_ms": r["twin_ttft_ms"]}
+                     for r in out["runs"]]}
 
 
 def _lateness(url: str) -> dict:
@@ -160,8 +161,10 @@ def main() -> int:
                   f"{100 * row['errors'][0]:+.1f}% ({'met' if row['met'] else 'missed'})")
         for run in f["runs"]:
             fe = run["front_end_ms"]
+            own = run["twin_ttft_ms"]
             print(f"    {run['load']:16s} {run['rate']:.1f} req/s, {run['max_streams']} streams at most, "
-                  f"front end {'-' if fe is None else f'{fe:.1f} ms'}")
+                  f"front end {'-' if fe is None else f'{fe:.1f} ms'}; the twin's own mean TTFT "
+                  f"{own['measured']:.2f} ms, the replay's {own['predicted']:.2f} ms")
         lat = f["lateness"]
         print(f"    hand-offs after their step's end: mean {lat['mean_ms']:.2f} ms over {lat['steps']} "
               f"steps, {lat['late_steps']} steps late past the chain")

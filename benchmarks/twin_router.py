@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL, GPU, SYSTEM = "Llama-3.1-8B", "H100-SXM", "paged:max_bs=256"
 REPLICAS = 8
 ROUTED_NAME = "llama"
+# the proxy refuses to start without a key; bench sends $OPENAI_API_KEY as its bearer token
+MASTER_KEY = "sk-twin-router-benchmark"
 START_S = 120.0
 FIGURES = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "request_throughput")
 
@@ -76,7 +78,8 @@ def bench(url: str, args, directory: Path) -> dict:
            "--request-rate", str(args.rate), "--seed", str(args.seed),
            "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(directory),
            "--result-filename", "routed.json", "--disable-tqdm", "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "OPENAI_API_KEY": MASTER_KEY})
     if done.returncode:
         raise SystemExit(f"bench failed: {done.stderr.strip()[-2000:]}")
     result = json.loads((directory / "routed.json").read_text())
@@ -130,7 +133,8 @@ def main() -> int:
         router = subprocess.Popen([args.litellm, "--config", str(directory / "litellm.yaml"),
                                    "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "LITELLM_LOG": "ERROR"})
+                                  env={**os.environ, "LITELLM_LOG": "ERROR",
+                                       "LITELLM_MASTER_KEY": MASTER_KEY})
         try:
             url = f"http://127.0.0.1:{port}"
             wait_ready(url, router, START_S)

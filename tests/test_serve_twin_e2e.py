@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -93,3 +94,20 @@ def test_the_hung_replica_accepts_connections_and_never_answers(twins):
 def test_bad_twin_flags_exit_2_with_one_line(cli, flags, message):
     out = cli("serve", "--port", "0", *flags)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_validate_reads_the_twin_and_replays_what_bench_sent_on_its_engine(twins, cli):
+    from batchlab.calibrate.twin_check import twin_info
+
+    _, (url, _, _) = twins
+    info = twin_info(url)
+    assert (info["model"], info["gpu"], info["tp"], info["max_model_len"]) == ("Llama-3.1-8B", "L4", 1, 8192)
+    out = cli("validate", "--base-url", url, "--rates", "4", "--num-prompts", "6",
+              "--random-input-len", "64", "--random-output-len", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    (run,) = result["runs"]
+    assert result["twin"]["gpu"] == "L4" and run["requests"] == 6
+    assert run["twin_ttft_ms"]["measured"] > 0 and run["twin_ttft_ms"]["predicted"] > 0
+    assert run["steps"]["measured"]["count"] > 0 and run["steps"]["predicted"]["count"] > 0
+    assert {row["key"] for row in result["spread"]} == {"median_ttft_ms", "median_tpot_ms", "p99_ttft_ms", "p99_tpot_ms"}

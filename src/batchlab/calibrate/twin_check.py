@@ -109,6 +109,8 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
                          "front_end_ms": {"measured": front_end_over(before, after, result),
                                           "predicted": None},
                          "max_streams": max_streams(result),
+                         "twin_ttft_ms": {"measured": served_mean(before, after, TTFT_METRIC),
+                                          "predicted": predicted.get("mean_ttft_ms")},
                          "samples": {"measured": {k: v.tolist() for k, v in measured_samples(result).items()},
                                      "predicted": {k: v.tolist() for k, v in simulated_samples(metrics).items()}}})
             if progress is not None:
@@ -116,6 +118,14 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
     return {"model": info["model"], "system": info["system"], "gpu": info["gpu"], "twin": info,
             "saturation": saturation, "repeats": repeats, "runs": runs,
             "spread": twin_spread(runs), "probe_noise": None}
+
+
+def served_mean(before: dict | None, after: dict | None, name: str) -> float | None:
+    """The mean (ms) of a server histogram between two readings: what the twin itself stamped."""
+    if not before or not after or name not in before or name not in after:
+        return None
+    count = after[name][1] - before[name][1]
+    return 1e3 * (after[name][0] - before[name][0]) / count if count > 0 else None
 
 
 def max_streams(result: dict) -> int:

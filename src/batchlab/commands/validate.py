@@ -136,6 +136,14 @@ def _compute_twin(args, cfg, info: dict) -> dict:
     return out
 
 
+def _twin_line(run: dict) -> str:
+    own = run["twin_ttft_ms"]
+    stamped = ("not known" if own["measured"] is None or own["predicted"] is None else
+               f"{own['measured']:.2f} ms, the replay's {own['predicted']:.2f} ms")
+    return (f"the twin's own mean TTFT (its /metrics): {stamped}; the most streams in flight at "
+            f"once: {run['max_streams']}")
+
+
 def _fit_line(fit: dict | None) -> str:
     if not fit:
         return "device spec as given (--no-refit)"
@@ -213,8 +221,7 @@ def _tables(out: dict):
         if not load.endswith("req/s"):
             load += f": {run['rate']:.3g} req/s"
         refused = f", {run['refused']} refused by the server" if run["refused"] else ""
-        last = (f"the most streams in flight at once: {run['max_streams']}" if "twin" in out
-                else _fit_line(run["fit"]))
+        last = _twin_line(run) if "twin" in out else _fit_line(run["fit"])
         caption = "\n".join((_steps_line(run["steps"]), _front_line(run["front_end_ms"]), last))
         t = Table(title=f"{load}{which}, {run['requests']} requests{refused} "
                         f"({out['model']}, {out['system']})", caption=caption)

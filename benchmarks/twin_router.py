@@ -3,7 +3,8 @@
 Eight twins of Llama-3.1-8B on an H100 (`batchlab serve --simulate --replicas 8`, one process)
 sit behind LiteLLM's proxy with its `least-busy` routing (each request to the deployment with
 the fewest requests in flight, as the proxy counts them). `batchlab bench` sends a random
-dataset through the proxy at a rate; the very requests it sent (send times, prompt and output
+dataset through the proxy at a rate, as text (LiteLLM's proxy passes no token-id prompts on;
+the twins count one token per 4 bytes, and bench reports their count); the very requests it sent (send times, prompt and output
 lengths) are then given to `batchlab fleet --replicas 8 --router least-outstanding` (the same
 rule, on the simulator's event clock) and to `batchlab fleet --router round-robin` for scale.
 The twins price their steps as the fleet's replicas do, so what separates the measured figures
@@ -31,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from batchlab.serve.launch import ServeProcess, free_port
+from batchlab.serve.twin import BYTES_PER_TOKEN
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL, GPU, SYSTEM = "Llama-3.1-8B", "H100-SXM", "paged:max_bs=256"
@@ -73,7 +75,8 @@ def wait_ready(url: str, proc: subprocess.Popen, start_s: float) -> None:
 
 def bench(url: str, args, directory: Path) -> dict:
     cmd = [sys.executable, "-m", "batchlab.cli", "bench", "--base-url", url, "--model", ROUTED_NAME,
-           "--num-prompts", str(args.num_prompts), "--random-input-len", str(args.input_len),
+           "--num-prompts", str(args.num_prompts), "--prompt-format", "text",
+           "--random-input-len", str(args.input_len * BYTES_PER_TOKEN),
            "--random-output-len", str(args.output_len), "--random-range-ratio", "0.5",
            "--request-rate", str(args.rate), "--seed", str(args.seed),
            "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(directory),
@@ -134,7 +137,9 @@ def main() -> int:
                                    "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                   env={**os.environ, "LITELLM_LOG": "ERROR",
-                                       "LITELLM_MASTER_KEY": MASTER_KEY})
+                                       "LITELLM_MASTER_KEY": MASTER_KEY,
+                                       # its price list from the package, not fetched at start
+                                       "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
         try:
             url = f"http://127.0.0.1:{port}"
             wait_ready(url, router, START_S)

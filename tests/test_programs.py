@@ -110,3 +110,29 @@ def test_program_traces_are_read_and_checked(tmp_path):
         load_programs(negative)
     with pytest.raises(InputError, match="already has a root"):
         Programs(["a", "b"], ("A", "A"), (None, None), np.zeros(2), np.ones(2, int), np.ones(2, int))
+
+
+def test_a_programs_trace_scales_its_starts_to_a_rate(tmp_path):
+    p = load_programs("examples/agents.csv")
+    fast = p.with_rate(4.0)
+    roots = np.array([up is None for up in p.parent])
+    starts = fast.wait[roots]
+    assert (len(starts) - 1) / (starts.max() - starts.min()) == pytest.approx(4.0)
+    assert np.array_equal(fast.wait[~roots], p.wait[~roots])      # the tools' waits are their own
+    with pytest.raises(InputError, match="field 'rate'"):
+        p.with_rate(0.0)
+
+
+def test_knobs_programs_serves_a_programs_trace(capsys):
+    import json
+
+    from batchlab.cli import main
+
+    assert main(["knobs", "programs", "--programs", "examples/agents.csv", "--rates", "3", "--jobs", "1",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["experiments"][0]
+    assert report["config"]["programs"]["programs"] == 60
+    rows = {s["name"]: s["rates"][0] for s in report["systems"]}
+    assert all(r["programs"] == 60 and r["completed_programs"] == 60 for r in rows.values())
+    assert main(["knobs", "fairness", "--programs", "examples/agents.csv"]) == 2
+    assert "--programs" in capsys.readouterr().err

@@ -217,7 +217,7 @@ def test_stop_strings_end_the_text_before_them_streamed_or_not(url):
     assert body["usage"]["completion_tokens"] == end
     streamed = _sse(_post(url, "/v1/completions", base | {"stream": True}))
     assert "".join(c["choices"][0]["text"] for c in streamed) == choice["text"]
-    assert streamed[-1]["choices"][0]["finish_reason"] == "stop"
+    assert (streamed[-1]["choices"][0]["finish_reason"], streamed[-1]["choices"][0]["stop_reason"]) == ("stop", stop)
     kept = _post(url, "/v1/completions", base | {"include_stop_str_in_output": True}).json()["choices"][0]
     assert kept["text"] == data[:end].decode("utf-8", errors="replace")
 
@@ -263,7 +263,8 @@ def test_penalties_and_bias_apply_as_vllm_does():
                        logit_bias=((4, 1.5),))
     s = Sampler(p, prompt=[1], vocab=5)
     s.counts[0] = 2   # token 0 emitted twice; token 1 in the prompt only
-    z = s._processed(logits, emitted=2)
+    z = logits.astype(np.float64)
+    s._process(z, emitted=2)
     # bias on 4; repetition on 0 (positive: halved) and 1 (negative: doubled); frequency and
     # presence on 0 only (output tokens)
     np.testing.assert_allclose(z, [2.0 / 2 - 0.5 * 2 - 0.25, -1.0 * 2, 0.5, 3.0, 1.0 + 1.5])

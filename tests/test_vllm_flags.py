@@ -118,7 +118,7 @@ def test_bad_result_paths_exit_2_before_running(capsys, tmp_path, args, words):
     (("--rate", "nan"), ["--rate"]),
     (("--num-prompts", "0"), ["--num-prompts"]),
     (("--requests", "0"), ["--requests"]),
-    (("--gpu", "b200"), ["b200", "H100-SXM", "h100"]),
+    (("--gpu", "tpu-v5e"), ["tpu-v5e", "H100-SXM", "h100"]),
 ])
 def test_bad_flags_name_what_was_typed(capsys, args, words):
     code, out, err = run(capsys, "simulate", *args)
@@ -151,8 +151,9 @@ def test_short_device_and_model_names():
     for name in ("llama-3-8b", "llama3-8b", "LLAMA-3-8B", "meta-llama/Meta-Llama-3-8B"):
         assert resolve_model(name).name == "Llama-3-8B"
     assert resolve_model("meta-llama/Llama-2-7b-hf").name == "Llama-2-7B"
-    with pytest.raises(InputError, match=r"unknown gpu 'b200'; choose one of H100-SXM, .*h100"):
-        resolve_gpu("b200")
+    assert resolve_gpu("b200").name == "B200" and resolve_gpu("mi300x").name == "MI300X"
+    with pytest.raises(InputError, match=r"unknown gpu 'tpu-v5e'; choose one of H100-SXM, .*h100"):
+        resolve_gpu("tpu-v5e")
     with pytest.raises(InputError, match="cannot read spec file"):
         resolve_model("missing-spec.toml")
 

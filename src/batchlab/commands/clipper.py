@@ -27,7 +27,7 @@ def register(subparsers) -> None:
         description="Clipper's adaptive batching (experiment 'batching', the default): the largest "
                     "batch and the throughput of three toy models under a latency objective, "
                     "batch-size controllers (AIMD and others) under interference, delayed batching "
-                    "at 80%% load, and Llama-3-8B decode as a latency profile on the paper GPU. "
+                    "at 80% load, and Llama-3-8B decode as a latency profile on the paper GPU. "
                     "'cache': a CLOCK prediction cache's hit rate on Zipf query streams and what it "
                     "does to latency and throughput in front of the batching queue. 'selection': "
                     "Exp3 and Exp4 when the best model degrades. 'stragglers': ensembles answered at "
@@ -39,7 +39,8 @@ def register(subparsers) -> None:
                         default=DEFAULT_SLO_MS, metavar="MS",
                         help="latency objective of one batch (default: %(default)s)")
     parser.add_argument("--seed", type=flagtypes.seed, default=0,
-                        help="seed of the noise and the arrivals (default: %(default)s)")
+                        help="seed of the noise, the arrivals, the query streams and the models' outcomes "
+                             "(default: %(default)s)")
     parser.add_argument("--requests", type=flagtypes.requests, default=DEFAULT_REQUESTS, metavar="N",
                         help="requests per delayed-batching run, queries per cache stream and per "
                              "selection run (default: %(default)s)")

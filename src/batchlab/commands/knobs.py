@@ -27,6 +27,7 @@ def register(subparsers) -> None:
                    help="comma-separated arrival rates in req/s")
     options.add_common_system(p, None)
     options.add_hardware(p)
+    options.add_layout(p)
     options.add_workload(p, rate=False)
     p.set_defaults(workload=None)   # each experiment's own workload unless given
     g = p.add_argument_group("SLO (default: each experiment's own)")
@@ -43,6 +44,10 @@ def register(subparsers) -> None:
     p.add_argument("--plot", metavar="DIR",
                    help="write each experiment's figure (PNG and SVG) into DIR: KV held vs stored, "
                         "throughput against TPOT, TTFT per order, latency against load")
+    p.add_argument("--programs", metavar="FILE",
+                   help="the programs experiment serves this programs trace (CSV or JSONL with columns "
+                        "program, call, parent, wait, prompt, output; docs/programs.md), its programs' "
+                        "starts scaled to each rate in programs/s")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
 
@@ -68,7 +73,16 @@ def build_plan(args: argparse.Namespace) -> list:
         slo_ttft=args.slo_ttft,
         slo_tpot=None if args.slo_tpot is None else args.slo_tpot / options.MS_PER_S)
     experiments = select(args.experiments, overrides)
+    traces = None
+    if args.programs is not None:
+        if "programs" not in [e.name for e in experiments]:
+            raise InputError("field '--programs': applies to the programs experiment, which is not selected")
+        from batchlab.io_checks import named
+        from batchlab.workload.programs import load_programs
+        with named("programs", "--programs"):
+            traces = load_programs(args.programs)
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     workloads: dict[str, object] = {}
     plan = []
     for e in experiments:
@@ -76,7 +90,9 @@ def build_plan(args: argparse.Namespace) -> list:
         if kind not in workloads:  # one sample per kind, shared by the experiments using it
             workloads[kind] = options.workload(argparse.Namespace(**{**vars(args), "workload": kind}))
         slo = whole if whole is not None else SLO(ttft=e.slo[0], tpot=e.slo[1])
-        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles)))
+        programs = traces if e.name == "programs" else None
+        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles,
+                                programs, layout)))
     return plan
 
 

@@ -14,6 +14,7 @@ def register(subparsers) -> None:
     p.add_argument("--system", default="orca-oracle", metavar="SPEC",
                    help="a system preset with optional :field=value overrides (default: %(default)s)")
     options.add_hardware(p)
+    options.add_layout(p)
     options.add_workload(p)
     options.add_samples(p)
     options.add_slo(p)
@@ -37,13 +38,16 @@ def run(args: argparse.Namespace) -> int:
     with named("system", "--system"):
         system = parse_system(args.system)
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     slo = options.slo(args)
     selected, percentiles = options.latency_selection(args)
     workload = options.samples(args, options.workload(args))
     rate = options.request_rate(workload)
     save = options.result_path(args, f"simulate-{system.name}-{rate}qps-{model.name}-{gpu.name}")
-    result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed)
+    result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed,
+                      layout=layout)
     data = {"num_prompts": len(workload), "request_rate": rate, "burstiness": options.arrival_process(args)[1],
+            **options.layout_fields(layout),
             **result.to_dict(per_request=bool(args.csv or args.requests_json), percentiles=percentiles)}
     rows = data.pop("per_request", None)
     from batchlab.commands.written import say_wrote

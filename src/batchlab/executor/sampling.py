@@ -96,12 +96,15 @@ def top_logprobs(lp: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 class Sampler:
     """One request's sampling state: its parameters, its own generator, its output counts."""
 
-    __slots__ = ("params", "rng", "counts", "prompt_mask", "bias", "last")
+    __slots__ = ("params", "rng", "counts", "prompt_mask", "bias", "last", "processes")
 
     def __init__(self, params: SamplingParams, prompt: Sequence[int] = (), vocab: int | None = None) -> None:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
         self.last: TokenLogprobs | None = None   # the latest token's, when logprobs are asked
+        # whether step 2 or 3 changes anything: without them a row goes straight to the pick
+        self.processes = bool(params.min_tokens or params.presence_penalty or params.frequency_penalty
+                              or params.repetition_penalty != 1 or params.logit_bias)
         size = vocab if vocab is not None else max([*prompt, *(t for t, _ in params.logit_bias), 0]) + 1
         needs_counts = params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1
         self.counts = np.zeros(size, dtype=np.int64) if needs_counts else None   # [V]
@@ -123,23 +126,21 @@ class Sampler:
     def sample(self, logits: np.ndarray, emitted: int = 0) -> int:
         """One token from one row of logits after `emitted` outputs.  [V] -> id"""
         p = self.params
-        if p.logprobs is not None:
-            lp = log_softmax(logits)
-        z = self._processed(logits, emitted)                   # [V] float64
-        if p.greedy:
-            token = int(np.argmax(z))
-        else:
-            token = self._draw(z)
+        lp = log_softmax(logits) if p.logprobs is not None else None
+        z = logits.astype(np.float64)                          # [V], a copy changed in place
+        if self.processes:
+            self._process(z, emitted)
+        token = int(np.argmax(z)) if p.greedy else self._draw(z)
         if self.counts is not None:
             self.counts[token] += 1
-        if p.logprobs is not None:
+        if lp is not None:
             ids, values = top_logprobs(lp, p.logprobs)
             self.last = TokenLogprobs(float(lp[token]), int((lp > lp[token]).sum()) + 1, ids, values)
         return token
 
-    def _processed(self, logits: np.ndarray, emitted: int) -> np.ndarray:
+    def _process(self, z: np.ndarray, emitted: int) -> None:
+        """Steps 2 and 3, in place on a float64 row."""
         p = self.params
-        z = logits.astype(np.float64)                          # [V], a copy
         if self.bias is not None:
             z += self.bias
         if self.holds_stop(emitted):
@@ -153,16 +154,15 @@ class Sampler:
                 hit = seen | self.prompt_mask
                 z[hit] = np.where(z[hit] > 0, z[hit] / p.repetition_penalty, z[hit] * p.repetition_penalty)
             z -= p.frequency_penalty * self.counts + p.presence_penalty * seen
-        return z
 
     def _draw(self, z: np.ndarray) -> int:
         p = self.params
-        z = z / p.temperature
+        z /= p.temperature
         if p.top_k and p.top_k < len(z):
             kth = np.partition(z, -p.top_k)[-p.top_k]
             z[z < kth] = -np.inf                               # ties at the k-th all stay, as vLLM
         z -= z.max()
-        probs = np.exp(z)
+        probs = np.exp(z, out=z)
         probs /= probs.sum()
         if p.top_p < 1:
             order = np.argsort(-probs, kind="stable")             # [V], likeliest first

@@ -80,7 +80,8 @@ def programs_figure(setting, systems, labels, rate: float, directory: str | Path
     from batchlab.metrics.programs import program_latencies
     from batchlab.serving.fairness import program_traffic, simulate_calls
 
-    traffic = program_traffic(setting.workload, rate, setting.seed)
+    traffic = (setting.programs.with_rate(rate) if setting.programs is not None
+               else program_traffic(setting.workload, rate, setting.seed))
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10.0, 5.0), layout="constrained")
     for k, (label, system) in enumerate(zip(labels, systems)):

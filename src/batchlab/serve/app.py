@@ -222,8 +222,10 @@ def _checked(st: ServeState, gen: Generation) -> None:
     waiting queue. A chat request's default max_tokens shrinks to what the KV cache can hold."""
     missing = sorted(gen.needs - st.sampling_fields)
     if missing:
+        executor = st.loop.executor
+        name = getattr(executor, "name", type(executor).__name__)
         raise protocol.bad(missing[0], f"'{missing[0]}' needs the model's logits, which this "
-                                       f"server's executor ({st.loop.executor.name}) does not have",
+                                       f"server's executor ({name}) does not have",
                            "unsupported")
     reason = st.capacity_error(gen)
     if reason is not None and not gen.max_tokens_given:
@@ -294,18 +296,19 @@ class _Choice:
         self.text = None if self.plain else ChoiceText(gen, prompt_lps)
         self.count, self.finished = 0, False
 
-    def event(self, token: int, finish: str | None, lp) -> str:
+    def event(self, token: int, finish: str | None, lp=None) -> str:
         self.count += 1
         self.finished = finish is not None
         if self.plain:
             text = self.decoder.piece(token) + (self.decoder.flush() if self.finished else "")
             return self.write(text, finish, self.count == 1, token)
         ct = self.text
-        text = ct.piece(token, finish, self.job.stop_reason if self.finished else None)
+        stop_reason = self.job.stop_reason if self.finished else None
+        text = ct.piece(token, finish, stop_reason)
         lps = "null"
         if self.job.generation.logprobs is not None:
             lps = json.dumps(ct.logprobs(ct.entries(token, lp)), separators=(",", ":"))
-        return self.write(text, finish, self.count == 1, token, lps)
+        return self.write(text, finish, self.count == 1, token, lps, stop_reason)
 
 
 async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
@@ -375,7 +378,7 @@ async def _complete(request: HttpRequest, st: ServeState, job: Job, queue: async
                 error = _failure(item)
                 break
             tokens[k].append(item[0])
-            lps[k].append(item[2])
+            lps[k].append(item[2] if len(item) > 2 else None)
             finish[k] = item[1]
             if None not in finish:
                 break

@@ -54,12 +54,15 @@ async def tokenize(request: HttpRequest) -> Response:
     try:
         body = await _body(request)
         with_strs = protocol.read_bool(body, "return_token_strs", False)
-        if body.get("messages") is not None:
-            tokens = protocol.chat_tokens(body.get("messages"))
-        elif isinstance(body.get("prompt"), str):
-            tokens = encode(body["prompt"])
+        prompt, messages = body.get("prompt"), body.get("messages")
+        if (prompt is None) == (messages is None):
+            raise protocol.bad("prompt", "give either 'prompt' (a string) or 'messages'", "invalid_type")
+        if messages is not None:
+            tokens = protocol.chat_tokens(messages)
+        elif isinstance(prompt, str):
+            tokens = encode(prompt)
         else:
-            raise protocol.bad("prompt", "'prompt' (a string) or 'messages' is required", "invalid_type")
+            raise protocol.bad("prompt", "'prompt' must be a string", "invalid_type")
     except ApiError as err:
         return _error(st, err)
     return JSONResponse({"count": len(tokens), "max_model_len": st.limits.max_model_len, "tokens": tokens,

@@ -35,6 +35,7 @@ from batchlab.memory.base import IntegrityError
 from batchlab.request import Request, Status
 from batchlab.serve.metrics import ServerMetrics
 from batchlab.serve.protocol import ApiError, Generation
+from batchlab.serve.tokenizer import BYTES
 from batchlab.trace import Trace
 from batchlab.workload.content import Content
 
@@ -54,7 +55,7 @@ class Job:
     id: str
     generation: Generation
     arrival: float                     # server clock, when the HTTP request was read
-    # (token, finish, logprobs or None), or an error str
+    # (token, finish, logprobs or None), or what ended it early (an error str or an ApiError)
     tokens: asyncio.Queue = field(default_factory=asyncio.Queue)
     request: Request | None = None
     samples: list[Job] = field(default_factory=list)   # n > 1: the other samples of its prompt
@@ -213,7 +214,8 @@ class EngineLoop:
             return
         r = job.request
         self.engine.abort(request_id, reason)
-        r.output_tokens = max(r.emitted, 1)   # the trace's row: the tokens it did get
+        if r.emitted:
+            r.output_tokens = r.emitted   # the trace's row: the tokens it did get
         self.executor.forget(request_id)
         self.metrics.request_done(r, "abort")
         # after every token it got (the outbox is in order): its client sees the error last
@@ -261,14 +263,15 @@ class EngineLoop:
     def _stops(job: Job, token: int, emitted: int) -> bool:
         """Whether `token` (output number `emitted`) ends `job` at a stop token id or string."""
         gen = job.generation
+        if gen.stop and token < BYTES:   # byte tokens only: EOS is no text
+            job.tail = (job.tail + bytes((token,)))[-max(map(len, gen.stop)):]
         if emitted < gen.min_tokens:
             return False
         if token in gen.stop_token_ids:
             job.stop_reason = token
             return True
-        if not gen.stop or token >= 256:   # byte tokens only: EOS is no text
+        if not gen.stop or token >= BYTES:
             return False
-        job.tail = (job.tail + bytes((token,)))[-max(map(len, gen.stop)):]
         for s in gen.stop:
             if job.tail.endswith(s):
                 job.stop_reason = s.decode("utf-8")

@@ -26,7 +26,12 @@ MAX_LOGPROBS = 20           # vLLM's default --max-logprobs
 MAX_STOPS = 16              # stop strings (and stop token ids) per request
 MAX_STOP_BYTES = 256        # the longest stop string, in UTF-8 bytes
 # Set to anything but these, a field asks for something this server does not do.
-NEUTRAL = {"best_of": (1,), "suffix": (None, ""), "tools": (None, []), "response_format": (None,)}
+NEUTRAL = {"best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "response_format": (None,),
+           # vLLM's own fields this server does not implement
+           "prompt_logprobs": (None,), "min_p": (None, 0), "use_beam_search": (None, False),
+           "allowed_token_ids": (None,), "bad_words": (None, []), "truncate_prompt_tokens": (None,),
+           "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+           "guided_grammar": (None,), "structured_outputs": (None,)}
 CHAT_NEUTRAL = {"echo": (None, False)}   # vLLM's chat echo (of the last message) is not served
 # Only an escape in \ud800-\udfff can make a string that is not text (raw UTF-8 cannot).
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
@@ -401,8 +406,10 @@ class ChunkWriter:
         self.with_ids = with_ids
 
     def __call__(self, text: str, finish: str | None, first: bool, token: int,
-                 logprobs: str = "null") -> str:
+                 logprobs: str = "null", stop_reason: str | int | None = None) -> str:
         reason = "null" if finish is None else f'"{finish}"'
+        if stop_reason is not None:   # vLLM's: the stop string or token id that ended it
+            reason += f',"stop_reason":{json.dumps(stop_reason)}'
         ids = f',"token_ids":[{token}]' if self.with_ids else ""
         return (f'{self.first_head if first else self.head}{json.dumps(text)}{self.close},'
                 f'"logprobs":{logprobs},"finish_reason":{reason}{ids}}}]}}\n\n')

@@ -217,7 +217,10 @@ def _config(e: Experiment, setting: Setting) -> dict:
     if e.runner is tenant_point:
         from batchlab.serving.fairness import TENANT_MIX
         out["tenants"] = "the workload's own" if w.tenants is not None else TENANT_MIX
-    if e.runner is program_point:
+    if e.runner is program_point and setting.programs is not None:
+        p = setting.programs
+        out.update(workload=p.name, requests=len(p), programs={"trace": p.name, "programs": len(p.programs)})
+    elif e.runner is program_point:
         from batchlab.serving.fairness import PROGRAM_CALLS, PROGRAM_PREFIX, PROGRAM_TOOL_WAIT
         out["programs"] = {"mean_calls": PROGRAM_CALLS, "shape": "chain", "tool_wait_s": PROGRAM_TOOL_WAIT,
                            "shared_prefix": PROGRAM_PREFIX}

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from batchlab.errors import InputError
-from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_capacity_tokens_on
 from batchlab.memory import MemoryManager, ReservationMemory, UnlimitedMemory
 from batchlab.scheduler import QueueOrder, SchedulerConfig
 
@@ -84,10 +85,10 @@ class System:
                              self.slo_ttft or None, self.slo_action, self.prefill_rate or None),
             preempt=self.preempt, victim=self.victim)
 
-    def memory_manager(self, model: ModelSpec, gpu: GPUSpec) -> MemoryManager:
+    def memory_manager(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> MemoryManager:
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        return self.memory_for_capacity(kv_capacity_tokens(model, gpu), model.max_context)
+        return self.memory_for_capacity(kv_capacity_tokens_on(model, gpu, layout), model.max_context)
 
     def memory_for_capacity(self, capacity: int, max_context: int) -> MemoryManager:
         """This system's memory manager over `capacity` tokens of KV (a real model's own cache)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +89,23 @@ class Programs:
     def programs(self) -> list[str]:
         """Program names in the order their roots appear."""
         return list(dict.fromkeys(self.program))
+
+    def with_rate(self, rate: float) -> Programs:
+        """The same programs with their roots' arrivals scaled to `rate` programs per second
+        (the first root stays first); tool waits are the tools' own and do not change."""
+        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            raise InputError(f"field 'rate' must be a positive number of programs per second, got {rate!r}")
+        roots = np.array([p is None for p in self.parent])
+        starts = self.wait[roots]
+        span = float(starts.max() - starts.min())
+        if starts.size < 2 or span <= 0:
+            raise InputError(f"field 'rate': the programs of {self.name!r} all start at once, so they have "
+                             f"no rate to scale")
+        factor = (starts.size - 1) / span / rate
+        wait = self.wait.copy()
+        wait[roots] = starts.min() + (starts - starts.min()) * factor
+        return replace(self, wait=wait, notes=[*self.notes, f"program starts scaled by {factor:.6g} to "
+                                                            f"{rate:g} programs/s"])
 
 
 def programs_from_workload(workload: Workload, calls: int = 4, shape: str = "chain", fanout: int = 2,

@@ -99,10 +99,12 @@ def run(args) -> int:
     from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_SYSTEM
     from batchlab.serve.server import ServeConfig, serve
 
-    config = ServeConfig(model=args.model or "mini", system=args.system or DEFAULT_SYSTEM,
+    config = ServeConfig(model="mini" if args.model is None else args.model,
+                         system=DEFAULT_SYSTEM if args.system is None else args.system,
                          served_model_name=args.served_model_name,
                          max_model_len=args.max_model_len,
-                         kv_cache_tokens=args.kv_cache_tokens or DEFAULT_KV_CACHE_TOKENS,
+                         kv_cache_tokens=(DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None
+                                          else args.kv_cache_tokens),
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
                          save_trace=args.save_trace)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
@@ -113,8 +115,9 @@ def _run_twin(args) -> int:
     from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM, TwinConfig, serve_twins
 
     faults = tuple(parse_fault(text, args.replicas) for text in args.fault)
-    config = TwinConfig(model=args.model or TWIN_MODEL, gpu=args.gpu or TWIN_GPU, tp=args.tp,
-                        system=args.system or DEFAULT_TWIN_SYSTEM,
+    config = TwinConfig(model=TWIN_MODEL if args.model is None else args.model,
+                        gpu=TWIN_GPU if args.gpu is None else args.gpu, tp=args.tp,
+                        system=DEFAULT_TWIN_SYSTEM if args.system is None else args.system,
                         served_model_name=args.served_model_name, max_model_len=args.max_model_len,
                         kv_cache_tokens=args.kv_cache_tokens, max_waiting=args.max_waiting,
                         seed=args.seed, output=args.twin_output, check_memory=args.check_memory,

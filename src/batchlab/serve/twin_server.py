@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from batchlab.errors import InputError
 from batchlab.serve.defaults import DEFAULT_DRAIN_S, DEFAULT_MAX_WAITING
 
-DEFAULT_TWIN_SYSTEM = "paged:max_bs=256"   # vLLM's default max_num_seqs
+DEFAULT_TWIN_SYSTEM = "paged:max_bs=256"
 
 
 @dataclass(frozen=True, slots=True)

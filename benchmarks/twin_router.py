@@ -15,7 +15,7 @@ LiteLLM is no dependency of batchlab: install it in a throwaway environment and 
 `litellm` program:
 
     python -m venv /tmp/router-venv && /tmp/router-venv/bin/pip install 'litellm[proxy]'
-    python benchmarks/twin_router.py --litellm /tmp/router-venv/bin/litellm [--rate 40] [--json]
+    python benchmarks/twin_router.py --litellm /tmp/router-venv/bin/litellm [--rate 1.5] [--json]
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def fleet(trace: Path, router: str) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--litellm", required=True, help="the litellm program of a throwaway environment")
-    p.add_argument("--rate", type=float, default=40.0)
-    p.add_argument("--num-prompts", type=int, default=800)
+    p.add_argument("--rate", type=float, default=1.5)
+    p.add_argument("--num-prompts", type=int, default=120)
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)

@@ -37,6 +37,8 @@ from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol
+from batchlab.serve.responses import error_response
+from batchlab.serve.responses import read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
 from batchlab.serve.output import ChoiceText, prompt_entries
@@ -162,11 +164,6 @@ async def drain(st: ServeState, timeout_s: float) -> int:
     return len(cut)
 
 
-def _error(state: ServeState, err: ApiError) -> JSONResponse:
-    state.metrics.refused(err.status)
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-
 def _failure(item) -> ApiError:
     """What ended a request early, as an error object: a cut, or the engine's failure."""
     return item if isinstance(item, ApiError) else ApiError(500, item, kind="server_error")
@@ -201,20 +198,6 @@ async def health(request: HttpRequest) -> Response:
 async def metrics(request: HttpRequest) -> Response:
     st: ServeState = request.app.state.serve
     return Response(st.metrics.exposition(), media_type=CONTENT_TYPE)
-
-
-async def read_body(request: HttpRequest, limit: int) -> bytes:
-    too_big = ApiError(413, f"the request body exceeds {limit} bytes", "body", code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise too_big
-        parts.append(part)
-    return b"".join(parts)
 
 
 def _checked(st: ServeState, gen: Generation) -> None:
@@ -252,7 +235,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
         gen = st.parse(protocol.parse_json(await read_body(request, st.max_body)), st.limits, chat)
         _checked(st, gen)
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     prompt_lps = None
     if gen.echo and gen.logprobs is not None:   # the prompt's own logprobs, off the engine thread
         rows = await asyncio.to_thread(st.loop.executor.prompt_logprobs, gen.prompt)
@@ -388,7 +371,7 @@ async def _complete(request: HttpRequest, st: ServeState, job: Job, queue: async
         if error is None:
             _abort_unfinished(st, job, [f is not None for f in finish])
     if error is not None:
-        return _error(st, error)
+        return error_response(st, error)
     if None in finish:
         return Response(status_code=499)   # nobody is listening; nginx's "client closed request"
     choices = []

@@ -14,6 +14,8 @@ from starlette.routing import Route
 
 from batchlab.serve import openapi, protocol
 from batchlab.serve.protocol import ApiError
+from batchlab.serve.responses import error_response
+from batchlab.serve.responses import read_body
 from batchlab.serve.tokenizer import decode, encode, token_text
 
 
@@ -41,7 +43,6 @@ async def schema(request: HttpRequest) -> Response:
 
 
 async def _body(request: HttpRequest) -> dict:
-    from batchlab.serve.app import read_body
     st = request.app.state.serve
     body = protocol.parse_json(await read_body(request, st.max_body))
     protocol.check_model(body, st.limits)
@@ -49,7 +50,6 @@ async def _body(request: HttpRequest) -> dict:
 
 
 async def tokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import _error
     st = request.app.state.serve
     try:
         body = await _body(request)
@@ -64,13 +64,12 @@ async def tokenize(request: HttpRequest) -> Response:
         else:
             raise protocol.bad("prompt", "'prompt' must be a string", "invalid_type")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"count": len(tokens), "max_model_len": st.limits.max_model_len, "tokens": tokens,
                          "token_strs": [token_text(t) for t in tokens] if with_strs else None})
 
 
 async def detokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import _error
     st = request.app.state.serve
     try:
         body = await _body(request)
@@ -82,5 +81,5 @@ async def detokenize(request: HttpRequest) -> Response:
                 raise protocol.bad(f"tokens[{i}]", f"'tokens' item {i} must be a token id in "
                                                    f"[0, {st.limits.vocab})")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"prompt": decode(value)})

@@ -5,8 +5,8 @@ A request body is checked field by field before anything is queued; a bad one be
 `{"error": {"message", "type": "invalid_request_error", "param": FIELD, "code"}}`.
 Fields this server does not implement are refused when set to anything but their neutral
 value (a request is never silently served differently from what it asked). Fields that need
-the model's logits (`LOGIT_FIELDS`) are recorded in `Generation.needs`, so a server whose
-executor has no logits refuses them by name.
+the model's logits (`executor.sampling.LOGIT_FIELDS`) are recorded in `Generation.needs`, so
+a server whose executor has no logits refuses them by name.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from batchlab.executor.sampling import LOGIT_FIELDS, SamplingParams
+from batchlab.executor.sampling import SamplingParams
 from batchlab.serve.tokenizer import CHAT_ROLES, chat_prompt, encode
 
 DEFAULT_MAX_TOKENS = 16     # OpenAI's default for completions (chat: the rest of the context)

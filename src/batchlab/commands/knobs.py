@@ -7,7 +7,7 @@ import json
 
 from batchlab.commands import flagtypes, options
 
-EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt", "fairness", "programs")
+EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt", "fairness", "programs", "host")
 
 
 def register(subparsers) -> None:
@@ -16,9 +16,10 @@ def register(subparsers) -> None:
         description="The knobs of continuous batching, each an experiment of simulated runs: "
                     "reservation (§6.1: KV held vs stored for Orca max/pow2/oracle, paged, "
                     "unlimited), max_bs (§6.2), order (§6.3 and exercise 5: fcfs, sjf, predicted "
-                    "sjf, aging), prefill (§6.4: mixed, prefill_first, chunked) and preempt "
-                    "(recompute vs swap); fairness (two tenants: FCFS, VTC, priority, SLO-aware admission) "
-                    "and programs (chains of calls with tool waits: FCFS, PLAS, Parrot). Without EXPERIMENT all run. --rates, --systems, "
+                    "sjf, aging), prefill (§6.4: mixed, prefill-first, chunked) and preempt "
+                    "(recompute vs swap); fairness (two tenants: FCFS, VTC, priority, SLO-aware admission), "
+                    "programs (chains of calls with tool waits: FCFS, PLAS, Parrot) and host (CPU work "
+                    "per step, serial or overlapped). Without EXPERIMENT all run. --rates, --systems, "
                     "--workload and the SLO flags replace every selected experiment's own "
                     "choice; left unset (None), each experiment keeps its own.")
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -27,6 +28,7 @@ def register(subparsers) -> None:
                    help="comma-separated arrival rates in req/s")
     options.add_common_system(p, None)
     options.add_hardware(p)
+    options.add_layout(p)
     options.add_workload(p, rate=False)
     p.set_defaults(workload=None)   # each experiment's own workload unless given
     g = p.add_argument_group("SLO (default: each experiment's own)")
@@ -81,6 +83,7 @@ def build_plan(args: argparse.Namespace) -> list:
         with named("programs", "--programs"):
             traces = load_programs(args.programs)
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     workloads: dict[str, object] = {}
     plan = []
     for e in experiments:
@@ -90,7 +93,7 @@ def build_plan(args: argparse.Namespace) -> list:
         slo = whole if whole is not None else SLO(ttft=e.slo[0], tpot=e.slo[1])
         programs = traces if e.name == "programs" else None
         plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles,
-                                programs)))
+                                programs, layout)))
     return plan
 
 

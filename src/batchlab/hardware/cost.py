@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.hardware.shapes import expert_reads, routed_expert_bytes
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -56,16 +57,19 @@ def step_coefficients(model: ModelSpec) -> tuple[int, int, int, int, int, int, i
     (returned as fn, fe, fa, b0, bn, bp, be). The one place the paper GPU's formula is written."""
     L, H, V, b = model.n_layers, model.hidden, model.vocab, model.bytes_per_value
     h, d, kv = model.n_heads, model.head_dim, model.kv_bytes_per_token
+    dv = model.v_head_dim or d   # MLA's value heads are narrower than its query/key heads
     # Linear layers 2N per token (Kaplan et al. 2020); LM head 2HV per emitted token; causal
     # attention: QK^T and AV each 2*h*d per (query, key) pair, and query i of a chunk sees
     # n_past + i keys, so sum_i (n_past + i) = n_new*(n_past + (n_new+1)/2) pairs; in all
     # 4*L*h*d*n_new*(n_past + (n_new+1)/2) = 2*L*h*d*n_new*(2*n_past + n_new + 1) (the PaLM
     # paper, Chowdhery et al. 2022, appendix B, and Hoffmann et al. 2022, "Chinchilla",
     # appendix F, count attention the same way).
-    # Weights once per step; each sequence's KV read once; the new tokens' KV written; the
-    # activations that leave or enter HBM: input embeddings gathered, logits written.
-    return (FLOPS_PER_MAC * model.n_linear, FLOPS_PER_MAC * H * V, FLOPS_PER_MAC * L * h * d,
-            model.weight_bytes, kv + b * H, kv, b * V)
+    # QK^T over d and AV over dv per pair: 2*h*(d + dv), which is 4*h*d when dv = d.
+    # Weights once per step (a mixture of experts' routed experts apart: a step reads those its
+    # tokens touch, `expert_reads`); each sequence's KV read once; the new tokens' KV written;
+    # the activations that leave or enter HBM: input embeddings gathered, logits written.
+    return (FLOPS_PER_MAC * model.n_linear, FLOPS_PER_MAC * H * V, L * h * (d + dv),
+            model.weight_bytes - routed_expert_bytes(model), kv + b * H, kv, b * V)
 
 
 def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
@@ -75,6 +79,9 @@ def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
     Works on Python ints (exact) and on int64 arrays alike.
     """
     fn, fe, fa, b0, bn, bp, be = step_coefficients(model)
+    reads = expert_reads(model)
+    if reads is not None:
+        b0 = b0 + reads(sum_new)
     return fn * sum_new + fe * n_emit + fa * attn_units, b0 + bn * sum_new + bp * sum_past + be * n_emit
 
 
@@ -120,10 +127,16 @@ class RooflinePrice:
     compute_rate: float
     memory_rate: float
     overhead: float
+    expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
 
     @classmethod
     def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
-        return cls(*step_coefficients(model), gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s)
+        return cls(*step_coefficients(model), gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s,
+                   expert_reads(model))
+
+    def weights(self, tokens: int) -> int:
+        """Weight bytes a step of `tokens` new tokens reads."""
+        return self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(tokens)
 
     def seconds(self, flops: int, nbytes: int) -> float:
         """step_time of one step's FLOPs and bytes."""
@@ -134,14 +147,14 @@ class RooflinePrice:
     def step(self, sum_new: int, sum_past: int, n_emit: int, attn_units: int) -> float:
         """One step's time from its sums (step_totals' arguments)."""
         return self.seconds(self.fn * sum_new + self.fe * n_emit + self.fa * attn_units,
-                            self.b0 + self.bn * sum_new + self.bp * sum_past + self.be * n_emit)
+                            self.weights(sum_new) + self.bn * sum_new + self.bp * sum_past + self.be * n_emit)
 
     def decode(self, batch: int, cached: int) -> tuple[int, int, int, int]:
         """A step of `batch` decodes over `cached` tokens in all: its (FLOPs, bytes) and what
         each grows by per step of a run (every sequence one token longer)."""
         per_batch_f, per_cached_f = self.fn + self.fe + 2 * self.fa, 2 * self.fa
         flops = per_batch_f * batch + per_cached_f * cached
-        nbytes = self.b0 + (self.bn + self.be) * batch + self.bp * cached
+        nbytes = self.weights(batch) + (self.bn + self.be) * batch + self.bp * cached
         return flops, nbytes, per_cached_f * batch, self.bp * batch
 
     def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:

@@ -122,7 +122,7 @@ def ttft_distributions(setting, systems, rate: float, directory: str | Path, ste
     everything = []
     for k, system in enumerate(systems):
         run = simulate(workload, system, setting.model, setting.gpu, slo=setting.slo,
-                       context_mode=setting.context_mode, seed=setting.seed)
+                       context_mode=setting.context_mode, seed=setting.seed, layout=setting.layout)
         ttft = run.metrics.requests.ttft
         x = np.sort(ttft[np.isfinite(ttft)]) * MS
         if x.size:

@@ -17,6 +17,7 @@ from batchlab.engine import Engine
 from batchlab.executor.costed import make_executor
 from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics
 from batchlab.metrics.programs import program_figures, program_latencies
 from batchlab.metrics.tenants import service_curves, tenant_rows
@@ -71,20 +72,21 @@ def prefill_rate(model: ModelSpec, gpu: GPUSpec) -> float:
     return PROBE_TOKENS / make_executor(model, gpu).run(plan)
 
 
-def engine_for(system: System, model: ModelSpec, gpu: GPUSpec, memory=None, **options) -> Engine:
+def engine_for(system: System, model: ModelSpec, gpu: GPUSpec, memory=None,
+               layout: Layout = SINGLE_GPU, **options) -> Engine:
     """The system's engine on the general loop (no fast-forward), the SLO order's prefill rate
     priced on the GPU unless the system gives one."""
     config = system.scheduler_config()
     if config.order.name == "slo" and config.order.prefill_rate is None:
         config = replace(config, order=replace(config.order, prefill_rate=prefill_rate(model, gpu)))
-    memory = system.memory_manager(model, gpu) if memory is None else memory
-    return Engine(config, make_executor(model, gpu), memory, max_context=model.max_context,
+    memory = system.memory_manager(model, gpu, layout) if memory is None else memory
+    return Engine(config, system.with_host_work(make_executor(model, gpu, layout)), memory, max_context=model.max_context,
                   fast_forward=False, **options)
 
 
 @gc_paused()
 def simulate_calls(traffic: Workload | Programs, system: System, model: ModelSpec, gpu: GPUSpec, *,
-                   slo: SLO | None = None, seed: int = 0) -> CallsResult:
+                   slo: SLO | None = None, seed: int = 0, layout: Layout = SINGLE_GPU) -> CallsResult:
     """Serve a workload, or programs of calls, on `system`; figures of the calls and per tenant."""
     after: dict[str, tuple[str, float]] = {}
     if isinstance(traffic, Programs):
@@ -98,7 +100,7 @@ def simulate_calls(traffic: Workload | Programs, system: System, model: ModelSpe
     else:
         traffic, _ = limit_context(traffic, model.max_context, "reject")
         requests = build_requests(traffic, system, seed)
-    engine = engine_for(system, model, gpu)
+    engine = engine_for(system, model, gpu, layout=layout)
     trace = run_dependent(engine, requests, after)
     metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
     calls_of: dict[str, int] = {}
@@ -120,7 +122,8 @@ def tenant_point(setting, system: System, rate: float) -> dict:
     """One `knobs fairness` row: the run's figures, then each tenant's as `tenant.<name>.<key>`
     (and all of them under `tenants`)."""
     workload = tenant_traffic(setting.workload, rate, setting.seed)
-    res = simulate_calls(workload, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
+    res = simulate_calls(workload, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
+                         layout=setting.layout)
     row = {"rate": rate, **run_figures(res.metrics, res.trace.prompt, res.usage, setting.percentiles),
            "dropped": len(res.trace.reject_reasons)}
     tenants = res.tenants(setting.slo)
@@ -144,6 +147,7 @@ def program_point(setting, system: System, rate: float) -> dict:
     the setting's programs trace if it has one, else of programs built from its workload."""
     traffic = (setting.programs.with_rate(rate) if setting.programs is not None
                else program_traffic(setting.workload, rate, setting.seed))
-    res = simulate_calls(traffic, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
+    res = simulate_calls(traffic, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
+                         layout=setting.layout)
     return {"rate": rate, **run_figures(res.metrics, res.trace.prompt, res.usage, setting.percentiles),
             **res.programs()}

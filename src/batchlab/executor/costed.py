@@ -86,11 +86,18 @@ class CostExecutor:
         return durations
 
 
+class RooflineExecutor(CostExecutor):
+    """The seed's two-parameter roofline on one GPU: every step priced from the plan's integer
+    sums (`RooflinePrice`), exactly; KV swapped to or from host memory is added at the GPU's
+    host-link bandwidth, serialised with the step (no overlap: pessimistic but simple)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec) -> None:
+        super().__init__(model, gpu, cost="roofline")
+
+
 def make_executor(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
                   cost: str | None = None):
     """The executor for this model, GPU, layout and cost model (None: the GPU's cost_model)."""
-    from batchlab.executor.roofline import RooflineExecutor
-
     kind = gpu.cost_model if cost is None else cost
     if kind == "roofline" and layout.trivial:
         return RooflineExecutor(model, gpu)

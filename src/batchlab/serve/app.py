@@ -36,6 +36,8 @@ from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol
+from batchlab.serve.responses import error_response
+from batchlab.serve.responses import read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
 from batchlab.serve.output import ChoiceText, prompt_entries
@@ -158,11 +160,6 @@ async def drain(st: ServeState, timeout_s: float) -> int:
     return len(cut)
 
 
-def error_response(state: ServeState, err: ApiError) -> JSONResponse:
-    state.metrics.refused(err.status)
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-
 def _failure(item) -> ApiError:
     """What ended a request early, as an error object: a cut, or the engine's failure."""
     return item if isinstance(item, ApiError) else ApiError(500, item, kind="server_error")
@@ -197,20 +194,6 @@ async def health(request: HttpRequest) -> Response:
 async def metrics(request: HttpRequest) -> Response:
     st: ServeState = request.app.state.serve
     return Response(st.metrics.exposition(), media_type=CONTENT_TYPE)
-
-
-async def read_body(request: HttpRequest, limit: int) -> bytes:
-    too_big = ApiError(413, f"the request body exceeds {limit} bytes", "body", code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise too_big
-        parts.append(part)
-    return b"".join(parts)
 
 
 def _checked(st: ServeState, gen: Generation) -> None:

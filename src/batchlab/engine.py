@@ -23,10 +23,9 @@ block) are advanced from running sums (`aggregate.py`), again bit for bit.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-
 import numpy as np
 
+from batchlab import aggregate
 from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.gc_pause import gc_paused
@@ -36,6 +35,7 @@ from batchlab.request import Request, Status, arrival_order, computed_of
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler
+from batchlab.step import StepOutput, Stretch
 from batchlab.trace import RoundRecord, StepLog, Trace
 
 
@@ -59,8 +59,10 @@ class Engine:
         self.max_context = max_context
         self.record_rounds = record_rounds
         self.check_memory = check_memory
+        # the fast paths read admission at the queue's head only: skip-blocked takes the steps
         self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
-                             and isinstance(executor, DecodeRunPricer) and not config.order.stepwise)
+                             and config.admission == "stop-at-head" and isinstance(executor, DecodeRunPricer)
+                             and not config.order.stepwise)
         # False: a request that runs start to finish in the aggregate lane keeps only its first
         # token time in its own list; the trace takes them all from the lane's step ends (for a
         # caller that reads the trace, never the requests: a fleet holds every replica's lists)
@@ -110,6 +112,23 @@ class Engine:
             self.unfinished += 1
         return None
 
+    def resume(self, request: Request) -> None:
+        """A request already under way joins the running set as it is, behind those there (a
+        case that starts mid-run, seed L11 §9): its computed and emitted counts stand. Only the
+        outputs it emits from here on get token times: before `trace`, the caller takes the
+        earlier ones off its `emitted` and `output_tokens` (tick.py does)."""
+        if request.status is not Status.PENDING or request.samples or not 0 <= request.emitted < request.output_tokens:
+            raise InputError(f"request {request.id!r}: only a fresh request with outputs left can resume")
+        if request.id in self._ids:
+            raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+        if not self.memory.try_admit(request):
+            raise InputError(f"request {request.id!r}: its KV does not fit in memory")
+        self._ids.add(request.id)
+        self.requests.append(request)
+        self.unfinished += 1
+        request.status = Status.RUNNING
+        self.scheduler.running.append(request)
+
     def adopt(self, request: Request) -> str | None:
         """A request computed in part elsewhere (a prefill replica's output, with its KV moved
         here) joins the queue as it is; otherwise as `add`."""
@@ -152,7 +171,7 @@ class Engine:
         else:
             sched.running.remove(request)
         request.output_tokens = request.emitted
-        self._finish(request)
+        self.finish(request)
         return True
 
     def forget_history(self) -> None:
@@ -196,18 +215,16 @@ class Engine:
 
     @gc_paused()
     def run(self, requests: list[Request]) -> Trace:
-        _check_fresh(requests)
+        check_fresh(requests)
         self.reset()
         pending = sorted(requests, key=arrival_order)
         if self.config.max_in_flight > 1:
             return self._run_pipelined(pending)
-        from batchlab import aggregate   # it builds on this module (Stretch)
-
         next_arrival, t = 0, 0.0
         lane = aggregate.applies(self)
         while self.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
-                self._accept(pending[next_arrival])   # _check_fresh checked them all
+                self._accept(pending[next_arrival])   # check_fresh checked them all
                 next_arrival += 1
             if self.idle:
                 if next_arrival == len(pending):
@@ -228,63 +245,27 @@ class Engine:
         return self.trace()
 
     def _run_pipelined(self, pending: list[Request]) -> Trace:
-        """Orca's pipelined iterations: up to `max_in_flight` batches in the pipeline at once.
-
-        A batch enters when the first stage is free (its interval after the last one entered)
-        and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
-        after it entered. Requests of a batch under way are not scheduled again until it returns.
-        """
-        in_flight: list[tuple[float, int, StepOutput]] = []
-        next_arrival, entered, t, next_entry = 0, 0, 0.0, 0.0
+        """Orca's pipelined iterations (`Pipeline`) on the simulator's virtual clock."""
+        pipe = Pipeline(self)
+        next_arrival, t = 0, 0.0
         while self.unfinished or next_arrival < len(pending):
-            while in_flight and in_flight[0][0] <= t:
-                self.commit(heapq.heappop(in_flight)[2])
+            pipe.finish(t)
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
                 self._accept(pending[next_arrival])
                 next_arrival += 1
-            open_slot = len(in_flight) < self.config.max_in_flight
-            if open_slot and t >= next_entry and not self.idle:
-                batch = self._begin_pipelined(t)
-                if batch is not None:
-                    step, interval = batch
-                    heapq.heappush(in_flight, (step.end, entered, step))
-                    entered += 1
-                    next_entry = t + interval
-            events = [in_flight[0][0]] if in_flight else []
+            pipe.enter(t)
+            events = [pipe.batches[0][0]] if pipe.batches else []
             if next_arrival < len(pending):
                 events.append(pending[next_arrival].arrival)
-            if len(in_flight) < self.config.max_in_flight and next_entry > t and self._has_ready():
-                events.append(next_entry)
+            entry = pipe.next_entry_wake(t)
+            if entry is not None:
+                events.append(entry)
             if not events:
                 if self.unfinished:
                     raise RuntimeError(f"no progress at t={t}: {len(self.scheduler.waiting)} waiting, none admissible")
                 break
             t = max(t, min(events))
         return self.trace()
-
-    def _begin_pipelined(self, now: float) -> tuple[StepOutput, float] | None:
-        """A batch entering the pipeline at `now` and the interval before the next may enter."""
-        plan = self.scheduler.plan(now)
-        if not plan and not plan.preempted:
-            return None
-        run_stages = getattr(self.executor, "run_stages", None)
-        if not plan:
-            interval = latency = 0.0
-        elif run_stages is not None:
-            interval, latency = run_stages(plan)
-        else:
-            interval = latency = self.executor.run(plan)
-        for r in plan.decodes:
-            r.in_flight = True
-        for item in plan.prefills:
-            item.request.in_flight = True
-        # the step log's duration is the time the batch holds the pipeline's entry
-        self._log_step(plan, now, interval)
-        return StepOutput(now, now + latency, plan, []), interval
-
-    def _has_ready(self) -> bool:
-        sched = self.scheduler
-        return bool(sched.waiting) or any(not r.in_flight for r in sched.running)
 
     def _reject_reason(self, r: Request) -> str | None:
         if self.max_context is not None and r.prompt_tokens + r.output_tokens > self.max_context:
@@ -317,7 +298,7 @@ class Engine:
             r.emitted = n_emitted
             r.token_times.append(end)
             if n_emitted == r.output_tokens:
-                self._finish(r)
+                self.finish(r)
                 finished.append(r)
         if self.record_rounds:
             emitted += [r.id for r in plan.decodes]
@@ -343,7 +324,7 @@ class Engine:
         if r.samples and r.emitted == 1:
             self._fork(r, end, emitted, finished, forked if forked is not None else [])
         if r.emitted == r.output_tokens:
-            self._finish(r)
+            self.finish(r)
             finished.append(r)
 
     def _fork(self, r: Request, end: float, emitted: list[str], finished: list[Request],
@@ -371,7 +352,9 @@ class Engine:
             if not shared and not s.finished:
                 sched.enqueue(s)
 
-    def _finish(self, r: Request) -> None:
+    def finish(self, r: Request) -> None:
+        """`r` emitted its last token: finished, its memory freed (the update's last part; the
+        fast path calls it for the requests it runs)."""
         r.status = Status.FINISHED
         self.memory.free(r)
         self.executor.release(r)
@@ -499,7 +482,7 @@ class Engine:
             r.emitted = emitted
             r.token_times.extend(times)
             if emitted == r.output_tokens:
-                self._finish(r)
+                self.finish(r)
                 finished = True
         self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0)
         self.work["decode"] += steps * batch
@@ -510,44 +493,67 @@ class Engine:
         return times[-1]
 
 
-@dataclass(slots=True)
-class Stretch:
-    """Decode steps of the whole running set, priced from `start`, not yet applied (a lane's
-    run may lose requests at its last step; a stretch's are identical to its end)."""
+class Pipeline:
+    """Orca's pipelined iterations over an engine: up to `max_in_flight` batches in the
+    pipeline at once, for any clock (the simulator's, a fleet's).
 
-    start: float
-    durations: np.ndarray   # [steps] each step's duration
-    ends: np.ndarray        # [steps] each step's end
-    held: np.ndarray | None   # [steps] KV tokens held during each step (None: a lane run whose
-                              # blocks are counted as it is applied, Lane.held_during)
+    A batch enters when the first stage is free (its interval after the last one entered)
+    and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
+    after it entered. Requests of a batch under way are not scheduled again until it returns.
+    """
 
-    @property
-    def end(self) -> float:
-        return float(self.ends[-1])
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.slots = engine.config.max_in_flight
+        self.batches: list[tuple[float, int, StepOutput]] = []   # heap of (end, entered, step)
+        self.entered = 0
+        self.next_entry = 0.0   # when the first stage takes the next batch
 
-    def held_at(self, t: float) -> float:
-        """KV held during the step under way at `t` (the last one once it is over)."""
-        return float(self.held[min(int(np.searchsorted(self.ends, t, side="right")), len(self.held) - 1)])
+    def finish(self, now: float) -> list[StepOutput]:
+        """Commit the batches that returned by `now`, in the order they return."""
+        done, batches = [], self.batches
+        while batches and batches[0][0] <= now:
+            done.append(self.engine.commit(heapq.heappop(batches)[2]))
+        return done
+
+    def enter(self, now: float) -> StepOutput | None:
+        """A batch enters at `now` if a slot is open and the first stage is free."""
+        engine = self.engine
+        if len(self.batches) >= self.slots or now < self.next_entry or engine.idle:
+            return None
+        plan = engine.scheduler.plan(now)
+        if not plan and not plan.preempted:
+            return None
+        run_stages = getattr(engine.executor, "run_stages", None)
+        if not plan:
+            interval = latency = 0.0
+        elif run_stages is not None:
+            interval, latency = run_stages(plan)
+        else:
+            interval = latency = engine.executor.run(plan)
+        for r in plan.decodes:
+            r.in_flight = True
+        for item in plan.prefills:
+            item.request.in_flight = True
+        # the step log's duration is the time the batch holds the pipeline's entry
+        engine._log_step(plan, now, interval)
+        step = StepOutput(now, now + latency, plan, [])
+        heapq.heappush(self.batches, (step.end, self.entered, step))
+        self.entered += 1
+        self.next_entry = now + interval
+        return step
+
+    def next_entry_wake(self, now: float) -> float | None:
+        """When the pipeline next needs the clock for an entry: a slot is open, the first stage
+        frees later, and someone could be scheduled then (None: it does not)."""
+        if len(self.batches) < self.slots and self.next_entry > now:
+            sched = self.engine.scheduler
+            if sched.waiting or any(not r.in_flight for r in sched.running):
+                return self.next_entry
+        return None
 
 
-@dataclass(slots=True)
-class StepOutput:
-    """One step: it runs from `start` to `end`, when its tokens are stamped (at its commit)."""
-
-    start: float
-    end: float
-    plan: StepPlan
-    finished: list[Request]   # filled by the commit
-    forked: list[Request] = field(default_factory=list)   # parallel samples started by the commit
-
-    @property
-    def emitted(self) -> list[Request]:
-        """Requests that emitted one token at `end`: decodes, then prefills that completed, then
-        the parallel samples forked from those (their first token)."""
-        return self.plan.decodes + [i.request for i in self.plan.prefills if i.emits] + self.forked
-
-
-def _check_fresh(requests: list[Request]) -> None:
+def check_fresh(requests: list[Request]) -> None:
     """The whole list is checked before any request is added, so a bad one changes nothing."""
     if not requests:
         raise InputError("field 'requests': the request list is empty")

@@ -14,6 +14,8 @@ from starlette.routing import Route
 
 from batchlab.serve import openapi, protocol
 from batchlab.serve.protocol import ApiError
+from batchlab.serve.responses import error_response
+from batchlab.serve.responses import read_body
 from batchlab.serve.tokenizer import decode, encode, token_text
 
 
@@ -41,7 +43,6 @@ async def schema(request: HttpRequest) -> Response:
 
 
 async def _body(request: HttpRequest) -> dict:
-    from batchlab.serve.app import read_body
     st = request.app.state.serve
     body = protocol.parse_json(await read_body(request, st.max_body))
     protocol.check_model(body, st.limits)
@@ -49,25 +50,26 @@ async def _body(request: HttpRequest) -> dict:
 
 
 async def tokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import _error
     st = request.app.state.serve
     try:
         body = await _body(request)
         with_strs = protocol.read_bool(body, "return_token_strs", False)
-        if body.get("messages") is not None:
-            tokens = protocol.chat_tokens(body.get("messages"))
-        elif isinstance(body.get("prompt"), str):
-            tokens = encode(body["prompt"])
+        prompt, messages = body.get("prompt"), body.get("messages")
+        if (prompt is None) == (messages is None):
+            raise protocol.bad("prompt", "give either 'prompt' (a string) or 'messages'", "invalid_type")
+        if messages is not None:
+            tokens = protocol.chat_tokens(messages)
+        elif isinstance(prompt, str):
+            tokens = encode(prompt)
         else:
-            raise protocol.bad("prompt", "'prompt' (a string) or 'messages' is required", "invalid_type")
+            raise protocol.bad("prompt", "'prompt' must be a string", "invalid_type")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"count": len(tokens), "max_model_len": st.limits.max_model_len, "tokens": tokens,
                          "token_strs": [token_text(t) for t in tokens] if with_strs else None})
 
 
 async def detokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import _error
     st = request.app.state.serve
     try:
         body = await _body(request)
@@ -79,5 +81,5 @@ async def detokenize(request: HttpRequest) -> Response:
                 raise protocol.bad(f"tokens[{i}]", f"'tokens' item {i} must be a token id in "
                                                    f"[0, {st.limits.vocab})")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"prompt": decode(value)})

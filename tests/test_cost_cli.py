@@ -21,7 +21,7 @@ def run_json(capsys, *argv):
 
 def test_json_matches_step_cost(capsys):
     out = run_json(capsys, "--model", "llama-3-8b", "--gpu", "H100-SXM", "--batch", "3",
-                   "--context", "100", "--new-tokens", "5")
+                   "--context", "100", "--new-tokens", "5", "--cost", "roofline")
     cost = step_cost(MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"], [SeqWork(5, 100)] * 3)
     assert (out["time_s"], out["flops"], out["bytes"], out["bound"]) == (
         cost.time_s, cost.flops, cost.bytes, cost.bound)
@@ -29,18 +29,19 @@ def test_json_matches_step_cost(capsys):
 
 
 def test_hand_checks_through_the_command(capsys):
+    """The seed's hand figures, on its paper GPU."""
     out = run_json(capsys, "--batch", "1", "--context", "8192", "--max-batch-under", "20",
-                   "--reservations", "8192")
+                   "--reservations", "8192", "--cost", "roofline")
     assert (out["max_batch"], out["reservations"]) == (34, 52)
-    out = run_json(capsys, "--context", "512", "--max-batch-under", "20")
+    out = run_json(capsys, "--context", "512", "--max-batch-under", "20", "--cost", "roofline")
     assert out["max_batch"] > 500
-    out = run_json(capsys)
+    out = run_json(capsys, "--cost", "roofline")
     assert out["bound"] == "memory" and out["time_s"] == pytest.approx(0.006, abs=1e-4)
 
 
 def test_overrides_change_the_price(capsys):
-    base = run_json(capsys, "--batch", "8")
-    slower = run_json(capsys, "--batch", "8", "--mbu", "0.4", "--overhead-ms", "1")
+    base = run_json(capsys, "--batch", "8", "--cost", "roofline")
+    slower = run_json(capsys, "--batch", "8", "--mbu", "0.4", "--overhead-ms", "1", "--cost", "roofline")
     assert slower["time_s"] == pytest.approx(2 * base["time_s"] + 0.001, rel=1e-12)
     fewer = run_json(capsys, "--memory-utilization", "0.5", "--reservations", "8192")
     assert fewer["reservations"] == int((0.5 * 80e9 - 16.06e9) // (8192 * 131072))

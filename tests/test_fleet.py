@@ -26,7 +26,8 @@ from batchlab.serving.systems import parse_system
 from batchlab.trace import StepLog, Trace
 from batchlab.workload import make_workload
 
-MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
+# The seed's paper GPU: the roofline, whose decode runs the fleet's lanes price at once.
+MODEL, GPU = resolve_model("Llama-3-8B"), dataclasses.replace(resolve_gpu("H100-SXM"), cost_model="roofline")
 
 
 def _unit_replicas(n: int, max_active: int | None = None) -> list[Replica]:

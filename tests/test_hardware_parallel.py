@@ -89,7 +89,9 @@ def test_pipeline_stages_and_step_time():
     assert price.stage_s == max(price.stages)
     nbytes = 2 * 16 * 8192
     assert price.send_s == pytest.approx(2 * send_s(gpu, nbytes), rel=1e-15)
-    assert price.time_s == pytest.approx(sum(price.stages) + price.send_s + 5e-4, rel=1e-15)
+    # CPU: the spec's step overhead and the preset's engine time (vLLM's)
+    assert price.time_s == pytest.approx(sum(price.stages) + price.send_s + 5e-4 + gpu.engine_overhead_s,
+                                         rel=1e-15)
     # The roofline splits evenly: step = pp * stage + sends + overhead.
     roof = CostModel(LLAMA70, gpu, Layout(4, 2), "roofline")
     p = roof.price(uniform_shape(16, 1000, 1))
@@ -124,7 +126,7 @@ def test_cost_command_tp_pp(monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", ("cost",))
     plain = _cost_json(capsys, "--batch", "4", "--context", "100")
     same = _cost_json(capsys, "--batch", "4", "--context", "100", "--tp", "1", "--pp", "1")
-    assert plain == same and plain["tp"] == 1 and plain["cost_model"] == "roofline"
+    assert plain == same and plain["tp"] == 1 and plain["cost_model"] == "operators"   # the presets' default
     out = _cost_json(capsys, "--model", "GPT-3-175B", "--gpu", "A100-80GB", "--tp", "8",
                      "--pp", "2", "--cost", "operators", "--batch", "16", "--context", "512",
                      "--breakdown", "--reservations", "2048")

@@ -1,6 +1,7 @@
 """`batchlab simulate` and `batchlab compare` as a user runs them: determinism, the JSON shape,
 trace files good and bad, and bad flags exiting 2."""
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -14,9 +15,8 @@ from batchlab.serving.systems import PRESETS
 from batchlab.workload import make_workload
 from conftest import run_cli
 
-# CI lays shared/ beside the repository, as on a developer machine
 AZURE_CONV_GZ = Path(__file__).resolve().parents[1] / "src" / "batchlab" / "data" / "AzureLLMInferenceTrace_conv.csv.gz"
-COMPARE = ("compare", "--requests", "120", "--rates", "4,32", "--json")
+COMPARE = ("compare", "--requests", "120", "--rates", "4,32", "--cost", "roofline", "--json")   # seed L02 §5
 SYSTEMS = ["static", "orca-max", "orca-oracle", "sequential"]
 # vLLM's keys (latencies in ms), then batchlab's own
 RATE_KEYS = {"rate", "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
@@ -64,7 +64,8 @@ def test_compare_figures_are_those_of_one_run_in_ms(compare_out):
     data = json.loads(compare_out)
     row = data["systems"][1]["rates"][1]            # orca-max at 32 req/s
     res = simulate(make_workload("chat", 120, 32.0, seed=0), PRESETS["orca-max"],
-                   MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"], slo=SLO(ttft=1.0, tpot=0.05))
+                   MODEL_PRESETS["Llama-3-8B"], dataclasses.replace(GPU_PRESETS["H100-SXM"], cost_model="roofline"),
+                   slo=SLO(ttft=1.0, tpot=0.05))
     m = res.metrics
     assert row["p50_ttft_ms"] == m.ttft.p50 * 1e3 and row["p99_ttft_ms"] == m.ttft.p99 * 1e3
     assert row["mean_tpot_ms"] == m.tpot.mean * 1e3 and row["p99_itl_ms"] == m.itl.p99 * 1e3

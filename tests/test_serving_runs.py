@@ -1,5 +1,7 @@
 """One simulated run's figures computed by hand, and the goodput search on real runs."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from batchlab.serving.systems import PRESETS
 from batchlab.workload import Workload, make_workload
 
 MODEL = MODEL_PRESETS["Llama-3-8B"]
-GPU = GPU_PRESETS["H100-SXM"]
+GPU = dataclasses.replace(GPU_PRESETS["H100-SXM"], cost_model="roofline")   # priced by step_cost
 
 
 def cost(*works):

@@ -340,15 +340,21 @@ def config_name(data: dict, path: Path) -> str:
     return path.parent.name if path.name == CONFIG_NAME and path.parent.name else path.stem
 
 
-def load_json_config(text: str, source: str, name: str) -> ModelSpec:
-    """The model of a config.json's text."""
+def parse_config(text: str, source: str) -> dict:
+    """A config.json's text as its fields; an InputError naming `source` unless it is JSON of a
+    Hugging Face config."""
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise InputError(f"{source}: not valid JSON: {exc}") from None
     if not is_hf_config(data):
         raise InputError(f"{source}: not a Hugging Face config (no 'architectures' field)")
-    return spec_from_config(data, source, name)
+    return data
+
+
+def load_json_config(text: str, source: str, name: str) -> ModelSpec:
+    """The model of a config.json's text."""
+    return spec_from_config(parse_config(text, source), source, name)
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -360,10 +366,5 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         raise InputError(f"{path}: cannot read the model config ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not valid JSON: {exc}") from None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
-    if not is_hf_config(data):
-        raise InputError(f"{path}: not a Hugging Face config (no 'architectures' field)")
+    data = parse_config(text, str(path))
     return spec_from_config(data, str(path), config_name(data, path))

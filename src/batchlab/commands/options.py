@@ -33,7 +33,7 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
                    help="GPU preset or .toml/.json spec file (default: %(default)s)")
     g.add_argument("--mfu", type=flagtypes.efficiency, help="override the GPU's compute efficiency")
     g.add_argument("--mbu", type=flagtypes.efficiency, help="override the GPU's bandwidth efficiency")
-    g.add_argument("--overhead-ms", type=flagtypes.real(ge=0), help="override the fixed per-step overhead")
+    g.add_argument("--overhead-ms", type=flagtypes.step_ms, help="override the fixed per-step overhead")
     g.add_argument("--memory-utilization", type=flagtypes.share,
                    help="override the share of GPU memory for weights and KV")
     g.add_argument("--cost", choices=("roofline", "operators"),
@@ -98,6 +98,15 @@ def add_samples(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=1, metavar="N",
                    help="parallel samples per prompt (vLLM's n): each is a sequence of its own, "
                         "sharing the prompt's KV blocks where the memory can (default: %(default)s)")
+
+
+def check_request_count(args: argparse.Namespace) -> None:
+    """Refuse a request count whose run cannot fit in memory even at one output token each,
+    before the workload is drawn (drawing ten million requests alone takes seconds)."""
+    from batchlab import limits
+
+    if getattr(args, "requests", None) is not None and not getattr(args, "trace", None):
+        limits.simulation(args.requests, args.requests, flag(args, "requests", "--num-prompts"))
 
 
 def samples(args: argparse.Namespace, workload):

@@ -41,6 +41,8 @@ MAX_EVENT_S = 1e6
 # One prompt token of a benchmark: its int64 id, a Python int in the list JSON is made from, and
 # up to 7 characters of JSON text in the body kept until it is sent.
 BENCH_BYTES_PER_PROMPT_TOKEN = 32
+# One output token as the client records it: its chunk's arrival time and text in two lists.
+BENCH_BYTES_PER_OUTPUT_TOKEN = 100
 FLOAT32_BYTES = 4
 FLOAT64_BYTES = 8
 

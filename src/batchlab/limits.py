@@ -105,7 +105,10 @@ def kv_blocks(capacity_tokens: int, block_size: int, flag: str) -> None:
 def mini_model(config, flag: str, kv_tokens: int = 0) -> None:
     """The numpy mini transformer of `config`: its weights, its RoPE tables and, filled, a KV
     cache of `kv_tokens` tokens (float32 K and V per layer and KV head)."""
-    weights = config.n_params * FLOAT32_BYTES
+    # float32 weights, and the float64 draw of the largest matrix while it is made
+    largest = max(config.vocab * config.hidden, config.hidden * config.ffn,
+                  config.hidden * config.n_heads * config.head_dim)
+    weights = config.n_params * FLOAT32_BYTES + largest * FLOAT64_BYTES
     rope = 2 * config.max_context * (config.head_dim // 2) * FLOAT64_BYTES
     kv_per_token = 2 * config.n_layers * config.n_kv_heads * config.head_dim * FLOAT32_BYTES
     check_memory(weights + rope, flag, f"the model ({config.n_params:,} parameters, context "
@@ -127,3 +130,19 @@ def transfer_seconds(nbytes: float, bandwidth: float, latency_s: float) -> float
     """One KV transfer over a link; inf when it overflows."""
     with_bw = nbytes / bandwidth if bandwidth > 0 else math.inf
     return with_bw + latency_s
+
+
+# Timed runs per operator of `calibrate --mini` and repeats of `validate`: a hundred already
+# makes the spread of a median negligible.
+MAX_REPEATS = 100
+# Floating-point work of one timed pass over the mini model's operators and steps, per parameter:
+# about a thousand tokens' worth (the timed row counts and steps of calibrate/mini.py), at the
+# 10 GFLOP/s a single core sustains.
+TIMED_TOKENS = 1000
+CPU_FLOPS = 1e10
+
+
+def mini_timing(config, repeats: int, flag: str) -> None:
+    """`calibrate --mini` times every operator `repeats` times after warm-up."""
+    seconds = (repeats + 2) * 2 * config.n_params * TIMED_TOKENS / CPU_FLOPS
+    check_time(seconds, flag, f"timing a model of {config.n_params:,} parameters {repeats} times")

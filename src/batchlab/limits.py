@@ -146,3 +146,14 @@ def mini_timing(config, repeats: int, flag: str) -> None:
     """`calibrate --mini` times every operator `repeats` times after warm-up."""
     seconds = (repeats + 2) * 2 * config.n_params * TIMED_TOKENS / CPU_FLOPS
     check_time(seconds, flag, f"timing a model of {config.n_params:,} parameters {repeats} times")
+
+
+def kv_capacity(system, kv_tokens: int, flag: str) -> None:
+    """A server's KV cache of `kv_tokens` tokens under `system`: at least one block, and books
+    that fit."""
+    block = getattr(system, "block_size", None) if system.memory == "paged" else None
+    if block and kv_tokens < block:
+        raise InputError(f"field '{flag}': {kv_tokens:,} token{'' if kv_tokens == 1 else 's'} is less than one KV block of "
+                         f"{block} tokens (the system's block_size): no request could be admitted")
+    if block:
+        kv_blocks(kv_tokens, block, flag)

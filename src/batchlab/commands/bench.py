@@ -95,7 +95,7 @@ def register(subparsers) -> None:
     g.add_argument("--request-rate", type=flagtypes.rate, metavar="R",
                    help="mean requests per second, or inf: all at once (default: inf; traces: their own "
                         "timestamps, rescaled to R when given)")
-    g.add_argument("--burstiness", type=flagtypes.positive, default=1.0,
+    g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     g.add_argument("--max-concurrency", type=flagtypes.requests, metavar="N", help="at most N requests in flight")
 

@@ -1,4 +1,5 @@
-"""Measured operator times from CSV files: Vidur's profiles as they are, or a plain CSV.
+"""Measured operator times from CSV files (gzipped when the name ends in `.gz`): Vidur's
+profiles as they are, or a plain CSV.
 
 Formats, told apart by their columns:
 
@@ -8,7 +9,7 @@ Formats, told apart by their columns:
 - Vidur `attention.csv`: `time_stats.attn_prefill.median`, `time_stats.attn_decode.median`,
   `time_stats.attn_kv_cache_save.median` with batch_size, prefill_chunk_size, kv_cache_size,
   is_prefill, n_embd, n_q_head, n_kv_head, num_tensor_parallel_workers.
-- The attention subset of ../shared/data/profiles: phase, batch_size, prefill_chunk_size,
+- The attention subset shipped in batchlab/data/profiles: phase, batch_size, prefill_chunk_size,
   kv_cache_size, op, median_ms_per_layer (the model comes from --model).
 - Vidur `all_reduce.csv` / `send_recv.csv` (data/profiling/network): `time_stats.<op>.median`,
   size (bytes), num_workers, devices_per_node.
@@ -24,9 +25,11 @@ Formats, told apart by their columns:
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import itertools
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,15 +134,16 @@ def _bool(path: Path, line: int, column: str, text: str) -> bool:
 
 def _read(path: Path) -> tuple[list[str], list[dict]]:
     try:
-        with path.open("rb") as handle:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as handle:
             raw = handle.read(MAX_PROFILE_BYTES + 1)    # a bounded read: /dev/zero never ends
         if len(raw) > MAX_PROFILE_BYTES:
             raise InputError(f"{path}: a profile of more than {MAX_PROFILE_BYTES // 2**20} MB; split it")
         reader = csv.DictReader(io.StringIO(raw.decode("utf-8"), newline=""))
         header = [c.strip() for c in (reader.fieldnames or [])]
         rows = list(itertools.islice(reader, MAX_PROFILE_ROWS + 1))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read profile ({exc.strerror})") from None
+    except (OSError, EOFError, zlib.error) as exc:   # EOFError: a gzip file cut short
+        raise InputError(f"{path}: cannot read profile ({getattr(exc, 'strerror', None) or exc})") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"{path}: not a CSV file: {exc}") from None
     if not header:

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
                     "Text is tokenized byte by byte (256 bytes + EOS). SIGTERM drains the "
                     "requests in flight and exits 0. See docs/serving.md.")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default: %(default)s)")
+    parser.add_argument("--port", type=flagtypes.integer(ge=0, le=65535), default=DEFAULT_PORT, help="port (default: %(default)s)")
     parser.add_argument("--model", default="mini", metavar="MINI-SPEC",
                         help="mini or tiny, with :field=value overrides of the mini config, e.g. "
                              "mini:n_layers=2:seed=1 (default: %(default)s)")
@@ -31,20 +31,20 @@ def register(subparsers) -> None:
     parser.add_argument("--system", default=DEFAULT_SYSTEM, metavar="SPEC",
                         help="scheduler and memory manager as in `batchlab compare`, e.g. "
                              "chunked:max_bs=32:token_budget=256 (default: %(default)s)")
-    parser.add_argument("--max-model-len", type=int, metavar="N",
+    parser.add_argument("--max-model-len", type=flagtypes.positive_tokens, metavar="N",
                         help="longest prompt + output in tokens (default: the model's max_context)")
-    parser.add_argument("--kv-cache-tokens", type=int, default=DEFAULT_KV_CACHE_TOKENS, metavar="N",
+    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, default=DEFAULT_KV_CACHE_TOKENS, metavar="N",
                         help="KV cache capacity in tokens for the system's memory manager "
                              "(default: %(default)s)")
-    parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING, metavar="N",
+    parser.add_argument("--max-waiting", type=flagtypes.requests, default=DEFAULT_MAX_WAITING, metavar="N",
                         help="requests that may wait for admission; more get 429 (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=flagtypes.seed, default=0,
                         help="seeds the sampling of requests that give no seed (default: 0)")
     parser.add_argument("--check-memory", action="store_true",
                         help="run the memory manager's integrity check after every step")
     parser.add_argument("--save-trace", metavar="PATH",
                         help="write per-request records (CSV, or JSON for .json) at shutdown")
-    parser.add_argument("--drain-timeout", type=flagtypes.real(ge=0), default=DEFAULT_DRAIN_S, metavar="S",
+    parser.add_argument("--drain-timeout", type=flagtypes.real(ge=0, le=86_400), default=DEFAULT_DRAIN_S, metavar="S",
                         help="at SIGTERM, how long requests in flight may run before they are cut; the "
                              "server answers 503 meanwhile (default: %(default)s)")
     parser.add_argument("--log-level", default="warning",
@@ -61,8 +61,37 @@ def run(args) -> int:
         raise InputError(f"field '--port' must be in [0, 65535], got {args.port}")
     if args.drain_timeout <= 0:
         raise InputError(f"field '--drain-timeout' must be > 0, got {args.drain_timeout}")
+    check_flags(args)
     config = ServeConfig(model=args.model, system=args.system, served_model_name=args.served_model_name,
                          max_model_len=args.max_model_len, kv_cache_tokens=args.kv_cache_tokens,
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
                          save_trace=args.save_trace)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
+
+
+def check_flags(args) -> None:
+    """What the parser cannot check alone, each blamed on its own flag, before anything is built:
+    the served name, an address this machine has (an unknown or foreign --host is not a --port
+    problem), a KV cache of at least one block, and the model with a full KV cache in memory."""
+    import socket
+
+    from batchlab import limits
+    from batchlab.errors import InputError
+    from batchlab.serve.model_spec import parse_model
+    from batchlab.serving.systems import parse_system
+
+    name = args.served_model_name
+    if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
+        raise InputError(f"field '--served-model-name' must be printable text of 1 to 200 characters, got {name[:40]!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(args.host, 0, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)     # port 0: only the address is tried
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise InputError(f"field '--host': cannot listen on {args.host!r}: {reason}") from None
+    mini = parse_model(args.model)
+    system = parse_system(args.system, "--system")
+    limits.kv_capacity(system, args.kv_cache_tokens, "--kv-cache-tokens")
+    limits.mini_model(mini, "--model", kv_tokens=args.kv_cache_tokens)

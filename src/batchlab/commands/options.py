@@ -430,7 +430,7 @@ def result_path(args: argparse.Namespace, default_name: str):
     return path
 
 
-def save_result(path, data) -> None:
+def save_result(path, data, field: str = "--result-dir") -> None:
     """Write `data` as JSON to `path` whole or not at all (a temporary file beside it, renamed)."""
     import json
 
@@ -441,7 +441,7 @@ def save_result(path, data) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"field '--result-dir': cannot create {str(path.parent)!r}: {exc.strerror or exc}") from None
-    write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n", "--result-dir")
+    write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n", field)
 
 
 def emit_result(args: argparse.Namespace, save, data) -> bool:
@@ -450,7 +450,7 @@ def emit_result(args: argparse.Namespace, save, data) -> bool:
     if save is not None:
         from batchlab.commands.written import say_wrote
 
-        save_result(save, data)
+        save_result(save, data, "--result-filename" if args.result_filename else "--result-dir")
         say_wrote([save])
     if args.json:
         import json

@@ -103,6 +103,11 @@ def check_sizes(args: argparse.Namespace, model, system, choices, workload) -> N
 
     if args.max_replicas > MAX_REPLICAS:
         raise InputError(f"field '--max-replicas': at most {MAX_REPLICAS} replicas, got {args.max_replicas}")
+    from batchlab.plan.search import infeasible
+
+    choices = [c for c in choices if infeasible(model, c) is None]   # the search skips the rest
+    if not choices:
+        return
     flag = "--gpus" if args.gpus else "--gpu"
     largest = max(books(ReplicaSpec(system, model, c.gpu, c.layout), flag) for c in choices) * args.max_replicas
     limits.check_memory(largest, "--max-replicas", f"a fleet of {args.max_replicas:,} replicas' KV cache books")

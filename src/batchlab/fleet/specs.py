@@ -106,6 +106,9 @@ def books(spec: ReplicaSpec, flag: str) -> float:
     if spec.system.memory != "paged":
         return 0.0
     capacity = kv_capacity(spec.model, spec.gpu, spec.layout)
+    if spec.system.block_size > capacity:
+        raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
+                         f"whole KV capacity ({capacity:,} tokens)")
     limits.kv_blocks(capacity, spec.system.block_size, flag)
     return limits.replica_books(capacity, spec.system.block_size)
 

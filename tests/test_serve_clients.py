@@ -217,7 +217,7 @@ def test_stop_strings_end_the_text_before_them_streamed_or_not(url):
     assert body["usage"]["completion_tokens"] == end
     streamed = _sse(_post(url, "/v1/completions", base | {"stream": True}))
     assert "".join(c["choices"][0]["text"] for c in streamed) == choice["text"]
-    assert streamed[-1]["choices"][0]["finish_reason"] == "stop"
+    assert (streamed[-1]["choices"][0]["finish_reason"], streamed[-1]["choices"][0]["stop_reason"]) == ("stop", stop)
     kept = _post(url, "/v1/completions", base | {"include_stop_str_in_output": True}).json()["choices"][0]
     assert kept["text"] == data[:end].decode("utf-8", errors="replace")
 

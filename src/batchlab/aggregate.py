@@ -51,7 +51,7 @@ def applies(engine) -> bool:
     c = engine.config
     return (engine.fast_forward and not engine.check_memory and not engine.record_rounds
             and type(engine.memory) in MEMORIES and type(engine.executor) is RooflineExecutor
-            and c.batching == "continuous" and c.prefill != "prefill_first"
+            and c.batching == "continuous" and c.prefill != "prefill-first"
             and c.max_in_flight == 1 and c.order.name == "fcfs")
 
 

@@ -39,6 +39,7 @@ def add_comparison(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-goodput", action="store_true", help="skip the max_goodput_rate searches")
     options.add_hardware(p)
     options.add_layout(p)
+    options.add_host(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
     options.add_percentiles(p)
@@ -74,7 +75,7 @@ def build_config(args: argparse.Namespace):
     from batchlab.io_checks import named
 
     with named("systems", "--systems"):
-        systems = parse_systems(args.systems)
+        systems = options.host(args, parse_systems(args.systems))
     model, gpu = options.hardware(args)
     _, percentiles = options.latency_selection(args)
     setting = Setting(options.workload(args), model, gpu, options.slo(args), args.context_mode, args.seed,

@@ -20,6 +20,7 @@ def register(subparsers) -> None:
     options.add_common_system(p, "orca-oracle")
     options.add_hardware(p)
     options.add_layout(p)
+    options.add_host(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
     options.add_save_result(p)
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.io_checks import named
 
     with named("systems", "--systems"):
-        systems = parse_systems(args.systems)
+        systems = options.host(args, parse_systems(args.systems))
     model, gpu = options.hardware(args)
     slo = options.slo(args)
     if not args.tolerance > 0:

@@ -7,7 +7,7 @@ import json
 
 from batchlab.commands import flagtypes, options
 
-EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt", "fairness", "programs")
+EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt", "fairness", "programs", "host")
 
 
 def register(subparsers) -> None:
@@ -16,9 +16,10 @@ def register(subparsers) -> None:
         description="The knobs of continuous batching, each an experiment of simulated runs: "
                     "reservation (§6.1: KV held vs stored for Orca max/pow2/oracle, paged, "
                     "unlimited), max_bs (§6.2), order (§6.3 and exercise 5: fcfs, sjf, predicted "
-                    "sjf, aging), prefill (§6.4: mixed, prefill_first, chunked) and preempt "
-                    "(recompute vs swap); fairness (two tenants: FCFS, VTC, priority, SLO-aware admission) "
-                    "and programs (chains of calls with tool waits: FCFS, PLAS, Parrot). Without EXPERIMENT all run. --rates, --systems, "
+                    "sjf, aging), prefill (§6.4: mixed, prefill-first, chunked) and preempt "
+                    "(recompute vs swap); fairness (two tenants: FCFS, VTC, priority, SLO-aware admission), "
+                    "programs (chains of calls with tool waits: FCFS, PLAS, Parrot) and host (CPU work "
+                    "per step, serial or overlapped). Without EXPERIMENT all run. --rates, --systems, "
                     "--workload and the SLO flags replace every selected experiment's own "
                     "choice; left unset (None), each experiment keeps its own.")
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",

@@ -52,6 +52,32 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
                    help="KV cache dtype, as vLLM's --kv-cache-dtype (default: auto, the model's)")
 
 
+def add_host(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("host CPU work per step (executor/host.py)")
+    g.add_argument("--cpu-ms", type=flagtypes.real(ge=0), metavar="MS",
+                   help="CPU time of every step (scheduling, input preparation, sampling, "
+                        "detokenising), added to the GPU's: each system's cpu_ms (default 0)")
+    g.add_argument("--async-scheduling", action="store_true",
+                   help="overlap each step's CPU work with the step before, as vLLM's "
+                        "--async-scheduling and Orca's control plane do: a step costs "
+                        "max(gpu, cpu) instead of gpu + cpu")
+
+
+def host(args: argparse.Namespace, systems: list) -> list:
+    """`systems` with --cpu-ms and --async-scheduling applied; each name the spec that says so."""
+    import dataclasses
+
+    changes: dict[str, object] = {}
+    if getattr(args, "cpu_ms", None) is not None:
+        changes["cpu_ms"] = float(args.cpu_ms)
+    if getattr(args, "async_scheduling", False):
+        changes["async_scheduling"] = 1
+    if not changes:
+        return systems
+    suffix = "".join(f":{k}={v:g}" for k, v in changes.items())
+    return [dataclasses.replace(s, name=s.name + suffix, **changes) for s in systems]
+
+
 def hardware(args: argparse.Namespace):
     """(ModelSpec, GPUSpec) with the flags' overrides applied (and re-validated)."""
     import dataclasses
@@ -171,6 +197,9 @@ def add_workload(p: argparse.ArgumentParser, rate: bool = True) -> None:
                         "more regular; giving it selects gamma arrivals (default: 1)")
     g.add_argument("--prompt", type=flagtypes.positive_tokens, help="prompt tokens of the fixed workload")
     g.add_argument("--output", type=flagtypes.positive_tokens, help="output tokens of the fixed workload")
+    g.add_argument("--max-output", type=flagtypes.positive_tokens, metavar="N",
+                   help="cut every output longer than N tokens to N (bounds a generated "
+                        "distribution's tail, as a request's max_tokens does; default: no cap)")
     g.add_argument("--seed", type=flagtypes.seed, default=0, help="random seed (default: %(default)s)")
     g.add_argument("--context-mode", choices=("reject", "clip"), default="reject",
                    help="requests longer than the model's max context: reject or clip them")
@@ -243,6 +272,10 @@ def workload(args: argparse.Namespace, rate: float | None = None):
         from batchlab.workload.tenants import with_tenants
         with named("tenants", "--tenants"):
             built = with_tenants(built, args.tenants, args.seed)
+    cap = getattr(args, "max_output", None)
+    if cap is not None:
+        with named("max_output", "--max-output"):
+            built = built.with_max_output(cap)
     return all_at_once(built) if at_once else built
 
 

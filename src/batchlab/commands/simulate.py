@@ -15,6 +15,7 @@ def register(subparsers) -> None:
                    help="a system preset with optional :field=value overrides (default: %(default)s)")
     options.add_hardware(p)
     options.add_layout(p)
+    options.add_host(p)
     options.add_workload(p)
     options.add_samples(p)
     options.add_slo(p)
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.io_checks import named
 
     with named("system", "--system"):
-        system = parse_system(args.system)
+        system = options.host(args, [parse_system(args.system)])[0]
     model, gpu = options.hardware(args)
     layout = options.layout(args, model)
     slo = options.slo(args)
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             say_wrote([path])
     if args.plot:
         from batchlab.plots import plot_run
-        say_wrote(plot_run(result.trace, args.plot, slo=slo,
+        say_wrote(plot_run(result.trace, args.plot, slo=slo, static=system.batching == "static",
                            title=f"{system.name}, {workload.name} {options.rate_text(rate, '.3g')}"))
         if result.cache_history is not None:
             from batchlab.plots.prefix import prefix_cache

@@ -47,6 +47,9 @@ def run_summary_table(result: dict) -> Table:
         ("total token throughput (tok/s)", num(result["total_token_throughput"])),
         ("SLO attainment", pct(result["slo_attainment"])),
         ("mean batch (busy time)", num(result["mean_batch"], 1)),
+        ("seats idle (time-weighted share held)", pct(result.get("seat_waste"))),
+        ("normalized latency p50 / p99 (ms/token)",
+         f"{millis(result.get('median_normalized_latency_ms'))} / {millis(result.get('p99_normalized_latency_ms'))}"),
         ("KV held / stored (time-weighted share)",
          f"{pct(result['kv_held_share'])} / {pct(result['kv_stored_share'])}"),
         ("preemptions", str(result["preemptions"])),
@@ -60,7 +63,7 @@ def run_summary_table(result: dict) -> Table:
 def compare_table(report: dict) -> FitTable:
     cfg = report["config"]
     columns = [("TTFT p50", R), ("TTFT p99", R), ("TPOT mean", R), ("ITL p99", R), ("output tok/s", R),
-               ("SLO met", R), ("mean batch", R)]
+               ("SLO met", R), ("mean batch", R), ("seats idle", R), ("norm. p50", R)]
     rows = []
     digits = decimals([row["rate"] for sys in report["systems"] for row in sys["rates"]])
     for sys in report["systems"]:
@@ -68,11 +71,13 @@ def compare_table(report: dict) -> FitTable:
             rows.append((sys["name"] if k == 0 else "", [
                 f"{row['rate']:,.{digits}f}", millis(row["p50_ttft_ms"]), millis(row["p99_ttft_ms"]),
                 millis(row["mean_tpot_ms"]), millis(row["p99_itl_ms"]), num(row["output_throughput"]),
-                pct(row["slo_attainment"]), num(row["mean_batch"], 1)]))
+                pct(row["slo_attainment"]), num(row["mean_batch"], 1), pct(row.get("seat_waste")),
+                millis(row.get("median_normalized_latency_ms"))]))
     return FitTable(f"{cfg['model']} on {cfg['gpu']}, {cfg['requests']} {cfg['workload']} requests",
                     "system", [("rate", R)], columns, rows,
                     caption=f"rate in req/s; latencies in ms; SLO met: share of requests with "
-                            f"{slo_text(cfg['slo_ms'])}")
+                            f"{slo_text(cfg['slo_ms'])}; seats idle: share of held batch seats that "
+                            "computed nothing (time-weighted); norm.: E2E per output token, ms")
 
 
 def goodput_table(report: dict) -> FitTable:

@@ -75,7 +75,6 @@ class TokenLogprobs:
     """One emitted token's log-probability and the likeliest tokens' (raw logits)."""
 
     logprob: float
-    rank: int                # 1 = the likeliest
     top_ids: np.ndarray      # [k] likeliest first
     top_logprobs: np.ndarray  # [k]
 
@@ -135,7 +134,7 @@ class Sampler:
             self.counts[token] += 1
         if lp is not None:
             ids, values = top_logprobs(lp, p.logprobs)
-            self.last = TokenLogprobs(float(lp[token]), int((lp > lp[token]).sum()) + 1, ids, values)
+            self.last = TokenLogprobs(float(lp[token]), ids, values)
         return token
 
     def _process(self, z: np.ndarray, emitted: int) -> None:

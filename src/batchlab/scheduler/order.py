@@ -41,7 +41,14 @@ from batchlab.request import Request
 ORDERS = ("fcfs", "sjf", "sjf-predicted", "aging", "lpm", "priority", "vtc", "slo", "plas", "parrot")
 SLO_ACTIONS = ("defer", "reject")
 STEPWISE = ("vtc", "slo", "plas")   # orders whose queue hears of every step
+PREDICTING_ORDERS = ("sjf-predicted", "aging")   # they read a predicted output length (predict_sigma)
+AGING_ORDERS = ("aging", "lpm")                   # they read aging_rate
 LPM_MAX_QUEUE = 128   # SGLang's SchedulePolicy falls back from lpm to fcfs above this many waiting
+
+
+def canonical_order(name: str) -> str:
+    """An order's one spelling: words joined by '-' (`sjf_predicted` is read as `sjf-predicted`)."""
+    return name.replace("_", "-") if isinstance(name, str) else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,7 @@ class QueueOrder:
     prefill_rate: float | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "name", canonical_order(self.name))
         if self.name not in ORDERS:
             raise InputError(f"field 'order': unknown order {self.name!r} (choose from {', '.join(ORDERS)})")
         if not self.aging_rate >= 0:

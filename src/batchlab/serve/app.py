@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol
-from batchlab.serve.responses import error_response as _error
+from batchlab.serve.responses import error_response
 from batchlab.serve.responses import read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
@@ -232,7 +232,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
                                         st.limits, chat)
         _checked(st, gen)
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     prompt_lps = None
     if gen.echo and gen.logprobs is not None:   # the prompt's own logprobs, off the engine thread
         rows = await asyncio.to_thread(st.loop.executor.prompt_logprobs, gen.prompt)
@@ -283,11 +283,12 @@ class _Choice:
             text = self.decoder.piece(token) + (self.decoder.flush() if self.finished else "")
             return self.write(text, finish, self.count == 1, token)
         ct = self.text
-        text = ct.piece(token, finish, self.job.stop_reason if self.finished else None)
+        stop_reason = self.job.stop_reason if self.finished else None
+        text = ct.piece(token, finish, stop_reason)
         lps = "null"
         if self.job.generation.logprobs is not None:
             lps = json.dumps(ct.logprobs(ct.entries(token, lp)), separators=(",", ":"))
-        return self.write(text, finish, self.count == 1, token, lps)
+        return self.write(text, finish, self.count == 1, token, lps, stop_reason)
 
 
 async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
@@ -367,7 +368,7 @@ async def _complete(request: HttpRequest, st: ServeState, job: Job, queue: async
         if error is None:
             _abort_unfinished(st, job, [f is not None for f in finish])
     if error is not None:
-        return _error(st, error)
+        return error_response(st, error)
     if None in finish:
         return Response(status_code=499)   # nobody is listening; nginx's "client closed request"
     choices = []

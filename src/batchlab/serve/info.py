@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from batchlab.serve import openapi, protocol
 from batchlab.serve.protocol import ApiError
-from batchlab.serve.responses import error_response as _error
+from batchlab.serve.responses import error_response
 from batchlab.serve.responses import read_body
 from batchlab.serve.tokenizer import decode, encode, token_text
 
@@ -54,14 +54,17 @@ async def tokenize(request: HttpRequest) -> Response:
     try:
         body = await _body(request)
         with_strs = protocol.read_bool(body, "return_token_strs", False)
-        if body.get("messages") is not None:
-            tokens = protocol.chat_tokens(body.get("messages"))
-        elif isinstance(body.get("prompt"), str):
-            tokens = encode(body["prompt"])
+        prompt, messages = body.get("prompt"), body.get("messages")
+        if (prompt is None) == (messages is None):
+            raise protocol.bad("prompt", "give either 'prompt' (a string) or 'messages'", "invalid_type")
+        if messages is not None:
+            tokens = protocol.chat_tokens(messages)
+        elif isinstance(prompt, str):
+            tokens = encode(prompt)
         else:
-            raise protocol.bad("prompt", "'prompt' (a string) or 'messages' is required", "invalid_type")
+            raise protocol.bad("prompt", "'prompt' must be a string", "invalid_type")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"count": len(tokens), "max_model_len": st.limits.max_model_len, "tokens": tokens,
                          "token_strs": [token_text(t) for t in tokens] if with_strs else None})
 
@@ -78,5 +81,5 @@ async def detokenize(request: HttpRequest) -> Response:
                 raise protocol.bad(f"tokens[{i}]", f"'tokens' item {i} must be a token id in "
                                                    f"[0, {st.limits.vocab})")
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
     return JSONResponse({"prompt": decode(value)})

@@ -8,6 +8,10 @@ from __future__ import annotations
 from batchlab.serve.protocol import MAX_LOGPROBS, MAX_N, MAX_SEED, MAX_STOPS, Limits
 
 NULL = {"type": "null"}
+# One server-sent event (OpenAPI before 3.2 has a stream's `schema` describe each event): its
+# `data` is a chunk or an error object as JSON, or `[DONE]` at the end.
+SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}}}
 
 
 def _nullable(schema: dict) -> dict:
@@ -63,9 +67,8 @@ def _response(chat: bool) -> dict:
 def _sampling(limits: Limits) -> dict:
     """The fields both generation routes read, with the bounds `protocol` checks."""
     token = {"type": "integer", "minimum": 0, "maximum": limits.vocab - 1}
-    return {
-        "model": {"type": "string", "enum": [limits.model]},
-        "max_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": limits.max_model_len}),
+    fields = {
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": limits.max_model_len},
         "temperature": {"type": "number", "minimum": 0, "maximum": 100},
         "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "top_k": {"type": "integer", "minimum": -1},
@@ -86,6 +89,9 @@ def _sampling(limits: Limits) -> dict:
                        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
         "return_token_ids": {"type": "boolean"},
     }
+    # null is the field's default, as the server reads it
+    return {"model": {"type": "string", "enum": [limits.model]},
+            **{k: v if v.get("anyOf", [None])[-1] == NULL else _nullable(v) for k, v in fields.items()}}
 
 
 def _json(schema: dict) -> dict:
@@ -111,8 +117,8 @@ def _generation(chat: bool, limits: Limits) -> dict:
                     "role": {"enum": ["system", "user", "assistant"]},
                     "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part}]}}}},
             "max_completion_tokens": fields["max_tokens"],
-            "logprobs": {"type": "boolean"},
-            "top_logprobs": {"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS}}
+            "logprobs": _nullable({"type": "boolean"}),
+            "top_logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS})}
         required = ["messages"]
     else:
         fields |= {
@@ -120,7 +126,7 @@ def _generation(chat: bool, limits: Limits) -> dict:
                                  {"type": "array", "minItems": 1, "items": token},
                                  {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "string"}}]},
             "logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS}),
-            "echo": {"type": "boolean"}}
+            "echo": _nullable({"type": "boolean"})}
         required = ["prompt"]
     name = "ChatCompletion" if chat else "Completion"
     return {"post": {
@@ -128,7 +134,7 @@ def _generation(chat: bool, limits: Limits) -> dict:
         "requestBody": {"required": True, **_json({"type": "object", "required": required, "properties": fields})},
         "responses": {"200": {"description": "the response, or with stream: server-sent events", "content": {
             "application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}},
-            "text/event-stream": {"schema": {"type": "string"}}}},
+            "text/event-stream": {"schema": SSE_EVENT}}},
             **_errors(400, 404, 413, 429, 503)}}}
 
 
@@ -166,11 +172,12 @@ def schema(limits: Limits) -> dict:
                 "200": {"description": "serving"}, "503": {"description": "draining or failed"}}}
                 for op in ("get", "post")},
             "/tokenize": {"post": {"summary": "Text or chat messages to token ids", "requestBody": {
-                "required": True, **_json({"type": "object", "properties": {
+                "required": True, **_json({"type": "object", "oneOf": [{"required": ["prompt"]},
+                                                                      {"required": ["messages"]}], "properties": {
                     "model": model_ref, "prompt": {"type": "string"},
                     "messages": _generation(True, limits)["post"]["requestBody"]["content"]["application/json"][
                         "schema"]["properties"]["messages"],
-                    "return_token_strs": {"type": "boolean"}}})},
+                    "return_token_strs": _nullable({"type": "boolean"})}})},
                 "responses": {"200": {"description": "the tokens", **_json({
                     "type": "object", "required": ["count", "max_model_len", "tokens", "token_strs"], "properties": {
                         "count": {"type": "integer"}, "max_model_len": {"type": "integer"},

@@ -38,7 +38,7 @@ def prompt_entries(prompt: list[int], rows: np.ndarray, k: int) -> list[TokenLog
     for i, token in enumerate(prompt[1:]):
         row = rows[i]
         ids, values = top_logprobs(row, k)
-        out.append(TokenLogprobs(float(row[token]), int((row > row[token]).sum()) + 1, ids, values))
+        out.append(TokenLogprobs(float(row[token]), ids, values))
     return out
 
 

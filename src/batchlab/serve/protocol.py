@@ -5,8 +5,8 @@ A request body is checked field by field before anything is queued; a bad one be
 `{"error": {"message", "type": "invalid_request_error", "param": FIELD, "code"}}`.
 Fields this server does not implement are refused when set to anything but their neutral
 value (a request is never silently served differently from what it asked). Fields that need
-the model's logits (`LOGIT_FIELDS`) are recorded in `Generation.needs`, so a server whose
-executor has no logits refuses them by name.
+the model's logits (`executor.sampling.LOGIT_FIELDS`) are recorded in `Generation.needs`, so
+a server whose executor has no logits refuses them by name.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from batchlab.executor.sampling import LOGIT_FIELDS, SamplingParams
+from batchlab.executor.sampling import SamplingParams
 from batchlab.serve.tokenizer import CHAT_ROLES, chat_prompt, encode
 
 DEFAULT_MAX_TOKENS = 16     # OpenAI's default for completions (chat: the rest of the context)
@@ -26,7 +26,12 @@ MAX_LOGPROBS = 20           # vLLM's default --max-logprobs
 MAX_STOPS = 16              # stop strings (and stop token ids) per request
 MAX_STOP_BYTES = 256        # the longest stop string, in UTF-8 bytes
 # Set to anything but these, a field asks for something this server does not do.
-NEUTRAL = {"best_of": (1,), "suffix": (None, ""), "tools": (None, []), "response_format": (None,)}
+NEUTRAL = {"best_of": (None, 1), "suffix": (None, ""), "tools": (None, []), "response_format": (None,),
+           # vLLM's own fields this server does not implement
+           "prompt_logprobs": (None,), "min_p": (None, 0), "use_beam_search": (None, False),
+           "allowed_token_ids": (None,), "bad_words": (None, []), "truncate_prompt_tokens": (None,),
+           "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+           "guided_grammar": (None,), "structured_outputs": (None,)}
 CHAT_NEUTRAL = {"echo": (None, False)}   # vLLM's chat echo (of the last message) is not served
 # Only an escape in \ud800-\udfff can make a string that is not text (raw UTF-8 cannot).
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
@@ -401,8 +406,10 @@ class ChunkWriter:
         self.with_ids = with_ids
 
     def __call__(self, text: str, finish: str | None, first: bool, token: int,
-                 logprobs: str = "null") -> str:
+                 logprobs: str = "null", stop_reason: str | int | None = None) -> str:
         reason = "null" if finish is None else f'"{finish}"'
+        if stop_reason is not None:   # vLLM's: the stop string or token id that ended it
+            reason += f',"stop_reason":{json.dumps(stop_reason)}'
         ids = f',"token_ids":[{token}]' if self.with_ids else ""
         return (f'{self.first_head if first else self.head}{json.dumps(text)}{self.close},'
                 f'"logprobs":{logprobs},"finish_reason":{reason}{ids}}}]}}\n\n')

@@ -66,6 +66,9 @@ def build_state(config: ServeConfig):
         raise InputError(f"field '--max-model-len': {max_len} exceeds the model's max_context "
                          f"{mini.max_context} (raise it in --model, e.g. {config.model}:max_context={max_len})")
     system = parse_system(config.system, "--system")
+    if system.cpu_ms:
+        raise InputError(f"field '--system': {config.system!r} sets cpu_ms, a simulated CPU time: the "
+                         "server's own CPU work is real, on the wall clock")
     memory = system.memory_for_capacity(config.kv_cache_tokens, max_len)
     model = init_model(mini)
     executor = NumpyExecutor(model, clock="wall", memory=memory)

@@ -45,8 +45,8 @@ def engine_for(system: System, model: ModelSpec, gpu: GPUSpec, memory=None,
     if config.order.name == "slo" and config.order.prefill_rate is None:
         config = replace(config, order=replace(config.order, prefill_rate=prefill_rate(model, gpu)))
     memory = system.memory_manager(model, gpu, layout) if memory is None else memory
-    return Engine(config, make_executor(model, gpu, layout), memory, max_context=model.max_context,
-                  fast_forward=False, **options)
+    return Engine(config, system.with_host_work(make_executor(model, gpu, layout)), memory,
+                  max_context=model.max_context, fast_forward=False, **options)
 
 
 def run_dependent(engine: Engine, requests: list[Request],

@@ -10,7 +10,7 @@ Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own 
 - max_bs (§6.2): chat at 48 req/s, Orca with oracle reservations, max_bs from 8 to 512.
 - order (§6.3 and exercise 5): chat at 40 req/s; fcfs, sjf (true lengths), sjf on predicted
   lengths (σ = 0.5 and 1), aging, with max_bs 64 (requests queue) and 256 (nothing queues).
-- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill_first (early
+- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill-first (early
   vLLM) vs chunked prefill with token budgets 512 and 2048 (Sarathi-Serve, vLLM v1).
 - preempt: paged memory on the long workload at rates that run out of KV blocks; preemption
   by recompute vs swap to host memory, a watermark that avoids most of it, and unlimited
@@ -37,6 +37,7 @@ from batchlab.serving.systems import System, parse_system
 CHAT_SLO = (1.0, 0.050)
 LONG_SLO = (2.0, 0.050)
 AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md §6.3
+HOST_CPU_MS = (4.0, 16.0)   # below and above a chat decode step's GPU time (~7 ms): see docs/host.md
 PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's watermark is 1%)
 
 
@@ -107,7 +108,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
         "prefill", "§6.4", "prefill insertion: mixed vs prefill-first vs chunked", "chat", CHAT_SLO,
         (8.0, 16.0, 32.0, 48.0),
         (("mixed", "orca-oracle"),
-         ("prefill_first", "orca-oracle:prefill=prefill_first"),
+         ("prefill-first", "orca-oracle:prefill=prefill-first"),
          ("chunked 512", "orca-oracle:prefill=chunked:token_budget=512"),
          ("chunked 2048", "orca-oracle:prefill=chunked:token_budget=2048")),
         ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "mean_batch")),
@@ -140,6 +141,13 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
         ("mean_program_ms", "p50_program_ms", "p99_program_ms", "max_program_ms", "completed_programs",
          "p99_ttft_ms", "output_throughput"),
         runner=program_point, unit="programs/s"),
+    Experiment(
+        "host", "§4.4, §7", "CPU work per step: serial vs overlapped (async scheduling)", "chat", CHAT_SLO,
+        (8.0, 16.0, 32.0, 48.0),
+        (("no CPU", "orca-oracle"),
+         *((f"{kind} {ms:g} ms", f"orca-oracle:cpu_ms={ms:g}" + (":async_scheduling=1" if kind == "async" else ""))
+           for ms in HOST_CPU_MS for kind in ("serial", "async"))),
+        ("p50_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "output_throughput", "mean_batch", "slo_attainment")),
 )}
 
 
@@ -279,7 +287,7 @@ def findings(name: str, systems: list[dict]) -> list[dict]:
         ratio("aging / sjf, TTFT max (max_bs 64)", aging, "sjf, max_bs 64", "max_ttft_ms")
     elif name == "prefill":
         ratio("chunked 512 / mixed, ITL max", "chunked 512", "mixed", "max_itl_ms")
-        ratio("prefill_first / mixed, ITL p99", "prefill_first", "mixed", "p99_itl_ms")
+        ratio("prefill-first / mixed, ITL p99", "prefill-first", "mixed", "p99_itl_ms")
     elif name == "preempt":
         ratio("swap / recompute, TTFT p50", "swap", "recompute", "p50_ttft_ms")
         ratio("swap / recompute, throughput", "swap", "recompute", "output_throughput")

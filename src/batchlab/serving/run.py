@@ -12,6 +12,8 @@ from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics, none_if_nan, time_weighted_mean
+from batchlab.metrics.normalized import normalized_figures
+from batchlab.metrics.seats import seat_figures
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES, METRICS, vllm_result
 from batchlab.request import Request
 from batchlab.serving.systems import System
@@ -55,7 +57,9 @@ class RunResult:
         return out
 
     def figures(self, percentiles=DEFAULT_PERCENTILES) -> dict:
-        return run_figures(self.metrics, self.trace.prompt, self.usage, percentiles)
+        """`run_figures`, then Orca's normalized latency (E2E over output tokens, ms per token)."""
+        return {**run_figures(self.metrics, self.trace.prompt, self.usage, percentiles),
+                **normalized_figures(self.metrics.requests)}
 
 
 # Always computed, whatever --metric-percentiles asks: the tables show them.
@@ -133,12 +137,13 @@ def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec,
                             record_rounds=record_rounds)
         trace = run_dependent(engine, build_requests(workload, system, seed))
     else:
-        engine = Engine(system.scheduler_config(), make_executor(model, gpu, layout), memory,
+        engine = Engine(system.scheduler_config(), system.with_host_work(make_executor(model, gpu, layout)), memory,
                         max_context=model.max_context, check_memory=check_memory,
                         record_rounds=record_rounds, token_lists=False)
         trace = engine.run(build_requests(workload, system, seed))
     metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
     usage, history = usage_figures(trace), None
+    usage.update(seat_figures(trace.steps, trace.admitted_at, system.batching == "static"))
     stats = memory.cache_stats()
     if stats is not None:   # a prefix cache: its hit rate, savings and evictions, flat keys
         usage.update(stats)

@@ -119,6 +119,18 @@ class Workload:
         column = np.broadcast_to(np.asarray(n), (len(self),)) if np.ndim(n) == 0 else n
         return replace(self, samples=column)
 
+    def with_max_output(self, cap: int) -> Workload:
+        """The same requests with outputs longer than `cap` tokens cut to `cap` (a generated
+        distribution's tail bounded, as a serving system's max_tokens does); a note says how many."""
+        if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
+            raise InputError(f"field 'max_output': must be a whole number of tokens >= 1, got {cap!r}")
+        if self.content is not None:
+            raise InputError(f"field 'max_output': workload '{self.name}' carries its tokens (a prefix "
+                             "cache's content), which a shorter output would contradict")
+        clipped = int((self.output > cap).sum())
+        notes = [*self.notes, f"outputs capped at {cap} tokens (--max-output): {clipped} of {len(self)} cut"]
+        return replace(self, output=np.minimum(self.output, cap), notes=notes)
+
     @property
     def sample_count(self) -> int:
         """Sequences the requests generate: Σ n."""

@@ -25,6 +25,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -67,6 +68,8 @@ class ServeState:
     active: int = 0    # requests whose handler still waits for tokens
     wake: asyncio.Event | None = None   # set when `active` leaves 0
     inflight: dict[str, Job] = field(default_factory=dict)   # by id: what a drain may cut
+    # a request body -> Generation (a twin estimates text prompts and refuses what needs logits)
+    parse: Callable = protocol.parse_generation
 
     def capacity_error(self, gen: Generation) -> str | None:
         """Why the engine could never hold this request (the check `Engine.add` makes), or None."""
@@ -88,12 +91,13 @@ def create_app(state: ServeState) -> Starlette:
     async def lifespan(app):
         state.wake = asyncio.Event()
         state.loop.start()
-        pump = asyncio.create_task(_pump(state))
+        pump = asyncio.create_task(_pump(state)) if state.loop.needs_pump else None
         yield
         state.draining = True
         await asyncio.to_thread(state.loop.stop)
         deliver(state.loop.outbox)
-        pump.cancel()
+        if pump is not None:
+            pump.cancel()
 
     app = Starlette(routes=[
         Route("/v1/completions", completions, methods=["POST"]),
@@ -228,8 +232,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
             raise ApiError(503, "the server is shutting down" if st.draining else st.loop.failure,
                            kind="service_unavailable", code="unavailable",
                            headers={"Retry-After": str(RETRY_AFTER_S)})
-        gen = protocol.parse_generation(protocol.parse_json(await read_body(request, st.max_body)),
-                                        st.limits, chat)
+        gen = st.parse(protocol.parse_json(await read_body(request, st.max_body)), st.limits, chat)
         _checked(st, gen)
     except ApiError as err:
         return error_response(st, err)

@@ -68,6 +68,8 @@ class Job:
 
 
 class EngineLoop:
+    needs_pump = True   # its tokens wait on the outbox for the event loop's pump (app.py)
+
     def __init__(self, engine: Engine, executor: NumpyExecutor, metrics: ServerMetrics, eos: int,
                  *, keep_trace: bool = False, reset_every: int = RESET_EVERY) -> None:
         self.engine, self.executor, self.metrics, self.eos = engine, executor, metrics, eos

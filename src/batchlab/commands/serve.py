@@ -30,14 +30,9 @@ def register(subparsers) -> None:
                     "prices it at, output tokens are made up from the request's seed. See "
                     "docs/serving.md.")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
-<<<<<<< HEAD
-    parser.add_argument("--port", type=flagtypes.integer(ge=0, le=65535), default=DEFAULT_PORT, help="port (default: %(default)s)")
-    parser.add_argument("--model", default="mini", metavar="MINI-SPEC",
-=======
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=flagtypes.integer(ge=0, le=65535), default=DEFAULT_PORT,
                         help="port; with --replicas N, the first of N consecutive ports (default: %(default)s)")
     parser.add_argument("--model", metavar="SPEC",
->>>>>>> main
                         help="mini or tiny, with :field=value overrides of the mini config, e.g. "
                              "mini:n_layers=2:seed=1 (default: mini); with --simulate, a model "
                              f"preset or .toml/.json spec file (default: {TWIN_MODEL})")
@@ -45,25 +40,15 @@ def register(subparsers) -> None:
                         help="the model name clients use (default: the --model spec)")
     parser.add_argument("--system", metavar="SPEC",
                         help="scheduler and memory manager as in `batchlab compare`, e.g. "
-<<<<<<< HEAD
-                             "chunked:max_bs=32:token_budget=256 (default: %(default)s)")
-    parser.add_argument("--max-model-len", type=flagtypes.positive_tokens, metavar="N",
-                        help="longest prompt + output in tokens (default: the model's max_context)")
-    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, default=DEFAULT_KV_CACHE_TOKENS, metavar="N",
-                        help="KV cache capacity in tokens for the system's memory manager "
-                             "(default: %(default)s)")
-    parser.add_argument("--max-waiting", type=flagtypes.requests, default=DEFAULT_MAX_WAITING, metavar="N",
-=======
                              f"chunked:max_bs=32:token_budget=256 (default: {DEFAULT_SYSTEM}; "
                              f"with --simulate {DEFAULT_TWIN_SYSTEM})")
-    parser.add_argument("--max-model-len", type=int, metavar="N",
+    parser.add_argument("--max-model-len", type=flagtypes.positive_tokens, metavar="N",
                         help="longest prompt + output in tokens (default: the model's max_context)")
-    parser.add_argument("--kv-cache-tokens", type=int, metavar="N",
+    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, metavar="N",
                         help="KV cache capacity in tokens for the system's memory manager "
                              f"(default: {DEFAULT_KV_CACHE_TOKENS}; with --simulate, what the "
                              "GPUs' memory holds beside the weights, as `batchlab simulate`)")
-    parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING, metavar="N",
->>>>>>> main
+    parser.add_argument("--max-waiting", type=flagtypes.requests, default=DEFAULT_MAX_WAITING, metavar="N",
                         help="requests that may wait for admission; more get 429 (default: %(default)s)")
     parser.add_argument("--seed", type=flagtypes.seed, default=0,
                         help="seeds the sampling of requests that give no seed (default: 0)")
@@ -104,11 +89,7 @@ def run(args) -> int:
         raise InputError(f"field '--port' must be in [0, 65535], got {args.port}")
     if args.drain_timeout <= 0:
         raise InputError(f"field '--drain-timeout' must be > 0, got {args.drain_timeout}")
-<<<<<<< HEAD
     check_flags(args)
-    config = ServeConfig(model=args.model, system=args.system, served_model_name=args.served_model_name,
-                         max_model_len=args.max_model_len, kv_cache_tokens=args.kv_cache_tokens,
-=======
     if args.simulate:
         return _run_twin(args)
     for flag, value, default in (("--gpu", args.gpu, None), ("--tp", args.tp, 1),
@@ -125,13 +106,11 @@ def run(args) -> int:
                          max_model_len=args.max_model_len,
                          kv_cache_tokens=(DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None
                                           else args.kv_cache_tokens),
->>>>>>> main
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
                          save_trace=args.save_trace)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
 
 
-<<<<<<< HEAD
 def check_flags(args) -> None:
     """What the parser cannot check alone, each blamed on its own flag, before anything is built:
     the served name, an address this machine has (an unknown or foreign --host is not a --port
@@ -154,11 +133,22 @@ def check_flags(args) -> None:
     except (OSError, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise InputError(f"field '--host': cannot listen on {args.host!r}: {reason}") from None
-    mini = parse_model(args.model)
-    system = parse_system(args.system, "--system")
-    limits.kv_capacity(system, args.kv_cache_tokens, "--kv-cache-tokens")
-    limits.mini_model(mini, "--model", kv_tokens=args.kv_cache_tokens)
-=======
+    if args.simulate:   # a twin holds no weights and no K and V: its KV books only
+        from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM
+
+        if args.kv_cache_tokens is not None:
+            system = parse_system(args.system or DEFAULT_TWIN_SYSTEM, "--system")
+            limits.kv_capacity(system, args.kv_cache_tokens, "--kv-cache-tokens")
+        return
+    from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_SYSTEM
+
+    kv_tokens = DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None else args.kv_cache_tokens
+    mini = parse_model(args.model or "mini")
+    system = parse_system(args.system or DEFAULT_SYSTEM, "--system")
+    limits.kv_capacity(system, kv_tokens, "--kv-cache-tokens")
+    limits.mini_model(mini, "--model", kv_tokens=kv_tokens)
+
+
 def _run_twin(args) -> int:
     from batchlab.serve.faults import parse_fault
     from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM, TwinConfig, serve_twins
@@ -172,4 +162,3 @@ def _run_twin(args) -> int:
                         seed=args.seed, output=args.twin_output, check_memory=args.check_memory,
                         faults=faults, save_trace=args.save_trace)
     return serve_twins(config, args.host, args.port, args.replicas, args.drain_timeout, args.log_level)
->>>>>>> main

@@ -68,6 +68,8 @@ class Engine:
         # caller that reads the trace, never the requests: a fleet holds every replica's lists)
         self.token_lists = token_lists
         self.time_unit = time_unit
+        # a real model's executor gives the tokens too (StepResult); a price gives a duration
+        self._execute = getattr(executor, "execute", None)
 
     # -- the online interface ---------------------------------------------------------------
 
@@ -202,9 +204,16 @@ class Engine:
         if not plan and not sched.running and not plan.preempted:
             raise RuntimeError(f"no progress at t={now}: {len(sched.waiting)} waiting, none admissible")
         priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
-        duration = self.executor.run(plan) if priced else 0.0
+        tokens = None
+        if not priced:
+            duration = 0.0
+        elif self._execute is not None:
+            result = self._execute(plan)
+            duration, tokens = result.duration, result.tokens
+        else:
+            duration = self.executor.run(plan)
         self._log_step(plan, now, duration)
-        return StepOutput(now, now + duration, plan, [])
+        return StepOutput(now, now + duration, plan, [], tokens=tokens)
 
     def trace(self) -> Trace:
         """Everything added so far, in input order, with the per-step log."""
@@ -307,28 +316,36 @@ class Engine:
             self._account_work(r, item.n_new)
             r.computed += item.n_new
             if item.emits:
-                self._emit(r, end, emitted, finished, step.forked)
+                self._emit(r, end, emitted, finished, step.forked, step.tokens)
         if finished:
             self.scheduler.running = [r for r in self.scheduler.running if r.status is Status.RUNNING]
         if self.check_memory:
             self.memory.check_integrity()
         if self.record_rounds:
             self._record_round(plan, t, emitted, finished)
+        if step.tokens:   # a real model's tokens: those that end their request early
+            tokens = step.tokens
+            for r in step.emitted:
+                rule = r.stop
+                if rule is not None and rule.stops(tokens[r.id], r.emitted):
+                    if not r.finished:
+                        self.stop(r.id)
+                    step.stopped.append(r)
         return step
 
     def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request],
-              forked: list[Request] | None = None) -> None:
+              forked: list[Request] | None = None, tokens: dict[str, int] | None = None) -> None:
         r.emitted += 1
         r.token_times.append(end)
         emitted.append(r.id)
         if r.samples and r.emitted == 1:
-            self._fork(r, end, emitted, finished, forked if forked is not None else [])
+            self._fork(r, end, emitted, finished, forked if forked is not None else [], tokens)
         if r.emitted == r.output_tokens:
             self.finish(r)
             finished.append(r)
 
     def _fork(self, r: Request, end: float, emitted: list[str], finished: list[Request],
-              forked: list[Request]) -> None:
+              forked: list[Request], tokens: dict[str, int] | None = None) -> None:
         """Parallel sampling: `r` computed the prompt and its first token; each of its samples
         starts here, sharing the prompt's KV where the manager can (`fork`) with a first token
         drawn from the same logits (vLLM's fork of a sequence group). A sample the manager or
@@ -346,7 +363,9 @@ class Engine:
                 s.computed = s.peak_computed = r.computed
                 sched.running.append(s)
             if fork_kv is not None:
-                fork_kv(r, s)   # its first token (and the KV it shares)
+                token = fork_kv(r, s)   # its first token (and the KV it shares)
+                if tokens is not None:
+                    tokens[s.id] = token
             self._emit(s, end, emitted, finished)
             forked.append(s)
             if not shared and not s.finished:

@@ -39,6 +39,8 @@ class StepOutput:
     plan: StepPlan
     finished: list[Request]   # filled by the commit
     forked: list[Request] = field(default_factory=list)   # parallel samples started by the commit
+    tokens: dict[str, int] | None = None   # a real model's: the token each emitting request drew
+    stopped: list[Request] = field(default_factory=list)   # ended by the commit at a stop token
 
     @property
     def emitted(self) -> list[Request]:

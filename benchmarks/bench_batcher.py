@@ -11,6 +11,11 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_batcher.py [--repe
    FIXED_S + PER_ITEM_S · len(items) per call (asyncio.sleep), the shape of Clipper's a + b·B.
    512 concurrent callers either call it directly (one input per call) or go through the batcher
    (fixed max_batch, or AIMD aiming at 1.5× the full-batch cost), after a warm-up round.
+3. Prediction cache. A device costing 2 ms + 200 us per input (slow enough per input that the
+   device, not asyncio, limits the rate) behind the batcher (max_batch 64), 64 callers each asking
+   one query after another from a shared Zipf-1 stream of 8,192 queries over 10,000 distinct
+   ones (seeded): without a cache, with a CLOCK cache of 1,000 results, and with that cache and
+   in-flight dedup; queries per second and the p99 of each query's latency, cold cache.
 Every figure is the median of `--repeats` runs in this process; ratios compare runs of one process.
 """
 
@@ -21,7 +26,9 @@ import asyncio
 import statistics
 import time
 
-from batchlab.clipper import AdaptiveBatcher
+import numpy as np
+
+from batchlab.clipper import AdaptiveBatcher, zipf_queries
 
 OVERHEAD_CALLS = 5_000
 CONCURRENT_CALLERS = 256
@@ -31,6 +38,13 @@ PER_ITEM_S = 0.00002  # cost of one more input
 DEVICE_CALLERS = 512
 DEVICE_MAX_BATCH = 64
 US_PER_S = 1e6
+CACHE_STREAM = 8_192
+CACHE_DISTINCT = 10_000
+CACHE_SIZE = 1_000
+CACHE_CALLERS = 64
+CACHE_PER_ITEM_S = 0.0002
+CACHE_VARIANTS = {"no cache": {}, f"CLOCK cache of {CACHE_SIZE:,}": {"cache_size": CACHE_SIZE},
+                  "CLOCK cache and dedup": {"cache_size": CACHE_SIZE, "dedup": True}}
 
 
 async def identity(items):
@@ -73,12 +87,12 @@ async def time_concurrent(n: int) -> float:
     return elapsed / n
 
 
-def make_device():
+def make_device(per_item_s: float = PER_ITEM_S):
     lock = asyncio.Lock()
 
     async def device(items):
         async with lock:  # one call at a time, like one accelerator
-            await asyncio.sleep(FIXED_S + PER_ITEM_S * len(items))
+            await asyncio.sleep(FIXED_S + per_item_s * len(items))
         return items
 
     return device
@@ -104,6 +118,27 @@ async def device_batched(controller: str) -> tuple[float, float]:
     await batcher.aclose()
     mean_batch = (batcher.metrics.items - warm_items) / (batcher.metrics.batches - warm_batches)
     return qps, mean_batch
+
+
+async def device_cached(options: dict) -> tuple[float, float, float]:
+    """(queries/s, p99 latency in ms, share answered from the cache) over the Zipf stream."""
+    stream = zipf_queries(CACHE_DISTINCT, 1.0, CACHE_STREAM, np.random.default_rng(0)).tolist()
+    batcher = AdaptiveBatcher(make_device(CACHE_PER_ITEM_S), max_batch=DEVICE_MAX_BATCH,
+                              max_wait_s=0.001, max_queue=CACHE_CALLERS, **options)
+    latencies: list[float] = []
+
+    async def caller(first: int) -> None:
+        for query in stream[first::CACHE_CALLERS]:
+            asked = time.perf_counter()
+            await batcher(query)
+            latencies.append(time.perf_counter() - asked)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(caller(k) for k in range(CACHE_CALLERS)))
+    qps = CACHE_STREAM / (time.perf_counter() - start)
+    await batcher.aclose()
+    p99_ms = float(np.percentile(latencies, 99)) * 1e3
+    return qps, p99_ms, batcher.metrics.cache_hits / CACHE_STREAM
 
 
 def median_of(repeats: int, coroutine_factory):
@@ -144,6 +179,18 @@ def main() -> None:
     print(f"  batcher, AIMD                   {aimd_qps:10,.0f} inputs/s "
           f"({aimd_qps / direct_qps:.1f}x direct, mean batch "
           f"{statistics.median(b for _, b in aimd):.1f})")
+
+    print(f"prediction cache, device {FIXED_S * 1e3:g} ms + {CACHE_PER_ITEM_S * US_PER_S:g} us/input, "
+          f"{CACHE_CALLERS} callers asking one query after another "
+          f"from {CACHE_STREAM:,} Zipf-1 queries over {CACHE_DISTINCT:,} distinct, median of {r} runs")
+    base = None
+    for name, options in CACHE_VARIANTS.items():
+        runs = [asyncio.run(device_cached(options)) for _ in range(r)]
+        qps = statistics.median(q for q, _, _ in runs)
+        base = base or qps
+        print(f"  {name:<26} {qps:10,.0f} queries/s ({qps / base:.2f}x no cache), p99 "
+              f"{statistics.median(p for _, p, _ in runs):6.2f} ms, hits "
+              f"{statistics.median(h for _, _, h in runs):.1%}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from test_fast_forward_identity import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
 
 from batchlab import aggregate
+from batchlab.hardware import cost as roofline_cost
 from batchlab import trace as trace_module
 from batchlab.engine import Engine
 from batchlab.executor.roofline import RooflineExecutor
@@ -348,11 +349,11 @@ def test_the_step_log_packs_single_rows_across_runs_in_step_order():
 
 def test_a_runs_affine_prices_are_exact_integer_ranges():
     # a run prices flops and bytes that grow by the same integer every step (none: a constant)
-    assert aggregate._affine_range(5, 3, 4).tolist() == [5.0, 8.0, 11.0, 14.0]
-    assert aggregate._affine_range(7, 0, 3).tolist() == [7.0, 7.0, 7.0]
+    assert roofline_cost.affine_range(5, 3, 4).tolist() == [5.0, 8.0, 11.0, 14.0]
+    assert roofline_cost.affine_range(7, 0, 3).tolist() == [7.0, 7.0, 7.0]
     big = 2**53 + 1   # int64 exact, rounded once on the way to float64, as astype rounds it
     expected = np.array([big, big + 2], dtype=np.int64).astype(np.float64)
-    assert aggregate._affine_range(big, 2, 2).tolist() == expected.tolist()
+    assert roofline_cost.affine_range(big, 2, 2).tolist() == expected.tolist()
 
 
 @settings(max_examples=300, **PROFILE)
@@ -360,9 +361,9 @@ def test_a_runs_affine_prices_are_exact_integer_ranges():
        st.integers(1, 2**20) | st.integers(1, 2**40), st.integers(1, 5000))
 def test_a_runs_affine_range_is_the_int64_range_rounded_once(first, step, n):
     # below 2**53 it is made in float64 directly; above, in int64 and rounded: the same values
-    assume(first + step * n < aggregate.INT64_SAFE)
+    assume(first + step * n < roofline_cost.INT64_SAFE)
     expected = np.arange(first, first + step * n, step, dtype=np.int64).astype(np.float64)
-    assert np.array_equal(aggregate._affine_range(first, step, n), expected)
+    assert np.array_equal(roofline_cost.affine_range(first, step, n), expected)
 
 
 @pytest.mark.parametrize("bound", ["memory", "compute", "crossing"])
@@ -379,7 +380,7 @@ def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, lane_s
     monkeypatch.setattr(sys.modules[__name__], "GPU",
                         dataclasses.replace(GPU, peak_flops=ridge * GPU.memory_rate / GPU.mfu))
     ranges, priced = [0], []
-    affine_range, price_run = aggregate._affine_range, aggregate.Lane.price_run
+    affine_range, price_run = roofline_cost.affine_range, aggregate.Lane.price_run
 
     def counting_ranges(*args):
         ranges[0] += 1
@@ -392,7 +393,7 @@ def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, lane_s
             priced.append(ranges[0])
         return out
 
-    with mock.patch.object(aggregate, "_affine_range", counting_ranges), \
+    with mock.patch.object(roofline_cost, "affine_range", counting_ranges), \
             mock.patch.object(aggregate.Lane, "price_run", recording):
         trace, _ = check([(0.0, 40, 300)], SchedulerConfig(), ("paged", 4096, 4, 0.0))
     assert lane_steps[0] == trace.n_steps and priced

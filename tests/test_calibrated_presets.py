@@ -1,6 +1,6 @@
 """The shipped A100-80GB and H100-SXM presets against the real operator profiles they describe.
 
-The profiles (Vidur's, see shared/data/profiles/README.md) lie beside the repository. One layer of
+The profiles (Vidur's) ship in src/batchlab/data/profiles (credit in data/README.md). One layer of
 Llama-2-7B at every measured token count and TP degree is priced op by op with the preset and
 compared with the sum of its measured operators, as docs/fidelity.md reports it.
 """
@@ -16,7 +16,7 @@ from batchlab.calibrate.fit import predict_ms
 from batchlab.calibrate.profiles import load_profiles
 from batchlab.hardware import resolve_gpu, resolve_model
 
-PROFILES = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles"
+PROFILES = Path(__file__).resolve().parents[1] / "src" / "batchlab" / "data" / "profiles"
 
 
 def _layer_errors(gpu_name: str, mlp_file: str) -> np.ndarray:
@@ -30,16 +30,16 @@ def _layer_errors(gpu_name: str, mlp_file: str) -> np.ndarray:
     return np.abs(predicted - measured) / measured
 
 
-@pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv"),
-                                           ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv")])
+@pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv.gz"),
+                                           ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv.gz")])
 def test_a_whole_layer_is_priced_within_the_aims(gpu, mlp_file):
     errors = _layer_errors(gpu, mlp_file)
     assert errors.size > 100
     assert errors.mean() < 0.10 and errors.max() < 0.20
 
 
-@pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv"),
-                                           ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv")])
+@pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv.gz"),
+                                           ("H100-SXM", "vidur_h100_llama-2-7b_mlp.csv.gz")])
 def test_layers_at_tp_degrees_the_fit_never_saw(gpu, mlp_file):
     """Fit on TP 1 and 2, predict TP 4 and 8: every matrix a half or a quarter as wide."""
     from batchlab.calibrate.fit import fit, parse_hold_out, row_sums
@@ -59,7 +59,29 @@ def test_layers_at_tp_degrees_the_fit_never_saw(gpu, mlp_file):
 
 def test_decode_attention_of_another_model_on_the_a100():
     """Llama-3-8B's attention (8 KV heads, not Llama-2's 32): the A100 preset carries over."""
-    points = [p for p in load_profiles([PROFILES / "vidur_a100_llama-3-8b_attention_subset.csv"],
+    points = [p for p in load_profiles([PROFILES / "vidur_a100_llama-3-8b_attention_subset.csv.gz"],
                                        resolve_model("Llama-3-8B"))]
     errors = np.array([abs(predict_ms(p, resolve_gpu("A100-80GB")) - p.ms) / p.ms for p in points])
     assert errors.size >= 4 and errors.mean() < 0.20
+
+
+@pytest.mark.parametrize("path", sorted(PROFILES.rglob("*.csv.gz")), ids=lambda p: p.name)
+def test_shipped_profiles_are_vidurs_files(path):
+    """Each gzipped profile unzips to the file data/README.md names by SHA-256."""
+    import gzip
+    import hashlib
+
+    digest = hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    assert f"`{digest}`" in (PROFILES.parent / "README.md").read_text()
+
+
+def test_a_gzipped_profile_reads_as_its_plain_csv(tmp_path):
+    import gzip
+
+    packed = PROFILES / "vidur_a100_llama-3-8b_attention_subset.csv.gz"
+    plain = tmp_path / "attention.csv"
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
+    model = resolve_model("Llama-3-8B")
+    read = [(p.op, p.tokens, p.batch, p.context, p.ms) for p in load_profiles([packed], model)]
+    assert read and read == [(p.op, p.tokens, p.batch, p.context, p.ms)
+                             for p in load_profiles([plain], model)]

@@ -51,3 +51,62 @@ def test_bad_flags_exit_2_with_one_line(capsys, flag, value):
     assert main(["clipper", flag, value]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and flag in err
+
+
+def _json(args):
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["clipper", *args, "--json"]) == 0
+    return json.loads(buffer.getvalue())
+
+
+def test_the_cache_and_selection_experiments_in_json(tmp_path, capsys):
+    out = _json(["cache", "selection", "stragglers", "--requests", "1500", "--zipf", "1.1",
+                 "--deadline-ms", "15", "--plot", str(tmp_path)])
+    assert "profiles" not in out and "controllers" not in out      # batching not asked for
+    assert out["cache"]["load_skew"] == 1.1
+    assert {r["policy"] for r in out["cache"]["hit_rates"]} == {"clock", "lru"}
+    assert {r["variant"] for r in out["cache"]["load"]} == {"no cache", "CLOCK cache", "CLOCK cache + dedup"}
+    assert out["selection"]["queries"] == 1500 and len(out["selection"]["policies"]) == 3
+    assert out["stragglers"]["deadline_ms"] == 15.0
+    assert all(r["p99_latency_deadline_ms"] <= 15.0 for r in out["stragglers"]["rows"])
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f"{stem}.{ext}" for stem in ("cache_hit_rate", "cache_load", "model_selection",
+                                                        "stragglers") for ext in ("png", "svg"))
+    assert capsys.readouterr().err.count("wrote ") == 8
+
+
+def test_which_experiments_run():
+    import argparse
+
+    from batchlab.commands.clipper import EXPERIMENT_NAMES, experiments
+
+    def chosen(*names):
+        return experiments(argparse.Namespace(experiments=list(names)))
+
+    assert chosen() == ("batching",)                      # what `batchlab clipper` always printed
+    assert chosen("all") == EXPERIMENT_NAMES
+    assert chosen("stragglers", "cache") == ("cache", "stragglers")   # printed in a fixed order
+
+
+def test_new_tables_for_people(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["clipper", "cache", "selection", "stragglers", "--requests", "800"]) == 0
+    text = capsys.readouterr().out
+    for title in ("Prediction cache: hit rate", "CLOCK cache + dedup", "Model selection over 800",
+                  "Exp4 (eta", "answer at 20 ms", "Confidence"):
+        assert title in text
+    assert "Latency profiles" not in text
+
+
+@pytest.mark.parametrize("args, name", [
+    (["--zipf", "-1"], "--zipf"), (["--zipf", "nan"], "--zipf"), (["--deadline-ms", "0"], "--deadline-ms"),
+    (["cache", "nosuch"], "EXPERIMENT"),
+])
+def test_bad_new_input_exits_2_naming_it(capsys, args, name):
+    assert main(["clipper", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and name in err

@@ -104,7 +104,9 @@ def test_a_spec_without_tiles_prices_exactly_as_before():
                    matmul_mbu=0.5, matmul_half_tokens=3.0, matmul_floor_s=1e-6,
                    matmul_vector_mbu=0.7)
     dims = Dims.of(LLAMA3, 2)
-    for gpu in (bare, gemv, GPU_PRESETS["A100-40GB"], GPU_PRESETS["L4"]):
+    datasheet_only = GPUSpec("datasheet", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
+                             sm_count=58)
+    for gpu in (bare, gemv, datasheet_only):
         p = class_params(gpu)["matmul"]
         assert p.tile_rows == 0.0
         for rows in (1, 2, 7, 136, 4096):
@@ -130,7 +132,8 @@ def test_tile_fields_are_checked():
     with pytest.raises(InputError, match="sm_count"):
         dataclasses.replace(A100, sm_count=2.5)
     with pytest.raises(InputError, match="matmul_tile_cols"):
-        dataclasses.replace(GPU_PRESETS["L4"], matmul_tile_cols=128)
+        GPUSpec("no-tiles", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9, sm_count=58,
+                matmul_tile_cols=128)
 
 
 def test_uncalibrated_gpu_falls_back_to_mfu_and_mbu_without_floors():

@@ -40,7 +40,8 @@ def test_preset_shapes_that_matter():
     assert MODEL_PRESETS["Llama-2-7B"].kv_bytes_per_token == 2 * 2 * 32 * 4096  # no GQA: 512 KiB
     opt = MODEL_PRESETS["OPT-13B"]
     assert opt.mlp_matrices == 2 and opt.n_linear == 40 * (4 * 5120**2 + 2 * 5120 * 20480)
-    assert set(GPU_PRESETS) == {"H100-SXM", "A100-40GB", "A100-80GB", "H200", "L4"}
+    assert set(GPU_PRESETS) == {"H100-SXM", "A100-40GB", "A100-80GB", "H200", "B200", "MI300X",
+                                "L40S", "A40", "A10G", "L4"}
     h100 = GPU_PRESETS["H100-SXM"]
     assert (h100.peak_flops, h100.mem_bandwidth, h100.memory) == (989e12, 3.35e12, 80e9)
     assert (h100.mfu, h100.mbu, h100.memory_utilization, h100.step_overhead_s) == (

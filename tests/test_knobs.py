@@ -125,7 +125,7 @@ def test_chunked_prefill_lowers_itl_max():
     by = run("prefill", 150, rates=(16.0,))
     mixed, chunked = by["mixed"]["rates"][0], by["chunked 512"]["rates"][0]
     assert chunked["max_itl_ms"] < mixed["max_itl_ms"]
-    assert by["prefill_first"]["rates"][0]["p99_itl_ms"] > mixed["p99_itl_ms"]
+    assert by["prefill-first"]["rates"][0]["p99_itl_ms"] > mixed["p99_itl_ms"]
 
 
 def test_preemption_costs_are_charged_to_their_mode():

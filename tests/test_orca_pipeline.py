@@ -8,10 +8,11 @@ import pytest
 
 from batchlab.engine import Engine
 from batchlab.fleet import Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
-from batchlab.fleet.orca import OrcaSetting, best_rate, normalized_latency, trace_latencies
+from batchlab.fleet.orca import OrcaSetting, best_rate, trace_latencies
 from batchlab.fleet.pipeline import PipelineExecutor, replica_engine
 from batchlab.hardware import Layout, resolve_gpu, resolve_model
 from batchlab.hardware.parallel import kv_capacity_tokens_split
+from batchlab.metrics.normalized import normalized_latency
 from batchlab.request import Request
 from batchlab.scheduler import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan

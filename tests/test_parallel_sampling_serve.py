@@ -55,7 +55,7 @@ def test_greedy_choices_all_equal_the_single_output(served):
     for c in body["choices"]:
         assert c["token_ids"] == alone and c["text"] == decode(alone) and c["finish_reason"] == "length"
     assert body["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 27,
-                             "total_tokens": len(prompt) + 27}
+                             "total_tokens": len(prompt) + 27, "prompt_tokens_details": {"cached_tokens": 0}}
     after = client.get("/metrics").text
     assert _metric(after, "vllm:generation_tokens_total") - before == 27   # every sample's tokens
 

@@ -71,7 +71,7 @@ def test_greedy_completion_equals_generation_alone(served):
     assert body["choices"][0]["token_ids"] == generate(MODEL, prompt, 12)
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 12,
-                             "total_tokens": len(prompt) + 12}
+                             "total_tokens": len(prompt) + 12, "prompt_tokens_details": {"cached_tokens": 0}}
     assert body["choices"][0]["text"] == decode(body["choices"][0]["token_ids"])
 
 
@@ -150,7 +150,6 @@ def test_models_health_and_metrics(served):
 BAD = [
     ("malformed JSON", b'{"prompt": "x",', "body"),
     ("not an object", b'[1, 2]', "body"),
-    ("unknown model", {"model": "gpt-9", "prompt": "x"}, "model"),
     ("max_tokens zero", {"prompt": "x", "max_tokens": 0}, "max_tokens"),
     ("max_tokens negative", {"prompt": "x", "max_tokens": -3}, "max_tokens"),
     ("max_tokens a string", {"prompt": "x", "max_tokens": "8"}, "max_tokens"),
@@ -170,7 +169,25 @@ BAD = [
     ("seed a string", {"prompt": "x", "seed": "7"}, "seed"),
     ("n zero", {"prompt": "x", "n": 0}, "n"),
     ("best_of above one", {"prompt": "x", "best_of": 2}, "best_of"),
-    ("stop strings", {"prompt": "x", "stop": ["\n"]}, "stop"),
+    ("prompt_logprobs", {"prompt": "x", "prompt_logprobs": 1}, "prompt_logprobs"),
+    ("min_p", {"prompt": "x", "min_p": 0.1}, "min_p"),
+    ("beam search", {"prompt": "x", "use_beam_search": True}, "use_beam_search"),
+    ("stop string empty", {"prompt": "x", "stop": ["\n", ""]}, "stop[1]"),
+    ("stop not strings", {"prompt": "x", "stop": 5}, "stop"),
+    ("stop token id outside the vocabulary", {"prompt": "x", "stop_token_ids": [300]}, "stop_token_ids[0]"),
+    ("logprobs over the cap", {"prompt": "x", "logprobs": 21}, "logprobs"),
+    ("logprobs a bool", {"prompt": "x", "logprobs": True}, "logprobs"),
+    ("logit_bias key not an id", {"prompt": "x", "logit_bias": {"a": 1}}, "logit_bias"),
+    ("logit_bias key a unicode digit", {"prompt": "x", "logit_bias": {"\u00b2": 1}}, "logit_bias"),
+    ("logit_bias over 100", {"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
+    ("repetition_penalty zero", {"prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+    ("presence_penalty over 2", {"prompt": "x", "presence_penalty": 2.5}, "presence_penalty"),
+    ("top_k below -1", {"prompt": "x", "top_k": -2}, "top_k"),
+    ("lone surrogate in the prompt", b'{"prompt": "a\\ud800b"}', "prompt"),
+    ("lone surrogate in a key", b'{"prompt": "x", "a\\udc00": 1}', "a\\udc00"),
+    ("nested past the parser's depth", b'{"prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", "body"),
+    ("nested deep in a field", b'{"prompt": "x", "max_tokens": ' + b"[" * 500 + b"]" * 500 + b"}",
+     "max_tokens"),
     ("stream a string", {"prompt": "x", "stream": "yes"}, "stream"),
     ("stream_options without stream", {"prompt": "x", "stream_options": {"include_usage": True}},
      "stream_options"),

@@ -107,7 +107,7 @@ def test_bad_requests_get_their_status_and_the_server_stays_healthy(server):
     url = server.url + "/v1/completions"
     cases = [
         (b'{"prompt": ', 400, "body"),
-        (json.dumps({"model": "nope", "prompt": "x"}).encode(), 400, "model"),
+        (json.dumps({"model": "nope", "prompt": "x"}).encode(), 404, "model"),   # as vLLM
         (json.dumps({"prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens"),
         (json.dumps({"prompt": "x", "max_tokens": 4096}).encode(), 400, "max_tokens"),
         (json.dumps({"prompt": "x" * 4096}).encode(), 400, "prompt"),

@@ -1,6 +1,7 @@
 """`batchlab simulate` and `batchlab compare` as a user runs them: determinism, the JSON shape,
 trace files good and bad, and bad flags exiting 2."""
 
+import gzip
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from batchlab.workload import make_workload
 from conftest import run_cli
 
 # CI lays shared/ beside the repository, as on a developer machine
-AZURE_CONV = Path(__file__).resolve().parents[2] / "shared" / "data" / "AzureLLMInferenceTrace_conv.csv"
+AZURE_CONV_GZ = Path(__file__).resolve().parents[1] / "src" / "batchlab" / "data" / "AzureLLMInferenceTrace_conv.csv.gz"
 COMPARE = ("compare", "--requests", "120", "--rates", "4,32", "--json")
 SYSTEMS = ["static", "orca-max", "orca-oracle", "sequential"]
 # vLLM's keys (latencies in ms), then batchlab's own
@@ -90,6 +91,8 @@ def test_simulate_twice_gives_byte_identical_json():
 # -- trace files ---------------------------------------------------------------------------
 
 def test_azure_csv_as_it_is(tmp_path):
+    AZURE_CONV = tmp_path / "AzureLLMInferenceTrace_conv.csv"   # the shipped copy, unzipped
+    AZURE_CONV.write_bytes(gzip.decompress(AZURE_CONV_GZ.read_bytes()))
     out = run_cli("simulate", "--trace", str(AZURE_CONV), "--requests", "300", "--json",
                   "--csv", str(tmp_path / "r.csv"))
     assert out.returncode == 0, out.stderr

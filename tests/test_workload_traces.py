@@ -1,6 +1,7 @@
 """Trace replay: exact timestamps, CSV and JSONL, bad files, the real Azure trace, the built-in copy."""
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,8 +12,10 @@ from batchlab.errors import InputError
 from batchlab.workload import TraceColumns, load_builtin_trace, load_trace, make_workload
 from batchlab.workload.timestamps import datetime_ns
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"   # shared/ lies beside the repository
-CONV, CODE = SHARED / "AzureLLMInferenceTrace_conv.csv", SHARED / "AzureLLMInferenceTrace_code.csv"
+ROOT = Path(__file__).resolve().parents[1]
+# The Azure traces as published, gzipped: conv ships with batchlab, code with the tests.
+CONV = ROOT / "src" / "batchlab" / "data" / "AzureLLMInferenceTrace_conv.csv.gz"
+CODE = ROOT / "tests" / "data" / "AzureLLMInferenceTrace_code.csv.gz"
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
 
 
@@ -156,7 +159,7 @@ def test_bad_jsonl(tmp_path):
 def test_reads_the_azure_conv_trace_as_it_is():
     w = load_trace(CONV)
     assert len(w) == 19366 and w.arrival[0] == 0.0 and np.all(np.diff(w.arrival) >= 0)
-    # Figures of shared/data/README.md.
+    # The trace's published figures (Splitwise, ISCA 2024; its README).
     assert round(w.prompt.mean()) == 1155 and np.median(w.prompt) == 1020 and w.prompt.max() == 14050
     assert round(w.output.mean()) == 211 and np.median(w.output) == 129 and w.output.max() == 1000
     assert np.count_nonzero(w.total > 8192) == 1
@@ -171,12 +174,22 @@ def test_reads_the_azure_code_trace_as_it_is():
     assert round(w.output.mean(), 1) == 27.9 and np.median(w.output) == 13 and w.output.max() == 1899
 
 
-def test_builtin_azure_conv_is_the_shared_file():
-    shared = load_trace(CONV, limit=2000, offset=100)
+@pytest.mark.parametrize("path, readme", [(CONV, ROOT / "src" / "batchlab" / "data" / "README.md"),
+                                          (CODE, ROOT / "tests" / "data" / "README.md")])
+def test_shipped_traces_are_the_published_files(path, readme):
+    """Each gzipped copy unzips to the file its README names by SHA-256."""
+    digest = hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    assert f"`{digest}`" in readme.read_text()
+
+
+def test_builtin_azure_conv_is_the_shipped_file(tmp_path):
+    plain = tmp_path / "AzureLLMInferenceTrace_conv.csv"
+    plain.write_bytes(gzip.decompress(CONV.read_bytes()))
+    shipped = load_trace(plain, limit=2000, offset=100)
     builtin = load_builtin_trace("azure-conv", limit=2000, offset=100)
-    assert builtin.ids == shared.ids
+    assert builtin.ids == shipped.ids
     for field in ("arrival", "prompt", "output"):
-        assert getattr(builtin, field).tobytes() == getattr(shared, field).tobytes()
+        assert getattr(builtin, field).tobytes() == getattr(shipped, field).tobytes()
 
 
 def test_builtin_trace_through_make_workload():

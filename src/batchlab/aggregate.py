@@ -29,7 +29,7 @@ import numpy as np
 
 from batchlab.engine import Stretch
 from batchlab.executor.roofline import RooflineExecutor
-from batchlab.hardware import step_totals
+from batchlab.hardware.cost import affine_range
 from batchlab.memory.paged import PagedMemory
 from batchlab.memory.reservation import ReservationMemory
 from batchlab.memory.unlimited import UnlimitedMemory
@@ -44,14 +44,6 @@ RUN_MIN = 24
 FLUSH_ROWS = 4096
 # Lane step ends kept in one C array before the next (no token lists: Lane.ends).
 ENDS_CHUNK = 1 << 16
-# Integers the numpy run prices in int64, as the roofline's decode_run does; beyond, one step at a time.
-INT64_SAFE = 1 << 62
-# Integers up to this are exact doubles, as are their sums and products up to it.
-FLOAT_EXACT = 1 << 53
-# A run's steps are all memory-bound (or all compute-bound) when its first and last are by more than
-# this factor: the gap between the two prices is affine in the step, so it holds at every step
-# between, by far more than the division's rounding, and max() would pick that price at each.
-DOMINATES = 1 - 1e-9
 
 
 def applies(engine) -> bool:
@@ -59,27 +51,8 @@ def applies(engine) -> bool:
     c = engine.config
     return (engine.fast_forward and not engine.check_memory and not engine.record_rounds
             and type(engine.memory) in MEMORIES and type(engine.executor) is RooflineExecutor
-            and c.batching == "continuous" and c.prefill != "prefill_first"
-            and c.max_in_flight == 1 and c.order.name == "fcfs"
-            and _affine_totals(engine.executor.model) is not None)
-
-
-def _affine_totals(model):
-    """step_totals(model, n, p, e, a) as integer coefficients (flops: n, e, a; bytes: constant,
-    n, p, e), checked exact at a sample point; None if the formula is not of that form."""
-    f_n, b_n = step_totals(model, 1, 0, 0, 0)
-    f_p, b_p = step_totals(model, 0, 1, 0, 0)
-    f_e, b_e = step_totals(model, 0, 0, 1, 0)
-    f_a, b_a = step_totals(model, 0, 0, 0, 1)
-    f_0, b_0 = step_totals(model, 0, 0, 0, 0)
-    coeffs = (f_n - f_0, f_e - f_0, f_a - f_0, b_0, b_n - b_0, b_p - b_0, b_e - b_0)
-    if f_0 or f_p != f_0 or b_a != b_0 or not all(type(c) is int for c in coeffs):
-        return None   # integers only: a float sum taken in another order could round otherwise
-    n, p, e, a = 37, 123_457, 29, 9_876_543
-    fn, fe, fa, b0, bn, bp, be = coeffs
-    if step_totals(model, n, p, e, a) != (fn * n + fe * e + fa * a, b0 + bn * n + bp * p + be * e):
-        return None
-    return coeffs
+            and c.batching == "continuous" and c.prefill != "prefill-first"
+            and c.max_in_flight == 1 and c.order.name == "fcfs")
 
 
 def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tuple[float, int, int]:
@@ -148,17 +121,14 @@ class Lane:
     """
 
     def __init__(self, engine) -> None:
-        memory, config, gpu = engine.memory, engine.config, engine.executor.gpu
+        memory, config = engine.memory, engine.config
         self.engine, self.memory, self.waiting = engine, memory, engine.scheduler.waiting
         self.grows = memory.grows_in_blocks
         self.stored_held = memory.held_is_stored
         # the KV held, where the step log takes it from the manager (unlimited memory's is the
         # computed tokens the lane keeps, and summing them from the manager would cost a pass)
         self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
-        self.coeffs = fn, fe, fa, b0, bn, bp, be = _affine_totals(engine.executor.model)
-        # a step of decodes only: flops (fn + fe + 2 fa)·batch + 2 fa·cached, bytes b0 + (bn + be)·batch + bp·cached
-        self.decode_coeffs = (fn + fe + 2 * fa, 2 * fa, b0, bn + be, bp)
-        self.rates = (gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s)
+        self.price = engine.executor.affine   # the executor's own price of a step's sums
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
         self.bs = getattr(memory, "block_size", 1)
         # id -> [request, step, computed then, emitted then, index in ends of its first token
@@ -232,14 +202,9 @@ class Lane:
         if grow is not None:
             del self.crossings[self.s]
             memory.append_blocks(grow)   # plan checked the room
-        # RooflineExecutor.run's sums and roofline: decodes read their cached tokens, prompts
-        # start from none; the same integers, the same float operations as step_time
-        fn, fe, fa, b0, bn, bp, be = self.coeffs
-        compute_rate, memory_rate, overhead = self.rates
+        # the executor's price of these sums: decodes read their cached tokens, prompts start from none
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
-        compute_s = float(fn * n_new + fe * emits + fa * (2 * computed + 2 * batch + attn)) / compute_rate
-        memory_s = float(b0 + bn * n_new + bp * computed + be * emits) / memory_rate
-        duration = (compute_s if compute_s > memory_s else memory_s) + overhead
+        duration = self.price.step(n_new, computed, emits, 2 * computed + 2 * batch + attn)
         end = t + duration
         if newcomers or grow is not None:
             self.held = self.held_tokens()
@@ -289,16 +254,14 @@ class Lane:
         finish_due), or None, and nothing changed, if the lane cannot run the first."""
         live, finishing, crossings, bs = self.live, self.finishing, self.crossings, self.bs
         append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
-        per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
-        compute_rate, memory_rate, overhead = self.rates
+        price = self.price
+        compute_rate, memory_rate, overhead = price.compute_rate, price.memory_rate, price.overhead
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
         s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
         decoded = 0   # into self.decoded on the way out
         # begin's integer sums with no prompts, kept by adding what one step adds (the same
         # integers, so the same floats): flops and bytes, and their growth per step
-        flops = per_batch_f * batch + per_cached_f * computed
-        nbytes = b0 + per_batch_b * batch + per_cached_b * computed
-        more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
+        flops, nbytes, more_flops, more_bytes = price.decode(batch, computed)
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
@@ -307,6 +270,7 @@ class Lane:
                     crossings[s] = grow
                     break
                 held = after
+            # RooflinePrice.seconds, inline: a call per step measured slower
             compute_s = float(flops) / compute_rate
             memory_s = float(nbytes) / memory_rate
             duration = (compute_s if compute_s > memory_s else memory_s) + overhead
@@ -331,10 +295,7 @@ class Lane:
                 if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
                     self.decoded += decoded
                     return end
-                # the sums above for the new batch, inline: a call at every finish measured slower
-                flops = per_batch_f * batch + per_cached_f * computed
-                nbytes = b0 + per_batch_b * batch + per_cached_b * computed
-                more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch
+                flops, nbytes, more_flops, more_bytes = price.decode(batch, computed)
         if end is not None:
             self.s, self.computed, self.held, self.duration = s, computed, held, duration
             self.decoded += decoded
@@ -348,33 +309,18 @@ class Lane:
 
         The prices are decode's, as arrays: the same integers, the same float operations as
         the roofline executor's decode_run, equal to pricing each step alone."""
-        s, batch, computed = self.s, len(self.live), self.computed
+        s, batch, computed, price = self.s, len(self.live), self.computed, self.price
         steps = min(self.next_finish() - s + 1, 1 << 20)
-        per_batch_f, per_cached_f, b0, per_batch_b, per_cached_b = self.decode_coeffs
-        compute_rate, memory_rate, overhead = self.rates
-        flops = per_batch_f * batch + per_cached_f * computed     # the run's first step's
-        nbytes = b0 + per_batch_b * batch + per_cached_b * computed
-        compute0, memory0 = float(flops) / compute_rate, float(nbytes) / memory_rate
         if next_t < math.inf:   # no step is shorter than the first: at most this many start before the arrival
-            first = max(compute0, memory0) + overhead
+            first = price.seconds(*price.decode(batch, computed)[:2])
             if first > 0:
                 steps = min(steps, int((next_t - t) / first) + 2)
-        more_flops, more_bytes = per_cached_f * batch, per_cached_b * batch   # per step
-        if steps < RUN_MIN or max(flops + more_flops * steps, nbytes + more_bytes * steps) > INT64_SAFE:
+        if steps < RUN_MIN:
             return None
-        # each step's flops and bytes are affine in its cached tokens: one integer range each,
-        # from the step before the first, whose slot then holds t for the running sum of ends
-        compute1 = float(flops + more_flops * (steps - 1)) / compute_rate   # the last step's
-        memory1 = float(nbytes + more_bytes * (steps - 1)) / memory_rate
-        if memory0 * DOMINATES > compute0 and memory1 * DOMINATES > compute1:   # memory-bound throughout
-            durations = _seconds(nbytes - more_bytes, more_bytes, steps + 1, memory_rate)
-        elif compute0 * DOMINATES > memory0 and compute1 * DOMINATES > memory1:   # compute-bound throughout
-            durations = _seconds(flops - more_flops, more_flops, steps + 1, compute_rate)
-        else:
-            durations = _seconds(flops - more_flops, more_flops, steps + 1, compute_rate)
-            np.maximum(durations, _seconds(nbytes - more_bytes, more_bytes, steps + 1, memory_rate), out=durations)
-        durations += overhead
-        durations[0] = t
+        # slot 0 holds t, for the running sum of ends
+        durations = price.decode_run(batch, computed, steps, start=t)
+        if durations is None:
+            return None
         ends = np.add.accumulate(durations)[1:]   # t + d0, then each end plus the next duration, in order
         durations = durations[1:]
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
@@ -385,7 +331,7 @@ class Lane:
             else:
                 steps, held = self._growth(steps)
         elif self.stored_held:   # unlimited memory holds what is stored
-            held = _affine_range(computed, batch, steps)
+            held = affine_range(computed, batch, steps)
         else:   # reservations do not change while requests decode
             held = np.full(steps, float(self.memory.held_tokens()))
         if not steps:
@@ -553,23 +499,6 @@ class Lane:
 
 def _nothing_held() -> int:
     return 0
-
-
-def _seconds(first: int, step: int, n: int, rate: float) -> np.ndarray:
-    """An affine range of flops or bytes (_affine_range) over the rate that does them."""
-    out = _affine_range(first, step, n)
-    out /= rate
-    return out
-
-
-def _affine_range(first: int, step: int, n: int) -> np.ndarray:
-    """[first, first + step, ...] (n integers, exact in int64) as float64."""
-    if not step:
-        return np.full(n, float(first))
-    if max(abs(first), abs(first + step * n)) <= FLOAT_EXACT:
-        # every value is an exact double, and so is numpy's first + i * step for each: one call
-        return np.arange(first, first + step * n, step, dtype=np.float64)
-    return np.arange(first, first + step * n, step, dtype=np.int64).astype(np.float64)
 
 
 def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budget: float):

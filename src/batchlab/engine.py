@@ -59,8 +59,10 @@ class Engine:
         self.max_context = max_context
         self.record_rounds = record_rounds
         self.check_memory = check_memory
+        # the fast paths read admission at the queue's head only: skip-blocked takes the steps
         self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
-                             and isinstance(executor, DecodeRunPricer))
+                             and config.admission == "stop-at-head" and isinstance(executor, DecodeRunPricer)
+                             and not config.order.stepwise)
         # False: a request that runs start to finish in the aggregate lane keeps only its first
         # token time in its own list; the trace takes them all from the lane's step ends (for a
         # caller that reads the trace, never the requests: a fleet holds every replica's lists)
@@ -109,6 +111,23 @@ class Engine:
             self._parked[sample.id] = sample
             self.unfinished += 1
         return None
+
+    def resume(self, request: Request) -> None:
+        """A request already under way joins the running set as it is, behind those there (a
+        case that starts mid-run, seed L11 §9): its computed and emitted counts stand. Only the
+        outputs it emits from here on get token times: before `trace`, the caller takes the
+        earlier ones off its `emitted` and `output_tokens` (tick.py does)."""
+        if request.status is not Status.PENDING or request.samples or not 0 <= request.emitted < request.output_tokens:
+            raise InputError(f"request {request.id!r}: only a fresh request with outputs left can resume")
+        if request.id in self._ids:
+            raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+        if not self.memory.try_admit(request):
+            raise InputError(f"request {request.id!r}: its KV does not fit in memory")
+        self._ids.add(request.id)
+        self.requests.append(request)
+        self.unfinished += 1
+        request.status = Status.RUNNING
+        self.scheduler.running.append(request)
 
     def adopt(self, request: Request) -> str | None:
         """A request computed in part elsewhere (a prefill replica's output, with its KV moved

@@ -48,6 +48,9 @@ class Request:
     session: str | None = None           # conversation it belongs to: what affinity routing keys on
     samples: tuple[Request, ...] = ()    # parallel sampling (n > 1): the other samples of this
                                          # prompt, forked from it at its first token
+    tenant: str | None = None            # who sent it: what a fair scheduler shares service between
+    priority: int = 0                    # vLLM's `priority`: lower is served first, ties by arrival
+    program: str | None = None           # the program (agent) whose call this is
 
     status: Status = Status.PENDING
     computed: int = 0        # tokens whose KV is in the cache

@@ -1,4 +1,5 @@
-"""Measured operator times from CSV files: Vidur's profiles as they are, or a plain CSV.
+"""Measured operator times from CSV files (gzipped when the name ends in `.gz`): Vidur's
+profiles as they are, or a plain CSV.
 
 Formats, told apart by their columns:
 
@@ -8,7 +9,7 @@ Formats, told apart by their columns:
 - Vidur `attention.csv`: `time_stats.attn_prefill.median`, `time_stats.attn_decode.median`,
   `time_stats.attn_kv_cache_save.median` with batch_size, prefill_chunk_size, kv_cache_size,
   is_prefill, n_embd, n_q_head, n_kv_head, num_tensor_parallel_workers.
-- The attention subset of ../shared/data/profiles: phase, batch_size, prefill_chunk_size,
+- The attention subset shipped in batchlab/data/profiles: phase, batch_size, prefill_chunk_size,
   kv_cache_size, op, median_ms_per_layer (the model comes from --model).
 - Vidur `all_reduce.csv` / `send_recv.csv` (data/profiling/network): `time_stats.<op>.median`,
   size (bytes), num_workers, devices_per_node.
@@ -24,6 +25,7 @@ Formats, told apart by their columns:
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,12 +106,13 @@ def _bool(path: Path, line: int, column: str, text: str) -> bool:
 
 def _read(path: Path) -> tuple[list[str], list[dict]]:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             header = [c.strip() for c in (reader.fieldnames or [])]
             rows = list(reader)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read profile ({exc.strerror})") from None
+    except (OSError, EOFError) as exc:   # EOFError: a gzip file cut short
+        raise InputError(f"{path}: cannot read profile ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"{path}: not a CSV file: {exc}") from None
     if not header:

@@ -145,7 +145,7 @@ def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front: FrontEnd
 
     system = parse_system(cfg.system, "--system")
     memory = system.memory_for_capacity(cfg.kv_cache_tokens, model.max_context)
-    engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
+    engine = Engine(system.scheduler_config(), system.with_host_work(make_executor(model, gpu)), memory,
                     max_context=model.max_context)
     trace = engine.run(build_requests(workload, system, cfg.seed))
     delays = front_end_delays(trace, front)

@@ -8,6 +8,13 @@ on each real call. Failures stay with their callers: a result that is an excepti
 to its own caller; a call that raises is split in halves and retried until the bad inputs are
 alone (so `fn` must be safe to call again on the same inputs), unless `isolate_failures=False`.
 
+In front of the queue, as in Clipper's model abstraction layer (§4.2): with `cache_size`, an
+input whose key (`key(item)`, the item itself by default) has a result cached is answered at
+once from a CLOCK prediction cache, without queueing; results enter the cache as their batch
+returns (exceptions never do). With `dedup`, an input whose key is already queued or in a
+running batch waits for that one's result instead of being computed twice; the shared input is
+dropped only when every caller waiting for it has left.
+
 No caller waits forever, whatever fails:
 - `fn` raising a BaseException that is not an Exception (a CancelledError from an inner call, a
   custom BaseException) is not a bad input, so it is not retried: the callers of that call get a
@@ -34,6 +41,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Generic, TypeVar
 
+from batchlab.clipper.cache import MISSING, ClockCache
 from batchlab.clipper.controllers import AIMDController, BatchController, FixedController
 from batchlab.errors import InputError
 
@@ -69,6 +77,8 @@ class BatcherMetrics:
     split_calls: int = 0  # calls that raised and were split to isolate the bad inputs
     target_misses: int = 0  # calls slower than the latency target
     controller_errors: int = 0  # controller calls that raised (reported, then ignored)
+    cache_hits: int = 0  # inputs answered from the prediction cache, never queued
+    deduplicated: int = 0  # inputs that waited for an identical one queued or running
     total_wait_s: float = 0.0
     max_wait_s: float = 0.0
     sizes: Counter = field(default_factory=Counter)  # batch size -> count
@@ -92,6 +102,8 @@ class BatcherMetrics:
             "split_calls": self.split_calls,
             "target_misses": self.target_misses,
             "controller_errors": self.controller_errors,
+            "cache_hits": self.cache_hits,
+            "deduplicated": self.deduplicated,
             "mean_batch": self.mean_batch,
             "mean_wait_s": self.mean_wait_s,
             "max_wait_s": self.max_wait_s,
@@ -106,6 +118,10 @@ class _Pending:
     future: asyncio.Future
     enqueued: float  # loop time
     settled: bool = False  # a call's result or error was delivered (or found its caller gone)
+    key: Any = MISSING  # the cache / dedup key (MISSING when the batcher has neither)
+    # dedup: `future` is the batcher's own, and each caller sharing the input awaits one of these,
+    # settled from it as soon as it is (no extra event-loop turn, unlike asyncio.shield)
+    callers: list | None = None
 
 
 def _check(name: str, ok: bool, value: object, rule: str) -> None:
@@ -131,9 +147,15 @@ class AdaptiveBatcher(Generic[T, R]):
         latency_target_s: float | None = None,
         isolate_failures: bool = True,
         clock: Callable[[], float] = time.perf_counter,
+        cache_size: int = 0,
+        dedup: bool = False,
+        key: Callable[[T], Any] | None = None,
     ) -> None:
         _check("max_batch", _is_int(max_batch) and max_batch >= 1, max_batch, "an integer >= 1")
         _check("max_queue", _is_int(max_queue) and max_queue >= 1, max_queue, "an integer >= 1")
+        _check("cache_size", _is_int(cache_size) and cache_size >= 0, cache_size, "an integer >= 0")
+        _check("dedup", isinstance(dedup, bool), dedup, "True or False")
+        _check("key", key is None or callable(key), key, "None or a function of one input")
         _check("max_wait_s", isinstance(max_wait_s, (int, float)) and math.isfinite(max_wait_s)
                and max_wait_s >= 0, max_wait_s, "a finite number >= 0")
         if latency_target_s is not None:
@@ -157,6 +179,11 @@ class AdaptiveBatcher(Generic[T, R]):
         self.controller: BatchController = controller
         self.latency_target_s = latency_target_s
         self.isolate_failures = isolate_failures
+        self.cache_size = cache_size
+        self.cache = ClockCache(cache_size) if cache_size else None
+        self.dedup = dedup
+        self.key = key
+        self._inflight: dict[Any, _Pending] = {}  # key -> its queued or running input (dedup)
         self.metrics = BatcherMetrics()
         self._clock = clock
         self._queue: deque[_Pending] = deque()
@@ -172,6 +199,19 @@ class AdaptiveBatcher(Generic[T, R]):
         self._bind(loop)
         if self._closing:
             raise RuntimeError("AdaptiveBatcher is closed; it accepts no more inputs")
+        key = MISSING
+        if self.cache is not None or self.dedup:
+            key = item if self.key is None else self.key(item)
+            hash(key)   # an unhashable key fails its caller here, before anything is queued
+            if self.cache is not None:
+                cached = self.cache.get(key)
+                if cached is not MISSING:
+                    self.metrics.cache_hits += 1
+                    return cached
+            leader = self._inflight.get(key) if self.dedup else None
+            if leader is not None and not leader.future.done():
+                self.metrics.deduplicated += 1
+                return await self._share(leader)
         if len(self._queue) >= self.max_queue:
             self._drop_cancelled()
             if len(self._queue) >= self.max_queue:
@@ -181,10 +221,44 @@ class AdaptiveBatcher(Generic[T, R]):
                     f"max_queue={self.max_queue}; retry later or raise max_queue"
                 )
         future = loop.create_future()
-        self._queue.append(_Pending(item, future, loop.time()))
+        pending = _Pending(item, future, loop.time(), key=key, callers=[] if self.dedup else None)
+        self._queue.append(pending)
         self._wakeup.set()
+        if self.dedup:
+            self._inflight[key] = pending
+            return await self._share(pending)
         # Cancelling the caller cancels `future` too; the worker then skips or discards it.
         return await future
+
+    async def _share(self, pending: _Pending):
+        """Await a deduplicated input's result; the input is cancelled when its last caller leaves."""
+        mine = pending.future.get_loop().create_future()
+        pending.callers.append(mine)
+        try:
+            return await mine
+        except asyncio.CancelledError:
+            if not pending.future.done() and all(c.cancelled() for c in pending.callers):
+                pending.future.cancel()   # the worker drops it (queued) or discards it (running)
+                self._forget(pending)
+            raise
+
+    @staticmethod
+    def _fan_out(pending: _Pending) -> None:
+        """Settle every caller sharing `pending` from its own (settled) future."""
+        source = pending.future
+        for caller in pending.callers:
+            if caller.done():
+                continue
+            if source.cancelled():
+                caller.cancel()
+            elif source.exception() is not None:   # reading it also marks it retrieved
+                caller.set_exception(source.exception())
+            else:
+                caller.set_result(source.result())
+
+    def _forget(self, pending: _Pending) -> None:
+        if self._inflight.get(pending.key) is pending:
+            del self._inflight[pending.key]
 
     __call__ = submit
 
@@ -219,6 +293,7 @@ class AdaptiveBatcher(Generic[T, R]):
                 max_wait_s=self.max_wait_s, max_queue=self.max_queue,
                 controller=_fresh_controller(self.controller), latency_target_s=self.latency_target_s,
                 isolate_failures=self.isolate_failures, clock=self._clock,
+                cache_size=self.cache_size, dedup=self.dedup, key=self.key,
             )
             self._bound[obj] = bound
         return bound
@@ -230,6 +305,7 @@ class AdaptiveBatcher(Generic[T, R]):
                 raise RuntimeError("AdaptiveBatcher is already running on another event loop")
             # A new loop (e.g. a second asyncio.run): the old loop's futures are gone with it.
             self._loop, self._queue, self._wakeup, self._worker = loop, deque(), asyncio.Event(), None
+            self._inflight = {}
             self._closing = False
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._run(), name="AdaptiveBatcher worker")
@@ -309,9 +385,12 @@ class AdaptiveBatcher(Generic[T, R]):
         """Settle every caller still waiting when the worker ends abnormally."""
         left = [p for p in batch if not p.settled] + list(self._queue)
         self._queue = deque()
+        self._inflight = {}
         if isinstance(exc, asyncio.CancelledError) and _worker_cancelled():
             for pending in left:   # the batcher is being torn down with its loop
                 pending.future.cancel()
+                if pending.callers:
+                    self._fan_out(pending)
             return
         self._deliver_rest(left, _wrapped(exc, "the batcher's worker stopped:"))
 
@@ -379,6 +458,10 @@ class AdaptiveBatcher(Generic[T, R]):
         for pending, result in zip(batch, results):
             self.metrics.items += 1
             pending.settled = True
+            if pending.key is not MISSING:
+                self._forget(pending)
+                if self.cache is not None and not isinstance(result, BaseException):
+                    self.cache.put(pending.key, result)   # kept even if its callers left
             if pending.future.done():  # the caller was cancelled while its batch ran
                 self.metrics.cancelled_items += 1
             elif isinstance(result, BaseException):
@@ -386,6 +469,8 @@ class AdaptiveBatcher(Generic[T, R]):
                 pending.future.set_exception(_raisable(result))
             else:
                 pending.future.set_result(result)
+            if pending.callers:
+                self._fan_out(pending)
 
     def _deliver_rest(self, batch: list[_Pending], error: BaseException) -> None:
         """`error` to every caller of `batch` that has not had its result yet."""

@@ -38,6 +38,8 @@ def add_comparison(p: argparse.ArgumentParser) -> None:
                    help="report the GPUs needed to serve this many req/s (default: %(default)s)")
     p.add_argument("--no-goodput", action="store_true", help="skip the max_goodput_rate searches")
     options.add_hardware(p)
+    options.add_layout(p)
+    options.add_host(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
     options.add_percentiles(p)
@@ -73,11 +75,11 @@ def build_config(args: argparse.Namespace):
     from batchlab.io_checks import named
 
     with named("systems", "--systems"):
-        systems = parse_systems(args.systems)
+        systems = options.host(args, parse_systems(args.systems))
     model, gpu = options.hardware(args)
     _, percentiles = options.latency_selection(args)
     setting = Setting(options.workload(args), model, gpu, options.slo(args), args.context_mode, args.seed,
-                      percentiles)
+                      percentiles, options.layout(args, model))
     return CompareConfig(setting, tuple(systems), parse_rates(args.rates), args.slo_target,
                          args.overload_rate or None, args.fleet_rate, not args.no_goodput)
 

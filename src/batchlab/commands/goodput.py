@@ -19,6 +19,8 @@ def register(subparsers) -> None:
                                           "whose ceiling still passes reports \"> R\".")
     options.add_common_system(p, "orca-oracle")
     options.add_hardware(p)
+    options.add_layout(p)
+    options.add_host(p)
     options.add_workload(p, rate=False)
     options.add_slo(p)
     options.add_save_result(p)
@@ -43,12 +45,13 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.io_checks import named
 
     with named("systems", "--systems"):
-        systems = parse_systems(args.systems)
+        systems = options.host(args, parse_systems(args.systems))
     model, gpu = options.hardware(args)
     slo = options.slo(args)
     if not args.tolerance > 0:
         raise InputError(f"field '--tolerance': must be > 0, got {args.tolerance}")
-    setting = Setting(options.workload(args), model, gpu, slo, args.context_mode, args.seed)
+    setting = Setting(options.workload(args), model, gpu, slo, args.context_mode, args.seed,
+                      layout=options.layout(args, model))
     jobs = options.jobs(args)
     save = options.result_path(args, f"goodput-{args.systems}-{model.name}-{gpu.name}")
     with named("start", "--start"):
@@ -56,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
                               for sys in systems], min(jobs, len(systems)))
     out = {"systems": [{"name": sys.name, **s.to_dict(), "gpus_needed": s.gpus_needed(args.fleet_rate)}
                        for sys, s in zip(systems, searches)],
-           "config": {"model": model.name, "gpu": gpu.name, "workload": setting.workload.name,
+           "config": {"model": model.name, "gpu": gpu.name, **options.layout_fields(setting.layout),
+                      "workload": setting.workload.name,
                       "requests": len(setting.workload), "slo_ms": slo.to_ms(), "slo_target": args.slo_target,
                       "fleet_rate": args.fleet_rate}}
     if args.plot:

@@ -7,7 +7,7 @@ import json
 
 from batchlab.commands import flagtypes, options
 
-EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt")
+EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt", "fairness", "programs", "host")
 
 
 def register(subparsers) -> None:
@@ -16,8 +16,10 @@ def register(subparsers) -> None:
         description="The knobs of continuous batching, each an experiment of simulated runs: "
                     "reservation (§6.1: KV held vs stored for Orca max/pow2/oracle, paged, "
                     "unlimited), max_bs (§6.2), order (§6.3 and exercise 5: fcfs, sjf, predicted "
-                    "sjf, aging), prefill (§6.4: mixed, prefill_first, chunked) and preempt "
-                    "(recompute vs swap). Without EXPERIMENT all run. --rates, --systems, "
+                    "sjf, aging), prefill (§6.4: mixed, prefill-first, chunked) and preempt "
+                    "(recompute vs swap); fairness (two tenants: FCFS, VTC, priority, SLO-aware admission), "
+                    "programs (chains of calls with tool waits: FCFS, PLAS, Parrot) and host (CPU work "
+                    "per step, serial or overlapped). Without EXPERIMENT all run. --rates, --systems, "
                     "--workload and the SLO flags replace every selected experiment's own "
                     "choice; left unset (None), each experiment keeps its own.")
     p.add_argument("experiments", nargs="*", metavar="EXPERIMENT",
@@ -26,6 +28,7 @@ def register(subparsers) -> None:
                    help="comma-separated arrival rates in req/s")
     options.add_common_system(p, None)
     options.add_hardware(p)
+    options.add_layout(p)
     options.add_workload(p, rate=False)
     p.set_defaults(workload=None)   # each experiment's own workload unless given
     g = p.add_argument_group("SLO (default: each experiment's own)")
@@ -42,6 +45,10 @@ def register(subparsers) -> None:
     p.add_argument("--plot", metavar="DIR",
                    help="write each experiment's figure (PNG and SVG) into DIR: KV held vs stored, "
                         "throughput against TPOT, TTFT per order, latency against load")
+    p.add_argument("--programs", metavar="FILE",
+                   help="the programs experiment serves this programs trace (CSV or JSONL with columns "
+                        "program, call, parent, wait, prompt, output; docs/programs.md), its programs' "
+                        "starts scaled to each rate in programs/s")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(run=run)
 
@@ -67,7 +74,16 @@ def build_plan(args: argparse.Namespace) -> list:
         slo_ttft=args.slo_ttft,
         slo_tpot=None if args.slo_tpot is None else args.slo_tpot / options.MS_PER_S)
     experiments = select(args.experiments, overrides)
+    traces = None
+    if args.programs is not None:
+        if "programs" not in [e.name for e in experiments]:
+            raise InputError("field '--programs': applies to the programs experiment, which is not selected")
+        from batchlab.io_checks import named
+        from batchlab.workload.programs import load_programs
+        with named("programs", "--programs"):
+            traces = load_programs(args.programs)
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     workloads: dict[str, object] = {}
     plan = []
     for e in experiments:
@@ -75,7 +91,9 @@ def build_plan(args: argparse.Namespace) -> list:
         if kind not in workloads:  # one sample per kind, shared by the experiments using it
             workloads[kind] = options.workload(argparse.Namespace(**{**vars(args), "workload": kind}))
         slo = whole if whole is not None else SLO(ttft=e.slo[0], tpot=e.slo[1])
-        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles)))
+        programs = traces if e.name == "programs" else None
+        plan.append((e, Setting(workloads[kind], model, gpu, slo, args.context_mode, args.seed, percentiles,
+                                programs, layout)))
     return plan
 
 

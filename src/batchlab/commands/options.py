@@ -28,7 +28,9 @@ def flag(args: argparse.Namespace, dest: str, default: str) -> str:
 def add_hardware(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hardware")
     g.add_argument("--model", default="Llama-3-8B", metavar="M",
-                   help="model preset or .toml/.json spec file (default: %(default)s)")
+                   help="model preset (a Hugging Face name such as deepseek-ai/DeepSeek-V3), a "
+                        "Hugging Face config.json or its folder, or a .toml/.json spec file "
+                        "(default: %(default)s)")
     g.add_argument("--gpu", default="H100-SXM", metavar="G",
                    help="GPU preset or .toml/.json spec file (default: %(default)s)")
     g.add_argument("--mfu", type=flagtypes.efficiency, help="override the GPU's compute efficiency")
@@ -39,6 +41,41 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cost", choices=("roofline", "operators"),
                    help="cost model: one roofline per step, or one per operator "
                         "(default: the GPU spec's cost_model, roofline for the presets)")
+    g.add_argument("--dtype", choices=tuple(DTYPES),
+                   help="activations' and unquantized weights' dtype, as vLLM's --dtype "
+                        "(default: auto, the model's)")
+    g.add_argument("--quantization", "-q", choices=tuple(QUANTIZATIONS),
+                   help="weight quantization, as vLLM's --quantization: fp8 (8-bit weights; FP8 "
+                        "math where the GPU has it), awq or gptq (4-bit weight-only), mxfp4 (an "
+                        "MoE's experts in 4 bits), none (drop the config's) (default: the model's)")
+    g.add_argument("--kv-cache-dtype", choices=tuple(KV_CACHE_DTYPES),
+                   help="KV cache dtype, as vLLM's --kv-cache-dtype (default: auto, the model's)")
+
+
+def add_host(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("host CPU work per step (executor/host.py)")
+    g.add_argument("--cpu-ms", type=flagtypes.real(ge=0), metavar="MS",
+                   help="CPU time of every step (scheduling, input preparation, sampling, "
+                        "detokenising), added to the GPU's: each system's cpu_ms (default 0)")
+    g.add_argument("--async-scheduling", action="store_true",
+                   help="overlap each step's CPU work with the step before, as vLLM's "
+                        "--async-scheduling and Orca's control plane do: a step costs "
+                        "max(gpu, cpu) instead of gpu + cpu")
+
+
+def host(args: argparse.Namespace, systems: list) -> list:
+    """`systems` with --cpu-ms and --async-scheduling applied; each name the spec that says so."""
+    import dataclasses
+
+    changes: dict[str, object] = {}
+    if getattr(args, "cpu_ms", None) is not None:
+        changes["cpu_ms"] = float(args.cpu_ms)
+    if getattr(args, "async_scheduling", False):
+        changes["async_scheduling"] = 1
+    if not changes:
+        return systems
+    suffix = "".join(f":{k}={v:g}" for k, v in changes.items())
+    return [dataclasses.replace(s, name=s.name + suffix, **changes) for s in systems]
 
 
 def hardware(args: argparse.Namespace):
@@ -58,7 +95,73 @@ def hardware(args: argparse.Namespace):
     if overrides:
         gpu = dataclasses.replace(gpu, **overrides)
     with named("model", "--model"):
-        return resolve_model(args.model), gpu
+        model = resolve_model(args.model)
+    return precision(model, args), gpu
+
+
+def add_layout(p: argparse.ArgumentParser) -> None:
+    """vLLM's parallelism flags: the GPUs one replica runs on."""
+    g = p.add_argument_group("parallelism")
+    g.add_argument("--tensor-parallel-size", "--tp", dest="tp", type=flagtypes.count, default=1,
+                   metavar="N", help="GPUs each layer is split over (default: %(default)s)")
+    g.add_argument("--pipeline-parallel-size", "--pp", dest="pp", type=flagtypes.count, default=1,
+                   metavar="N", help="pipeline stages, each on its own tp GPUs (default: %(default)s)")
+    g.add_argument("--enable-expert-parallel", action="store_true",
+                   help="a mixture of experts' experts spread whole over each stage's tp GPUs "
+                        "(ep = tp), reached by all-to-all")
+
+
+def layout(args: argparse.Namespace, model):
+    """The Layout of the parallelism flags, checked against the model (errors name the flag)."""
+    from batchlab.hardware.parallel import Layout, check_layout
+    from batchlab.io_checks import named
+
+    with named("tp", "--tensor-parallel-size"), named("pp", "--pipeline-parallel-size"), \
+            named("ep", "--enable-expert-parallel"):
+        chosen = Layout(args.tp, args.pp, args.tp if args.enable_expert_parallel else 1)
+        check_layout(model, chosen)
+    return chosen
+
+
+def layout_fields(chosen) -> dict:
+    """The layout as a result's fields: none for one GPU, so single-GPU results stay as they were."""
+    return {} if chosen.trivial else {"tp": chosen.tp, "pp": chosen.pp, "ep": chosen.ep}
+
+
+# vLLM's spellings, as the ModelSpec fields they set.
+DTYPES = {"auto": None, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+QUANTIZATIONS = {"fp8": {"weight_dtype": "fp8", "expert_dtype": ""},
+                 "awq": {"weight_dtype": "int4", "expert_dtype": ""},
+                 "gptq": {"weight_dtype": "int4", "expert_dtype": ""},
+                 "mxfp4": {"expert_dtype": "mxfp4"},
+                 "none": {"weight_dtype": "", "expert_dtype": ""}}
+KV_CACHE_DTYPES = {"auto": None, "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+                   "bfloat16": "bf16", "float16": "fp16"}
+
+
+def precision(model, args: argparse.Namespace):
+    """The model with --dtype, --quantization and --kv-cache-dtype applied (and re-validated)."""
+    import dataclasses
+
+    from batchlab.io_checks import named
+
+    changes: dict = {}
+    if DTYPES.get(getattr(args, "dtype", None)) is not None:
+        changes["bytes_per_value"] = DTYPES[args.dtype]
+    quantization = getattr(args, "quantization", None)
+    if quantization is not None:
+        if quantization == "mxfp4" and not model.is_moe:
+            from batchlab.errors import InputError
+
+            raise InputError(f"--quantization: mxfp4 quantizes an MoE's experts; model "
+                             f"'{model.name}' has none")
+        changes.update(QUANTIZATIONS[quantization])
+    if KV_CACHE_DTYPES.get(getattr(args, "kv_cache_dtype", None)) is not None:
+        changes["kv_cache_dtype"] = KV_CACHE_DTYPES[args.kv_cache_dtype]
+    if not changes:
+        return model
+    with named("model", "--model"):
+        return dataclasses.replace(model, **changes)
 
 
 # Built-in traces: replayed with their own timing unless a rate is given.
@@ -73,7 +176,12 @@ def add_workload(p: argparse.ArgumentParser, rate: bool = True) -> None:
     g.add_argument("--trace", metavar="FILE", help="replay a CSV or JSONL trace instead of --workload")
     g.add_argument("--columns", metavar="MAP",
                    help="trace column mapping, e.g. timestamp=TIMESTAMP,prompt=ContextTokens,"
-                        "output=GeneratedTokens[,id=ID] (default: the Azure trace's columns)")
+                        "output=GeneratedTokens[,id=ID][,tenant=USER][,priority=PRIO] (default: the "
+                        "Azure trace's columns)")
+    g.add_argument("--tenants", metavar="MIX",
+                   help="give each request a tenant drawn from a mix of name:share[:priority], e.g. "
+                        "heavy:3:1,light:1:0 (docs/fairness.md); a trace names its own with "
+                        "--columns tenant=COL,priority=COL")
     g.add_argument("--num-prompts", "--requests", dest="requests", type=flagtypes.requests,
                    default=600, metavar="N",
                    action=Spelled, help="number of requests (default: %(default)s)")
@@ -89,6 +197,9 @@ def add_workload(p: argparse.ArgumentParser, rate: bool = True) -> None:
                         "more regular; giving it selects gamma arrivals (default: 1)")
     g.add_argument("--prompt", type=flagtypes.positive_tokens, help="prompt tokens of the fixed workload")
     g.add_argument("--output", type=flagtypes.positive_tokens, help="output tokens of the fixed workload")
+    g.add_argument("--max-output", type=flagtypes.positive_tokens, metavar="N",
+                   help="cut every output longer than N tokens to N (bounds a generated "
+                        "distribution's tail, as a request's max_tokens does; default: no cap)")
     g.add_argument("--seed", type=flagtypes.seed, default=0, help="random seed (default: %(default)s)")
     g.add_argument("--context-mode", choices=("reject", "clip"), default="reject",
                    help="requests longer than the model's max context: reject or clip them")
@@ -157,6 +268,14 @@ def workload(args: argparse.Namespace, rate: float | None = None):
         process, burstiness = arrival_process(args)
         built = make_workload(args.workload, args.requests, 1.0 if rate is None else rate, args.seed,
                               arrival=process, burstiness=burstiness, prompt=args.prompt, output=args.output)
+    if getattr(args, "tenants", None):
+        from batchlab.workload.tenants import with_tenants
+        with named("tenants", "--tenants"):
+            built = with_tenants(built, args.tenants, args.seed)
+    cap = getattr(args, "max_output", None)
+    if cap is not None:
+        with named("max_output", "--max-output"):
+            built = built.with_max_output(cap)
     return all_at_once(built) if at_once else built
 
 
@@ -193,8 +312,9 @@ def _columns(text: str):
     mapping = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")
-        if not sep or key.strip() not in ("timestamp", "prompt", "output", "id"):
-            raise InputError(f"field '--columns': {item!r} is not one of timestamp=, prompt=, output=, id=")
+        if not sep or key.strip() not in ("timestamp", "prompt", "output", "id", "tenant", "priority"):
+            raise InputError(f"field '--columns': {item!r} is not one of timestamp=, prompt=, output=, id=, "
+                             "tenant=, priority=")
         if not value.strip():
             raise InputError(f"field '--columns': {item!r} names no column")
         mapping[key.strip()] = value.strip()

@@ -21,6 +21,9 @@ def register(subparsers) -> None:
                    help="tensor parallel degrees to try, e.g. 1,2,4,8 (default: %(default)s)")
     g.add_argument("--pp", type=flagtypes.name_list, default="1", metavar="LIST",
                    help="pipeline stages to try (default: %(default)s)")
+    g.add_argument("--enable-expert-parallel", action="store_true",
+                   help="as vLLM: a mixture of experts' experts spread whole over each stage's "
+                        "tp GPUs (ep = tp), reached by all-to-all")
     g.add_argument("--system", default="paged", metavar="SPEC",
                    help="each replica's system, a preset with :field=value overrides (default: %(default)s)")
     g.add_argument("--router", default="least-outstanding", metavar="NAME",
@@ -66,8 +69,7 @@ def gpu_named(args: argparse.Namespace, name: str, flag: str):
 
 def choices_from_flags(args: argparse.Namespace):
     """(ModelSpec, [Choice]) of --gpus x --tp x --pp (and --disaggregated), each checked."""
-    from batchlab.hardware.parallel import Layout, check_layout
-    from batchlab.io_checks import named
+    from batchlab.hardware.parallel import Layout
     from batchlab.plan import Choice
 
     model, gpu = options.hardware(args)
@@ -79,10 +81,8 @@ def choices_from_flags(args: argparse.Namespace):
     layouts = []
     for tp in _ints(args.tp, "--tp"):
         for pp in _ints(args.pp, "--pp"):
-            layout = Layout(tp, pp)
-            with named("tp", "--tp"), named("pp", "--pp"):
-                check_layout(model, layout)
-            layouts.append(layout)
+            ep = tp if args.enable_expert_parallel and model.is_moe else 1
+            layouts.append(Layout(tp, pp, ep))
     modes = (False, True) if args.disaggregated else (False,)
     return model, [Choice(g, layout, mode) for g in gpus for layout in layouts for mode in modes]
 

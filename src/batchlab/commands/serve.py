@@ -17,7 +17,8 @@ def register(subparsers) -> None:
                       "(continuous batching on the engine, wall clock)",
         description="Serve the numpy mini transformer with the engine's continuous batching on "
                     "the wall clock: POST /v1/completions and /v1/chat/completions (streaming "
-                    "or not), GET /v1/models, /health and /metrics (Prometheus, vLLM's names). "
+                    "or not), GET /v1/models, /health, /metrics (Prometheus, vLLM's names), /version, "
+                    "/openapi.json, and /ping, POST /tokenize and /detokenize. "
                     "Text is tokenized byte by byte (256 bytes + EOS). SIGTERM drains the "
                     "requests in flight and exits 0. See docs/serving.md.")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
@@ -44,7 +45,8 @@ def register(subparsers) -> None:
     parser.add_argument("--save-trace", metavar="PATH",
                         help="write per-request records (CSV, or JSON for .json) at shutdown")
     parser.add_argument("--drain-timeout", type=flagtypes.real(ge=0), default=DEFAULT_DRAIN_S, metavar="S",
-                        help="at SIGTERM, how long requests in flight may run (default: %(default)s)")
+                        help="at SIGTERM, how long requests in flight may run before they are cut; the "
+                             "server answers 503 meanwhile (default: %(default)s)")
     parser.add_argument("--log-level", default="warning",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")

@@ -14,6 +14,8 @@ def register(subparsers) -> None:
     p.add_argument("--system", default="orca-oracle", metavar="SPEC",
                    help="a system preset with optional :field=value overrides (default: %(default)s)")
     options.add_hardware(p)
+    options.add_layout(p)
+    options.add_host(p)
     options.add_workload(p)
     options.add_samples(p)
     options.add_slo(p)
@@ -35,15 +37,18 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.io_checks import named
 
     with named("system", "--system"):
-        system = parse_system(args.system)
+        system = options.host(args, [parse_system(args.system)])[0]
     model, gpu = options.hardware(args)
+    layout = options.layout(args, model)
     slo = options.slo(args)
     selected, percentiles = options.latency_selection(args)
     workload = options.samples(args, options.workload(args))
     rate = options.request_rate(workload)
     save = options.result_path(args, f"simulate-{system.name}-{rate}qps-{model.name}-{gpu.name}")
-    result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed)
+    result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed,
+                      layout=layout)
     data = {"num_prompts": len(workload), "request_rate": rate, "burstiness": options.arrival_process(args)[1],
+            **options.layout_fields(layout),
             **result.to_dict(per_request=bool(args.csv or args.requests_json), percentiles=percentiles)}
     rows = data.pop("per_request", None)
     from batchlab.commands.written import say_wrote
@@ -54,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             say_wrote([path])
     if args.plot:
         from batchlab.plots import plot_run
-        say_wrote(plot_run(result.trace, args.plot, slo=slo,
+        say_wrote(plot_run(result.trace, args.plot, slo=slo, static=system.batching == "static",
                            title=f"{system.name}, {workload.name} {options.rate_text(rate, '.3g')}"))
         if result.cache_history is not None:
             from batchlab.plots.prefix import prefix_cache
@@ -76,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
              f"{model.name} on {gpu.name}")
     console.print(run_table(data, title, selected, percentiles))
     console.print(run_summary_table(data))
+    if data.get("tenants"):
+        from batchlab.display.serving_tables import tenant_table
+        console.print(tenant_table(data["tenants"], slo.to_ms()))
     if "prefix_cache_hit_rate" in data:
         from batchlab.display.prefix_tables import prefix_cache_table
         console.print(prefix_cache_table(data))

@@ -20,10 +20,11 @@ def register(subparsers) -> None:
                    help="JSON case file (default: standard input)")
     p.add_argument("--policy", choices=("static", "continuous", "both"),
                    help="batching policy (default: the file's, else continuous)")
-    p.add_argument("--max-active", type=flagtypes.integer(ge=1, le=MAX_REQUESTS),
-                   help="max active requests (overrides the file)")
-    p.add_argument("--token-budget", type=flagtypes.integer(ge=1, le=MAX_TOKENS),
-                   help="tokens per round (overrides the file)")
+    p.add_argument("--max-active", "--max-num-seqs", dest="max_active", type=flagtypes.integer(ge=1, le=MAX_REQUESTS),
+                   help="max active requests, vLLM's --max-num-seqs (overrides the file)")
+    p.add_argument("--token-budget", "--max-num-batched-tokens", dest="token_budget",
+                   type=flagtypes.integer(ge=1, le=MAX_TOKENS),
+                   help="tokens per round, vLLM's --max-num-batched-tokens (overrides the file)")
     p.add_argument("--chunk-size", type=flagtypes.integer(ge=1, le=MAX_TOKENS),
                    help="prefill tokens per request per round (overrides the file)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         from batchlab.plots import plot_run
         for res in results:
             say_wrote(plot_run(res.trace, args.plot, prefix=f"{res.policy}_", static=res.policy == "static",
-                               title=f"{Path(source).stem}: {res.policy} batching, {len(case.requests)} requests"))
+                               title=f"{Path(source).stem}: {res.policy} batching, {len(case.requests) + len(case.active)} requests"))
     if args.json:
         payload = results[0].to_dict() if len(results) == 1 else {r.policy: r.to_dict() for r in results}
         print(json.dumps(payload, indent=2))
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     for res in results:
         if args.timeline:
-            console.print(render_timeline(res.trace, static=res.policy == "static",
+            console.print(render_timeline(res.trace, static=res.policy == "static", seats=True,
                                           title=f"{res.policy} batching ({res.trace.n_steps} rounds)"),
                           highlight=False, markup=False)
         else:

@@ -33,7 +33,22 @@ COLUMNS: dict[str, tuple[str, Callable]] = {
     "recomputed_tokens": ("recomputed tokens", num),
     "swapped_gb": ("swapped GB", lambda x: num(x, 1)),
     "swap_time": ("swap time s", lambda x: num(x, 2)),
+    "dropped": ("dropped", num),
+    "mean_program_ms": ("program mean", millis),
+    "p50_program_ms": ("program p50", millis),
+    "p99_program_ms": ("program p99", millis),
+    "max_program_ms": ("program max", millis),
+    "completed_programs": ("programs done", num),
 }
+
+
+def column(key: str) -> tuple[str, Callable]:
+    """A column's header and formatter; `tenant.<name>.<key>` is that tenant's figure."""
+    if key.startswith("tenant."):
+        _, name, figure = key.split(".", 2)
+        header, fmt = COLUMNS[figure]
+        return f"{name} {header}", fmt
+    return COLUMNS[key]
 
 
 def experiment_table(exp: dict) -> FitTable:
@@ -43,11 +58,11 @@ def experiment_table(exp: dict) -> FitTable:
     for sys in exp["systems"]:
         for k, row in enumerate(sys["rates"]):
             rows.append((sys["name"] if k == 0 else "",
-                         [f"{row['rate']:,.{digits}f}", *(COLUMNS[key][1](row.get(key)) for key in exp["columns"])]))
+                         [f"{row['rate']:,.{digits}f}", *(column(key)[1](row.get(key)) for key in exp["columns"])]))
     return FitTable(f"{exp['title']}: {cfg['requests']} {cfg['workload']} requests, "
                     f"{cfg['model']} on {cfg['gpu']}", "system", [("rate", "right")],
-                    [(COLUMNS[key][0], "right") for key in exp["columns"]], rows,
-                    caption=f"rate in req/s; latencies in ms; SLO met: share of requests with "
+                    [(column(key)[0], "right") for key in exp["columns"]], rows,
+                    caption=f"rate in {cfg.get('rate_unit', 'req/s')}; latencies in ms; SLO met: share of requests with "
                             f"{slo_text(cfg['slo_ms'])}")
 
 

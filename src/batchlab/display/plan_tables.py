@@ -17,6 +17,11 @@ def plan_table(out: dict) -> FitTable:
     rows = []
     previous = None
     for r in out["candidates"]:
+        if r.get("skipped"):
+            rows.append((r["choice"], ["-", "-", *(["-"] if priced else []), "-", "-", "-", "-",
+                                       "skipped"]))
+            previous = r["choice"]
+            continue
         split = (f"{r['prefill_replicas']}+{r['decode_replicas']}" if r["disaggregated"]
                  else str(r["replicas"]))
         mark = "winner" if r is winner or r == winner else ("yes" if r["meets"] else "no")
@@ -27,6 +32,7 @@ def plan_table(out: dict) -> FitTable:
         previous = r["choice"]
     return FitTable(f"fleets for {out['request_rate']:g} req/s of {out['workload']}, {out['model']}, "
                     f"{out['system']}", "GPU and layout", (), columns, rows,
-                    caption=f"in the order tried; replicas: prefill+decode when disaggregated; SLO met: "
+                    caption=f"in the order tried; skipped: the layout cannot hold the model (see "
+                            f"the JSON's 'skipped'); replicas: prefill+decode when disaggregated; SLO met: "
                             f"share of requests with {slo_text(out['slo_ms'])} (target "
                             f"{out['slo_target']:.0%}); goodput in req/s; latencies in ms")

@@ -47,6 +47,9 @@ def run_summary_table(result: dict) -> Table:
         ("total token throughput (tok/s)", num(result["total_token_throughput"])),
         ("SLO attainment", pct(result["slo_attainment"])),
         ("mean batch (busy time)", num(result["mean_batch"], 1)),
+        ("seats idle (time-weighted share held)", pct(result.get("seat_waste"))),
+        ("normalized latency p50 / p99 (ms/token)",
+         f"{millis(result.get('median_normalized_latency_ms'))} / {millis(result.get('p99_normalized_latency_ms'))}"),
         ("KV held / stored (time-weighted share)",
          f"{pct(result['kv_held_share'])} / {pct(result['kv_stored_share'])}"),
         ("preemptions", str(result["preemptions"])),
@@ -60,7 +63,7 @@ def run_summary_table(result: dict) -> Table:
 def compare_table(report: dict) -> FitTable:
     cfg = report["config"]
     columns = [("TTFT p50", R), ("TTFT p99", R), ("TPOT mean", R), ("ITL p99", R), ("output tok/s", R),
-               ("SLO met", R), ("mean batch", R)]
+               ("SLO met", R), ("mean batch", R), ("seats idle", R), ("norm. p50", R)]
     rows = []
     digits = decimals([row["rate"] for sys in report["systems"] for row in sys["rates"]])
     for sys in report["systems"]:
@@ -68,11 +71,13 @@ def compare_table(report: dict) -> FitTable:
             rows.append((sys["name"] if k == 0 else "", [
                 f"{row['rate']:,.{digits}f}", millis(row["p50_ttft_ms"]), millis(row["p99_ttft_ms"]),
                 millis(row["mean_tpot_ms"]), millis(row["p99_itl_ms"]), num(row["output_throughput"]),
-                pct(row["slo_attainment"]), num(row["mean_batch"], 1)]))
+                pct(row["slo_attainment"]), num(row["mean_batch"], 1), pct(row.get("seat_waste")),
+                millis(row.get("median_normalized_latency_ms"))]))
     return FitTable(f"{cfg['model']} on {cfg['gpu']}, {cfg['requests']} {cfg['workload']} requests",
                     "system", [("rate", R)], columns, rows,
                     caption=f"rate in req/s; latencies in ms; SLO met: share of requests with "
-                            f"{slo_text(cfg['slo_ms'])}")
+                            f"{slo_text(cfg['slo_ms'])}; seats idle: share of held batch seats that "
+                            "computed nothing (time-weighted); norm.: E2E per output token, ms")
 
 
 def goodput_table(report: dict) -> FitTable:
@@ -144,3 +149,15 @@ def accounting_table(report: dict) -> FitTable | None:
                             f"{acc['ideal_decode_context']} tokens of context, "
                             f"{acc['ideal_decode_step_ms']:.2f} ms each; prefill alone: every served "
                             f"prompt prefilled in a step of its own; busy: the sum of step times")
+
+
+def tenant_table(rows: list[dict], slo_ms: dict) -> FitTable:
+    """Each tenant's figures of one run (docs/fairness.md)."""
+    return FitTable("per tenant", "tenant", [],
+                    [(h, R) for h in ("requests", "served", "TTFT p50", "TTFT p99", "TPOT mean", "SLO met",
+                                      "service share")],
+                    [(t["tenant"] or "(none)", [f"{t['requests']:,}", f"{t['served']:,}", millis(t["p50_ttft_ms"]),
+                                           millis(t["p99_ttft_ms"]), millis(t["mean_tpot_ms"]),
+                                           pct(t["slo_attainment"]), pct(t["service_share"])]) for t in rows],
+                    caption=f"latencies in ms; service: weighted tokens received (VTC's measure); "
+                            f"SLO met: share of the tenant's requests with {slo_text(slo_ms)}")

@@ -7,7 +7,9 @@ from rich.table import Table
 from batchlab.tick import TickResult, ttft_array
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float | None) -> str:
+    if x is None or x != x:   # none: a request active at tick 0 has no TTFT in the case
+        return "—"
     return str(int(x)) if float(x).is_integer() else f"{x:.4g}"
 
 
@@ -40,8 +42,9 @@ def summary_table(results: list[TickResult]) -> Table:
     rows.append(("makespan (ticks)", [_fmt(s["makespan"]) for s in summaries]))
     rows.append(("output tokens", [str(s["total_output_tokens"]) for s in summaries]))
     rows.append(("throughput (outputs/tick)", [f"{s['throughput']:.4g}" for s in summaries]))
-    rows.append(("mean TTFT (ticks)", [f"{s['mean_ttft']:.4g}" for s in summaries]))
+    rows.append(("mean TTFT (ticks)", ["—" if s["mean_ttft"] is None else f"{s['mean_ttft']:.4g}" for s in summaries]))
     rows.append(("work prefill / decode", [f"{s['work']['prefill']} / {s['work']['decode']}" for s in summaries]))
+    rows.append(("seat-rounds idle / held", [f"{s['seat_rounds_idle']} / {s['seat_rounds_held']}" for s in summaries]))
     ttfts = [ttft_array(res) for res in results]
     traces = [res.trace for res in results]
     for i, rid in enumerate(traces[0].ids):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from batchlab.trace import Trace
 
 MARK = {"prefill": "P", "decode": "D"}
@@ -41,6 +43,12 @@ def timeline_rows(trace: Trace, static: bool) -> tuple[list[int], list[TimelineR
     seats: list[list] = []            # [id, first column, last column, batch]
     open_seat: dict[str, list] = {}
     batch = -1
+    admitted = {rid for r in rounds for rid in r.admitted}
+    for i, rid in enumerate(trace.ids):   # active from the first round on (a case started mid-run)
+        if rid not in admitted and not np.isnan(trace.admitted_at[i]):
+            batch = 0
+            open_seat[rid] = [rid, 0, len(columns) - 1, batch]
+            seats.append(open_seat[rid])
     for r, col in zip(rounds, col_at):
         if r.admitted:
             batch += 1
@@ -73,7 +81,9 @@ def timeline_rows(trace: Trace, static: bool) -> tuple[list[int], list[TimelineR
     return columns, rows
 
 
-def render_timeline(trace: Trace, static: bool, title: str = "") -> str:
+def render_timeline(trace: Trace, static: bool, title: str = "", seats: bool = False) -> str:
+    """The chart; with `seats`, a last row counting each round's idle seats (`-` cells, a digit
+    per round, `+` past 9) and the run's seat waste: idle seat-rounds over held ones."""
     columns, rows = timeline_rows(trace, static)
     width = max(len(r.id) for r in rows)
     digits = "".join(str(c % 10) for c in columns)
@@ -81,7 +91,18 @@ def render_timeline(trace: Trace, static: bool, title: str = "") -> str:
     lines.append(" " * (width + 4) + digits)
     for r in rows:
         lines.append(f"  {r.id:<{width}}  {r.cells:<{len(columns)}}   " + _describe(r))
+    if seats:
+        lines.extend(_seat_rows(rows, columns, width))
     return "\n".join(lines)
+
+
+def _seat_rows(rows: list[TimelineRow], columns: list[int], width: int) -> list[str]:
+    idle = [sum(r.cells[c:c + 1] == IDLE_SEAT for r in rows) for c in range(len(columns))]
+    held = sum(len(r.cells) - r.cells.count(NOTHING) - r.cells.count(WAITING) for r in rows)
+    counts = "".join(str(n) if n <= 9 else "+" for n in idle)
+    share = f" ({sum(idle) / held:.0%})" if held else ""
+    return [f"  {'-':<{width}}  {counts:<{len(columns)}}   idle seats per round",
+            f"seat waste: {sum(idle)} of {held} seat-rounds held computed nothing{share}"]
 
 
 def _describe(row: TimelineRow) -> str:

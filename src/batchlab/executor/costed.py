@@ -1,8 +1,9 @@
 """The cost-model executor: each step priced by `CostModel` (either model, any TP/PP layout).
 
-`make_executor` returns the plain RooflineExecutor for the roofline on one GPU (its results are
-what they always were) and a `CostExecutor` otherwise. A pipelined scheduler reads
-`stage_time(plan)` (the beat of the pipeline) beside `run(plan)` (one batch end to end).
+The roofline on one GPU is priced from the plan's integer sums (`RooflinePrice`, exact), every
+other model and layout from the plan's `Shape`; `make_executor` returns the former as a
+RooflineExecutor. A pipelined scheduler reads `stage_time(plan)` (the beat of the pipeline)
+beside `run(plan)` (one batch end to end).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.costmodel import CostModel
 from batchlab.hardware.opcost import Shape, shape_with
 from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_bytes_per_token_per_gpu
-from batchlab.request import Request
+from batchlab.request import Request, computed_of
 from batchlab.scheduler.plan import StepPlan
 
 
@@ -30,16 +31,37 @@ class CostExecutor:
                  cost: str | None = None) -> None:
         self.cost = CostModel(model, gpu, layout, cost)
         self.name = self.cost.kind
+        self.model, self.gpu = model, gpu
+        # the seed's roofline on one GPU: priced from integer sums, exactly (and by the fast path)
+        self.affine = self.cost.affine
         # Swapped KV moves over every GPU's own host link at once: each carries its share.
         self._swap_bytes = kv_bytes_per_token_per_gpu(model, layout)
         self._host_link = gpu.host_link_bandwidth
-        self._bucket_s, self._bucket_block = gpu.bucket_overhead_s, gpu.bucket_block_tokens
+        # the seed's roofline prices no length buckets (an operator-level feature)
+        self._bucket_s = 0.0 if self.affine is not None else gpu.bucket_overhead_s
+        self._bucket_block = gpu.bucket_block_tokens
         if self._bucket_s:   # the mini model's package loads only where its buckets are priced
             from batchlab.model.paged_attention import bucket_count
             self._buckets = bucket_count
 
     def run(self, plan: StepPlan) -> float:
-        duration = float(self.cost.step_time(plan_shape(plan))) if plan else 0.0
+        if not plan:
+            duration = 0.0
+        elif self.affine is not None:
+            decodes = len(plan.decodes)
+            decode_past = sum(map(computed_of, plan.decodes))
+            # a decode is SeqWork(1, n_past): attention units 1*(2*n_past + 2)
+            sum_new, sum_past, n_emit = decodes, decode_past, decodes
+            attn_units = 2 * decode_past + 2 * decodes
+            for item in plan.prefills:
+                n_new, n_past = item.n_new, item.n_past
+                sum_new += n_new
+                sum_past += n_past
+                n_emit += item.emits
+                attn_units += n_new * (2 * n_past + n_new + 1)
+            duration = self.affine.step(sum_new, sum_past, n_emit, attn_units)
+        else:
+            duration = float(self.cost.step_time(plan_shape(plan)))
         swapped = plan.swap_in_tokens + plan.swap_out_tokens
         if swapped:
             duration += swapped * self._swap_bytes / self._host_link
@@ -56,6 +78,7 @@ class CostExecutor:
         pass  # a paper GPU keeps no state
 
     def decode_run(self, n_past: list[int], steps: int) -> np.ndarray:
+        """`steps` pure-decode steps priced at once, equal to pricing each alone."""
         durations = self.cost.decode_run(n_past, steps)
         if self._bucket_s and n_past:   # step j: every sequence one token longer than at j - 1
             lengths = np.asarray(n_past, dtype=np.int64)[None, :] + 1 + np.arange(steps)[:, None]

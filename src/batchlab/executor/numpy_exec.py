@@ -6,7 +6,8 @@ request's sequence (its prompt token ids, given up front or added online with `a
 every token it emits) and feeds a plan item the tokens at positions [n_past, n_past + n_new): a
 first prefill, a chunk, a decode or the recomputation of prompt + outputs after a preemption all
 read the same way. Decoding is greedy unless a request was added with its own `SamplingParams`
-(temperature, top-p, seed, min_tokens), drawn from the request's own generator.
+(temperature, top-k, top-p, seed, min_tokens, penalties, logit bias, logprobs), drawn from the
+request's own generator; it has real logits, so it honours every field of `LOGIT_FIELDS`.
 
 With a prefix cache, a request admitted on a hit starts at n_past = the cached tokens, whose K
 and V it reads from the blocks an earlier request wrote (`KVCache.adopt`). Parallel samples
@@ -29,7 +30,7 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, step_time
 from batchlab.memory.base import MemoryManager
-from batchlab.executor.sampling import Sampler, SamplingParams
+from batchlab.executor.sampling import LOGIT_FIELDS, Sampler, SamplingParams, TokenLogprobs, log_softmax
 from batchlab.model.counters import Counter
 from batchlab.model.decoding import greedy
 from batchlab.model.forward import TokenWork, forward_batch
@@ -44,6 +45,7 @@ UNIT_STEP = 1.0
 
 class NumpyExecutor:
     name = "numpy"
+    sampling_fields = LOGIT_FIELDS   # what a request may ask of its logits
 
     def __init__(self, model: MiniModel, prompts: Mapping[str, Sequence[int]] | None = None,
                  clock: str | GPUSpec = "wall", memory: MemoryManager | None = None) -> None:
@@ -81,8 +83,8 @@ class NumpyExecutor:
             raise InputError(f"request {rid!r}: field 'id': a prompt was already given for it")
         _check_prompt(rid, prompt, self.model.config.vocab)
         self.prompts[rid] = [int(t) for t in prompt]
-        if sampling is not None and (not sampling.greedy or sampling.min_tokens):
-            self.samplers[rid] = Sampler(sampling)
+        if sampling is not None and (not sampling.greedy or sampling.processes):
+            self.samplers[rid] = Sampler(sampling, self.prompts[rid], self.model.config.vocab)
 
     def forget(self, rid: str) -> None:
         """Drop everything kept for a finished or aborted request (a server's requests come and go)."""
@@ -196,12 +198,22 @@ class NumpyExecutor:
             sampler = self.samplers.get(rid)
             if sampler is None:
                 continue
-            row_logits = logits[row]
-            if sampler.holds_stop(len(self.outputs.get(rid, ()))):
-                row_logits = row_logits.copy()
-                row_logits[sampler.params.stop_token] = -np.inf
-            tokens[row] = sampler.sample(row_logits)
+            tokens[row] = sampler.sample(logits[row], len(self.outputs.get(rid, ())))
         return tokens
+
+    def token_logprobs(self, rid: str) -> TokenLogprobs | None:
+        """The logprobs of `rid`'s latest token, when its sampling asked for them."""
+        sampler = self.samplers.get(rid)
+        return sampler.last if sampler is not None else None
+
+    def prompt_logprobs(self, prompt: Sequence[int]) -> np.ndarray:
+        """Log-probabilities of every next token after each prompt position, from one forward
+        of the prompt alone in a cache of its own (the engine's cache is not touched, so this
+        may run beside the engine's steps).  [P] -> [P - 1, V]: row i predicts token i + 1"""
+        cache = KVCache(self.model.config)
+        work = TokenWork("prompt", np.asarray(prompt, dtype=np.int64), 0)
+        logits = forward_batch(self.model, [work], cache, all_rows=True).logits   # [P, V]
+        return log_softmax(logits[:-1])
 
     def release(self, request: Request) -> None:
         """The request finished or was preempted by recompute: its KV is gone; its outputs stay."""

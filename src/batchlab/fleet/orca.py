@@ -20,6 +20,7 @@ from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import Layout
 from batchlab.metrics import find_goodput
 from batchlab.metrics.latency import RequestLatencies, TokenTimes, request_latencies
+from batchlab.metrics.normalized import normalized_figures, normalized_latency
 from batchlab.serving.run import build_requests
 from batchlab.serving.systems import System, parse_system
 from batchlab.trace import Trace
@@ -36,40 +37,9 @@ ORCA_SYSTEMS = ("orca-max", "static:memory=reservation-max:max_bs=1",
                 "static:memory=reservation-max:max_bs=8", "static:memory=reservation-max:max_bs=32")
 
 
-def normalized_latency(lat: RequestLatencies, batch_return: bool = False) -> np.ndarray:
-    """[served] seconds per output token: (end - arrival) / output tokens, from a run's
-    per-request figures (`trace_latencies` of a trace).
-
-    The end is the request's last token; with `batch_return`, the last token of its whole batch:
-    a request-level scheduler (FasterTransformer behind Triton, the paper's baseline) returns a
-    batch's responses together, so "a request that finished early cannot leave" (Orca §2.2). A
-    static batch is the requests whose first token came out of the same step.
-    """
-    served = lat.served & (lat.n_tokens > 0)
-    last = lat.finish[served]
-    if batch_return and last.size:
-        first = lat.first_token[served]
-        batches, batch_of = np.unique(first, return_inverse=True)
-        ends = np.full(batches.size, -np.inf)
-        np.maximum.at(ends, batch_of, last)
-        last = ends[batch_of]
-    return (last - lat.arrival[served]) / lat.n_tokens[served]
-
-
 def trace_latencies(trace: Trace) -> RequestLatencies:
     """The per-request figures of an engine's trace (its token times need no check)."""
     return request_latencies(TokenTimes(trace.arrival, trace.token_offsets, trace.token_times, trace.served))
-
-
-def normalized_figures(lat: RequestLatencies, batch_return: bool = False) -> dict[str, float | None]:
-    """mean, median and p99 normalized latency in ms per token (vLLM-style keys)."""
-    values = normalized_latency(lat, batch_return) * 1e3
-    if not values.size:
-        return {"mean_normalized_latency_ms": None, "median_normalized_latency_ms": None,
-                "p99_normalized_latency_ms": None}
-    return {"mean_normalized_latency_ms": float(values.mean()),
-            "median_normalized_latency_ms": float(np.median(values)),
-            "p99_normalized_latency_ms": float(np.percentile(values, 99))}
 
 
 @dataclass(frozen=True, slots=True)

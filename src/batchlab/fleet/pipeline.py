@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from batchlab.engine import Engine
+from batchlab.errors import InputError
 from batchlab.executor.costed import CostExecutor, make_executor
 from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
 from batchlab.hardware.parallel import Layout, check_layout, kv_capacity_tokens_split
@@ -40,6 +41,9 @@ def in_flight(system: System, layout: Layout) -> int:
 def replica_engine(system: System, model: ModelSpec, gpu: GPUSpec, layout: Layout) -> Engine:
     """The engine of `system` on `model` split over `layout` GPUs of type `gpu`."""
     check_layout(model, layout)
+    if system.cpu_ms:
+        raise InputError(f"system {system.name!r}: field 'cpu_ms': a fleet's replicas do not price CPU work "
+                         "per step; `simulate` and `compare` do")
     slots = in_flight(system, layout)
     executor = PipelineExecutor(model, gpu, layout) if slots > 1 else make_executor(model, gpu, layout)
     if system.memory == "unlimited":

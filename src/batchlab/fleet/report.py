@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchlab.fleet.orca import normalized_figures
+from batchlab.metrics.normalized import normalized_figures
 from batchlab.fleet.simulate import FleetResult, ReplicaResult
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES
 from batchlab.serving.run import run_figures

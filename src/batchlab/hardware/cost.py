@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.hardware.shapes import expert_reads, routed_expert_bytes
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -50,28 +51,38 @@ class StepCost:
         return self.flops / self.bytes
 
 
-def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
-            attn_units: int) -> tuple[int, int]:
-    """FLOPs and bytes of a step from its sums; attn_units = sum n_new*(2*n_past + n_new + 1).
-
-    Works on Python ints (exact) and on int64 arrays alike.
-    """
+def step_coefficients(model: ModelSpec) -> tuple[int, int, int, int, int, int, int]:
+    """The roofline's FLOPs and bytes of a step as integer coefficients of its sums:
+    flops = fn·Σn_new + fe·n_emit + fa·attn_units, bytes = b0 + bn·Σn_new + bp·Σn_past + be·n_emit
+    (returned as fn, fe, fa, b0, bn, bp, be). The one place the paper GPU's formula is written."""
     L, H, V, b = model.n_layers, model.hidden, model.vocab, model.bytes_per_value
     h, d, kv = model.n_heads, model.head_dim, model.kv_bytes_per_token
+    dv = model.v_head_dim or d   # MLA's value heads are narrower than its query/key heads
     # Linear layers 2N per token (Kaplan et al. 2020); LM head 2HV per emitted token; causal
     # attention: QK^T and AV each 2*h*d per (query, key) pair, and query i of a chunk sees
     # n_past + i keys, so sum_i (n_past + i) = n_new*(n_past + (n_new+1)/2) pairs; in all
     # 4*L*h*d*n_new*(n_past + (n_new+1)/2) = 2*L*h*d*n_new*(2*n_past + n_new + 1) (the PaLM
     # paper, Chowdhery et al. 2022, appendix B, and Hoffmann et al. 2022, "Chinchilla",
     # appendix F, count attention the same way).
-    flops = (FLOPS_PER_MAC * model.n_linear * sum_new
-             + FLOPS_PER_MAC * H * V * n_emit
-             + FLOPS_PER_MAC * L * h * d * attn_units)
-    # Weights once per step; each sequence's KV read once; the new tokens' KV written; the
-    # activations that leave or enter HBM: input embeddings gathered, logits written.
-    nbytes = (model.weight_bytes + kv * sum_past + kv * sum_new
-              + b * (H * sum_new + V * n_emit))
-    return flops, nbytes
+    # QK^T over d and AV over dv per pair: 2*h*(d + dv), which is 4*h*d when dv = d.
+    # Weights once per step (a mixture of experts' routed experts apart: a step reads those its
+    # tokens touch, `expert_reads`); each sequence's KV read once; the new tokens' KV written;
+    # the activations that leave or enter HBM: input embeddings gathered, logits written.
+    return (FLOPS_PER_MAC * model.n_linear, FLOPS_PER_MAC * H * V, L * h * (d + dv),
+            model.weight_bytes - routed_expert_bytes(model), kv + b * H, kv, b * V)
+
+
+def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
+            attn_units: int) -> tuple[int, int]:
+    """FLOPs and bytes of a step from its sums; attn_units = sum n_new*(2*n_past + n_new + 1).
+
+    Works on Python ints (exact) and on int64 arrays alike.
+    """
+    fn, fe, fa, b0, bn, bp, be = step_coefficients(model)
+    reads = expert_reads(model)
+    if reads is not None:
+        b0 = b0 + reads(sum_new)
+    return fn * sum_new + fe * n_emit + fa * attn_units, b0 + bn * sum_new + bp * sum_past + be * n_emit
 
 
 def step_time(gpu: GPUSpec, flops, nbytes):
@@ -87,6 +98,106 @@ def step_time(gpu: GPUSpec, flops, nbytes):
     compute_s = float(flops) / gpu.compute_rate
     memory_s = float(nbytes) / gpu.memory_rate
     return (compute_s if compute_s > memory_s else memory_s) + gpu.step_overhead_s
+
+
+# Integers the array prices take in int64; beyond, a caller prices one step at a time.
+INT64_SAFE = 1 << 62
+# Integers up to this are exact doubles, as are their sums and products up to it.
+FLOAT_EXACT = 1 << 53
+# A run's steps are all memory-bound (or all compute-bound) when its first and last are by more than
+# this factor: the gap between the two prices is affine in the step, so it holds at every step
+# between, by far more than the division's rounding, and max() would pick that price at each.
+DOMINATES = 1 - 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class RooflinePrice:
+    """The roofline of one GPU as the price of a step from its sums, or of a run of decode
+    steps as an array (each step's FLOPs and bytes are affine in its index): `step_coefficients`
+    and `step_time` with the GPU's rates read once. Prices equal `step_time(step_totals(...))`
+    bit for bit, as ints and floats (the array path does the same IEEE operations)."""
+
+    fn: int
+    fe: int
+    fa: int
+    b0: int
+    bn: int
+    bp: int
+    be: int
+    compute_rate: float
+    memory_rate: float
+    overhead: float
+    expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
+
+    @classmethod
+    def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
+        return cls(*step_coefficients(model), gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s,
+                   expert_reads(model))
+
+    def weights(self, tokens: int) -> int:
+        """Weight bytes a step of `tokens` new tokens reads."""
+        return self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(tokens)
+
+    def seconds(self, flops: int, nbytes: int) -> float:
+        """step_time of one step's FLOPs and bytes."""
+        compute_s = float(flops) / self.compute_rate
+        memory_s = float(nbytes) / self.memory_rate
+        return (compute_s if compute_s > memory_s else memory_s) + self.overhead
+
+    def step(self, sum_new: int, sum_past: int, n_emit: int, attn_units: int) -> float:
+        """One step's time from its sums (step_totals' arguments)."""
+        return self.seconds(self.fn * sum_new + self.fe * n_emit + self.fa * attn_units,
+                            self.weights(sum_new) + self.bn * sum_new + self.bp * sum_past + self.be * n_emit)
+
+    def decode(self, batch: int, cached: int) -> tuple[int, int, int, int]:
+        """A step of `batch` decodes over `cached` tokens in all: its (FLOPs, bytes) and what
+        each grows by per step of a run (every sequence one token longer)."""
+        per_batch_f, per_cached_f = self.fn + self.fe + 2 * self.fa, 2 * self.fa
+        flops = per_batch_f * batch + per_cached_f * cached
+        nbytes = self.weights(batch) + (self.bn + self.be) * batch + self.bp * cached
+        return flops, nbytes, per_cached_f * batch, self.bp * batch
+
+    def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:
+        """Times of `steps` decode steps of `batch` sequences over `cached` tokens at the first
+        (None if the run's integers pass int64's safe range). With `start`, one more slot
+        comes first holding it, so that np.add.accumulate of the array gives the steps' ends."""
+        flops, nbytes, more_flops, more_bytes = self.decode(batch, cached)
+        if max(flops + more_flops * steps, nbytes + more_bytes * steps) > INT64_SAFE:
+            return None
+        compute0, memory0 = float(flops) / self.compute_rate, float(nbytes) / self.memory_rate
+        compute1 = float(flops + more_flops * (steps - 1)) / self.compute_rate   # the last step's
+        memory1 = float(nbytes + more_bytes * (steps - 1)) / self.memory_rate
+        # one integer range each, from the step before the first when `start` takes a slot
+        lead = 0 if start is None else 1
+        f_first, b_first, n = flops - more_flops * lead, nbytes - more_bytes * lead, steps + lead
+        if memory0 * DOMINATES > compute0 and memory1 * DOMINATES > compute1:   # memory-bound throughout
+            out = _seconds(b_first, more_bytes, n, self.memory_rate)
+        elif compute0 * DOMINATES > memory0 and compute1 * DOMINATES > memory1:   # compute-bound throughout
+            out = _seconds(f_first, more_flops, n, self.compute_rate)
+        else:
+            out = _seconds(f_first, more_flops, n, self.compute_rate)
+            np.maximum(out, _seconds(b_first, more_bytes, n, self.memory_rate), out=out)
+        out += self.overhead
+        if lead:
+            out[0] = start
+        return out
+
+
+def _seconds(first: int, step: int, n: int, rate: float) -> np.ndarray:
+    """An affine range of flops or bytes (affine_range) over the rate that does them."""
+    out = affine_range(first, step, n)
+    out /= rate
+    return out
+
+
+def affine_range(first: int, step: int, n: int) -> np.ndarray:
+    """[first, first + step, ...] (n integers, exact in int64) as float64."""
+    if not step:
+        return np.full(n, float(first))
+    if max(abs(first), abs(first + step * n)) <= FLOAT_EXACT:
+        # every value is an exact double, and so is numpy's first + i * step for each: one call
+        return np.arange(first, first + step * n, step, dtype=np.float64)
+    return np.arange(first, first + step * n, step, dtype=np.int64).astype(np.float64)
 
 
 def _priced(gpu: GPUSpec, flops: int, nbytes: int) -> StepCost:

@@ -17,7 +17,7 @@ import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.hardware.cost import step_time as roofline_time
-from batchlab.hardware.cost import step_totals
+from batchlab.hardware.cost import RooflinePrice, step_totals
 from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, shape_of
 from batchlab.hardware.parallel import (
     SINGLE_GPU,
@@ -42,6 +42,8 @@ class CostModel:
         self.model, self.gpu, self.layout, self.kind = model, gpu, layout, kind
         self._ops = OperatorCost(model, gpu, layout) if kind == "operators" else None
         self._stage_layers = stage_layers(model.n_layers, layout.pp)[0]
+        # the roofline on one GPU from integer sums: one step, or a run of decodes as an array
+        self.affine = RooflinePrice.of(model, gpu) if kind == "roofline" and layout.trivial else None
 
     # -- the roofline, split ---------------------------------------------------------------
     def _roofline_totals(self, s: Shape):
@@ -91,6 +93,9 @@ class CostModel:
         batch, past = len(n_past), sum(int(p) for p in n_past)
         j = np.arange(steps, dtype=np.int64)
         if self.layout.trivial:
+            durations = self.affine.decode_run(batch, past, steps) if batch and steps else None
+            if durations is not None:
+                return durations
             f0, b0 = step_totals(self.model, batch, past, batch, 2 * past + 2 * batch)
             f1, b1 = step_totals(self.model, batch, past + batch, batch, 2 * past + 4 * batch)
             return roofline_time(self.gpu, f0 + (f1 - f0) * j, b0 + (b1 - b0) * j)

@@ -23,7 +23,10 @@ MAX_SPEC_INT = 10**15
 BASE_KEY = "base"
 # Shape fields whose change makes a base preset's published n_params (and head_dim) stale.
 _SHAPE_FIELDS = frozenset({"n_layers", "hidden", "n_heads", "n_kv_heads", "ffn", "vocab",
-                           "head_dim", "mlp_matrices", "tied_embeddings"})
+                           "head_dim", "mlp_matrices", "tied_embeddings", "n_experts",
+                           "expert_ffn", "shared_expert_ffn", "dense_layers", "kv_lora_rank",
+                           "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qkv_bias",
+                           "extra_params"})
 
 
 def _read(path: Path) -> dict:
@@ -128,9 +131,18 @@ def _looks_like_path(name: str) -> bool:
 
 
 def load_model(path: str | Path) -> ModelSpec:
-    """The model spec in a TOML/JSON file."""
+    """The model spec in a TOML/JSON file, or a Hugging Face config.json (or its folder)."""
     path = Path(path)
-    return _build(path, _table(path, _read(path), "model", "gpu"), "model", ModelSpec,
+    if path.is_dir():
+        from batchlab.hardware.hf_config import load_hf_config
+
+        return load_hf_config(path)
+    data = _read(path)
+    if path.suffix == ".json" and ("architectures" in data or "model_type" in data):
+        from batchlab.hardware.hf_config import config_name, spec_from_config
+
+        return spec_from_config(data, str(path), config_name(data, path))
+    return _build(path, _table(path, data, "model", "gpu"), "model", ModelSpec,
                   MODEL_PRESETS, model_preset)
 
 

@@ -81,6 +81,7 @@ equals pricing them one by one, bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -92,11 +93,14 @@ from batchlab.hardware.parallel import (
     SINGLE_GPU,
     Layout,
     allreduce_s,
+    alltoall_bytes,
+    alltoall_s,
     check_layout,
     kv_heads_per_gpu,
     send_s,
     stage_layers,
 )
+from batchlab.hardware.shapes import WEIGHT_BITS, experts_touched_skewed, kv_value_bytes
 from batchlab.hardware.specs import ROW_KERNELS, GPUSpec, ModelSpec
 
 OP_CLASSES = ("matmul", "attn_prefill", "attn_decode", "norm", "elementwise", "rope", "act",
@@ -107,10 +111,25 @@ OP_CLASS = {
     "attn_prefill": "attn_prefill", "attn_decode": "attn_decode", "o": "matmul",
     "add": "add", "up": "matmul", "act": "act", "down": "matmul",
     "embedding": "embedding", "final_norm": "norm", "lm_head": "matmul",
+    # Mixture of experts: the router, the routed experts (one grouped GEMM each for gate+up and
+    # down over the token-expert pairs), the always-active shared experts; MLA's latent
+    # up-projection (keys and values decompressed for prefill, absorbed into Q and O for decode).
+    "router": "matmul", "expert_up": "matmul", "expert_act": "act", "expert_down": "matmul",
+    "shared_up": "matmul", "shared_act": "act", "shared_down": "matmul", "kv_up": "matmul",
 }
 # (operator, instances per layer).
 LAYER_OPS = (("norm", 2), ("qkv", 1), ("rope", 1), ("kv_write", 1), ("attn_prefill", 1),
              ("attn_decode", 1), ("o", 1), ("add", 2), ("up", 1), ("act", 1), ("down", 1))
+_ATTENTION_OPS = LAYER_OPS[:7]
+MLA_OPS = (("norm", 2), ("qkv", 1), ("kv_up", 1), ("rope", 1), ("kv_write", 1),
+           ("attn_prefill", 1), ("attn_decode", 1), ("o", 1), ("add", 2))
+MOE_OPS = (("router", 1), ("expert_up", 1), ("expert_act", 1), ("expert_down", 1),
+           ("shared_up", 1), ("shared_act", 1), ("shared_down", 1))
+DENSE_MLP_OPS = LAYER_OPS[8:]
+MOE_NAMES = frozenset(name for name, _ in MOE_OPS)
+# Products whose weights are quantized (the embedding, the LM head and the router stay bf16).
+QUANTIZED_OPS = frozenset({"qkv", "o", "up", "down", "kv_up", "shared_up", "shared_down"})
+EXPERT_OPS = frozenset({"expert_up", "expert_down"})
 FIRST_STAGE_OPS = ("embedding",)
 LAST_STAGE_OPS = ("final_norm", "lm_head")
 ALLREDUCES_PER_LAYER = 2  # after o and after down (Megatron-LM, section 3)
@@ -158,6 +177,15 @@ def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
     }
 
 
+def fp8_matmul_params(gpu: GPUSpec, params: ClassParams) -> ClassParams:
+    """A product of FP8 weights and activations: the matmul class at the FP8 tensor-core peak
+    (the same share of it), where the GPU has one; elsewhere the weights are widened and the
+    product runs at the bf16 peak (vLLM's weight-only FP8), as `params` already prices it."""
+    if gpu.fp8_peak_flops is None:
+        return params
+    return dataclasses.replace(params, flop_rate=params.flop_rate / gpu.peak_flops * gpu.fp8_peak_flops)
+
+
 @dataclass(frozen=True, slots=True)
 class Dims:
     """A model's widths on one GPU of a tp group, as floats."""
@@ -169,15 +197,54 @@ class Dims:
     vocab: float       # V/tp (vocab-parallel LM head)
     up_width: float    # (matrices - 1) * I/tp: gate and up, or up alone
     act_arrays: float  # arrays of I/tp the activation reads and writes (3 gated, 2 plain)
-    b: float           # bytes per value
+    b: float           # bytes per value (activations; weights and KV unless given below)
+    wb: float | None = None    # bytes per weight of the quantized products (None: b)
+    kvb: float | None = None   # bytes per cached value (None: b)
+    # Mixture of experts, on one GPU: routed experts held (E, or E/ep), top-k, one expert's
+    # width (I_e/tp, or whole under ep), shared experts' width, the experts' bytes per weight.
+    experts: float = 0.0
+    experts_held: float = 0.0
+    top_k: float = 0.0
+    expert_ffn: float = 0.0
+    shared_ffn: float = 0.0
+    ewb: float | None = None
+    ep: float = 1.0
+    skew: float = 0.0
+    # MLA, on one GPU: the latent and rope widths (whole on every GPU), heads, value head.
+    mla: bool = False
+    kv_lora: float = 0.0
+    q_lora: float = 0.0
+    rope_dim: float = 0.0
+    heads: float = 0.0
+    v_head: float = 0.0
 
     @classmethod
-    def of(cls, model: ModelSpec, tp: int) -> Dims:
+    def of(cls, model: ModelSpec, tp: int, ep: int = 1) -> Dims:
         ffn = model.ffn / tp
-        return cls(hidden=float(model.hidden), q_width=float(model.n_heads // tp * model.head_dim),
+        dims = cls(hidden=float(model.hidden), q_width=float(model.n_heads // tp * model.head_dim),
                    kv_width=float(kv_heads_per_gpu(model, tp) * model.head_dim), ffn=ffn,
                    vocab=model.vocab / tp, up_width=(model.mlp_matrices - 1) * ffn,
                    act_arrays=float(model.mlp_matrices), b=float(model.bytes_per_value))
+        extra: dict = {}
+        if model.weight_dtype:
+            extra["wb"] = float(WEIGHT_BITS[model.weight_dtype]) / 8.0
+        if model.kv_cache_dtype:
+            extra["kvb"] = float(kv_value_bytes(model))
+        if model.is_moe:
+            slice_ = 1 if ep > 1 else tp   # ep holds experts whole; tp splits each one
+            extra.update(experts=float(model.n_experts), experts_held=model.n_experts / ep,
+                         top_k=float(model.experts_per_token), expert_ffn=model.expert_ffn / slice_,
+                         shared_ffn=model.shared_expert_ffn / tp, ep=float(ep),
+                         skew=float(model.routing_skew))
+            if model.expert_dtype or model.weight_dtype:
+                extra["ewb"] = float(WEIGHT_BITS[model.expert_dtype or model.weight_dtype]) / 8.0
+        if model.is_mla:
+            heads = model.n_heads // tp
+            extra.update(mla=True, kv_lora=float(model.kv_lora_rank), q_lora=float(model.q_lora_rank),
+                         rope_dim=float(model.qk_rope_head_dim), heads=float(heads),
+                         v_head=float(model.v_head_dim),
+                         kv_width=float(model.kv_lora_rank + model.qk_rope_head_dim))
+        return dataclasses.replace(dims, **extra) if extra else dims
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +301,85 @@ def uniform_shape(batch: int, context: int, new_tokens: int, emits: bool = True)
                  float(batch * new_tokens * (2 * context + new_tokens + 1)))
 
 
-def _matmul(rows: float, k: float, n: float, b: float):
-    return 2.0 * rows * k * n, b * (k * n + rows * k + rows * n), rows, n
+def _matmul(rows: float, k: float, n: float, b: float, wb: float | None = None):
+    """A product of `rows` x k activations by k x n weights; weights at `wb` bytes each when
+    they differ from the activations' b."""
+    if wb is None:
+        return 2.0 * rows * k * n, b * (k * n + rows * k + rows * n), rows, n
+    return 2.0 * rows * k * n, wb * k * n + b * (rows * k + rows * n), rows, n
+
+
+def experts_touched(d: Dims, tokens):
+    """Distinct experts one GPU's grouped GEMM reads weights of: for uniform routing
+    E_held * (1 - (1 - k/E)^T) (shapes.expected_experts_touched); with a routing skew s the
+    experts' shares of the picks follow a Zipf law of exponent s (a measured skew)."""
+    return experts_touched_skewed(d.experts, d.top_k, tokens, d.skew) * (d.experts_held / d.experts)
+
+
+def _moe_work(name: str, d: Dims, t):
+    pairs = t * d.top_k / d.ep   # token-expert pairs this GPU's experts run
+    ewb = d.wb if d.ewb is None else d.ewb
+    ewb = d.b if ewb is None else ewb
+    gated = d.act_arrays - 1.0
+    if name == "router":   # one expert needs no routing decision
+        return _matmul(t, d.hidden, d.experts, d.b) if d.experts > 1 else None
+    if name in ("expert_up", "expert_down"):
+        k, n = (d.hidden, gated * d.expert_ffn) if name == "expert_up" else (d.expert_ffn, d.hidden)
+        weights = experts_touched(d, t) * k * n
+        if ewb == d.b:   # as _matmul adds them, so one expert prices as the dense MLP
+            return 2.0 * pairs * k * n, d.b * (weights + pairs * k + pairs * n), pairs, n
+        return 2.0 * pairs * k * n, ewb * weights + d.b * (pairs * k + pairs * n), pairs, n
+    if name == "expert_act":
+        return 0.0, d.b * d.act_arrays * pairs * d.expert_ffn, pairs, d.b * d.act_arrays * d.expert_ffn
+    if d.shared_ffn <= 0:
+        return None
+    if name == "shared_up":
+        return _matmul(t, d.hidden, gated * d.shared_ffn, d.b, d.wb)
+    if name == "shared_down":
+        return _matmul(t, d.shared_ffn, d.hidden, d.b, d.wb)
+    return 0.0, d.b * d.act_arrays * t * d.shared_ffn, t, d.b * d.act_arrays * d.shared_ffn
+
+
+def _mla_work(name: str, d: Dims, s: Shape):
+    """MLA (DeepSeek-V2, arXiv:2405.04434): Q through its low-rank bottleneck and the joint
+    down-projection to the latent (replicated over tp, as vLLM runs them), the latent's
+    up-projection for prefill keys and values (decompressed) and for decode queries and outputs
+    (absorbed: the same weights per token), attention over the cached latent for decode."""
+    t, kvb = s.tokens, d.b if d.kvb is None else d.kvb
+    latent = d.kv_lora + d.rope_dim
+    if name == "qkv":
+        down = d.q_lora + latent if d.q_lora else latent
+        flops1, bytes1, _, _ = _matmul(t, d.hidden, down, d.b, d.wb)
+        q_in = d.q_lora if d.q_lora else d.hidden
+        flops2, bytes2, _, _ = _matmul(t, q_in, d.q_width, d.b, d.wb)
+        return flops1 + flops2, bytes1 + bytes2, t, down + d.q_width
+    if name == "kv_up":
+        rows = s.prefill_past + s.prefill_tokens + s.decodes
+        n = d.heads * (d.q_width / d.heads - d.rope_dim + d.v_head)
+        return _matmul(rows, d.kv_lora, n, d.b, d.wb)
+    if name == "o":
+        return _matmul(t, d.heads * d.v_head, d.hidden, d.b, d.wb)
+    if name == "rope":
+        row = d.b * 2.0 * (d.heads * d.rope_dim + d.rope_dim)
+        return 0.0, t * row, t, row
+    if name == "kv_write":
+        return 0.0, 2.0 * kvb * t * latent, t, 2.0 * kvb * latent
+    if name == "attn_decode":
+        if s.decodes <= 0:
+            return None
+        keys = s.decode_past + s.decodes
+        # QK over the latent and rope key, AV over the latent, per head: one latent per key read
+        return (2.0 * d.heads * (2.0 * d.kv_lora + d.rope_dim) * keys,
+                kvb * latent * keys + d.b * 2.0 * d.heads * latent * s.decodes, s.decodes)
+    if name == "attn_prefill":
+        if s.prefills <= 0:
+            return None
+        qk, v = d.q_width / d.heads, d.v_head
+        keys = s.prefill_past + s.prefill_tokens
+        return (d.heads * (qk + v) * s.prefill_units,
+                d.b * (d.heads * (qk + v) * keys + 2.0 * d.q_width * s.prefill_tokens),
+                s.prefill_tokens)
+    return None
 
 
 def op_work(name: str, d: Dims, s: Shape):
@@ -243,14 +387,18 @@ def op_work(name: str, d: Dims, s: Shape):
     run; a matrix product adds its output columns n (what its tiles cover), a per-token kernel
     the bytes one row's thread block moves."""
     t = s.tokens
+    if d.mla and name in ("qkv", "kv_up", "o", "rope", "kv_write", "attn_decode", "attn_prefill"):
+        return _mla_work(name, d, s)
+    if name in MOE_NAMES:
+        return _moe_work(name, d, t) if d.experts > 0 else None
     if name == "qkv":
-        return _matmul(t, d.hidden, d.q_width + 2.0 * d.kv_width, d.b)
+        return _matmul(t, d.hidden, d.q_width + 2.0 * d.kv_width, d.b, d.wb)
     if name == "o":
-        return _matmul(t, d.q_width, d.hidden, d.b)
+        return _matmul(t, d.q_width, d.hidden, d.b, d.wb)
     if name == "up":
-        return _matmul(t, d.hidden, d.up_width, d.b)
+        return _matmul(t, d.hidden, d.up_width, d.b, d.wb)
     if name == "down":
-        return _matmul(t, d.ffn, d.hidden, d.b)
+        return _matmul(t, d.ffn, d.hidden, d.b, d.wb)
     if name == "lm_head":
         return _matmul(s.emits, d.hidden, d.vocab, d.b) if s.emits > 0 else None
     # Every block of a norm reads the gain too (from cache: HBM sees it once per kernel).
@@ -263,6 +411,9 @@ def op_work(name: str, d: Dims, s: Shape):
         row = d.b * 2.0 * (d.q_width + d.kv_width)
         return 0.0, t * row, t, row
     if name == "kv_write":  # read the new K and V, write them into the cache
+        if d.kvb is not None:
+            row = (2.0 * d.b + 2.0 * d.kvb) * d.kv_width
+            return 0.0, t * row, t, row
         return 0.0, d.b * 4.0 * t * d.kv_width, t, d.b * 4.0 * d.kv_width
     if name == "add":  # residual: read two T x H, write one
         return 0.0, d.b * 3.0 * t * d.hidden, t, d.b * 3.0 * d.hidden
@@ -276,11 +427,18 @@ def op_work(name: str, d: Dims, s: Shape):
         keys = s.decode_past + s.decodes  # every cached key plus the new one
         # QK^T and AV: 2 * 2 * q_width FLOPs per (query, key) pair; K and V of every key read,
         # the query read and the output written.
+        if d.kvb is not None:
+            return (4.0 * d.q_width * keys,
+                    d.kvb * 2.0 * d.kv_width * keys + d.b * 2.0 * d.q_width * s.decodes, s.decodes)
         return (4.0 * d.q_width * keys,
                 d.b * (2.0 * d.kv_width * keys + 2.0 * d.q_width * s.decodes), s.decodes)
     if name == "attn_prefill":
         if s.prefills <= 0:
             return None
+        if d.kvb is not None:
+            return (2.0 * d.q_width * s.prefill_units,
+                    d.kvb * 2.0 * d.kv_width * (s.prefill_past + s.prefill_tokens)
+                    + d.b * 2.0 * d.q_width * s.prefill_tokens, s.prefill_tokens)
         return (2.0 * d.q_width * s.prefill_units,
                 d.b * (2.0 * d.kv_width * (s.prefill_past + s.prefill_tokens)
                        + 2.0 * d.q_width * s.prefill_tokens), s.prefill_tokens)
@@ -437,15 +595,41 @@ class OpRow:
     bound: str
 
 
+def layer_kinds(model: ModelSpec, stages: list[int]) -> list[tuple[tuple, bool, list[int]]]:
+    """(operators, is an MoE layer, layers of this kind in each stage): dense layers (all of a
+    dense model, the leading ones of DeepSeek's), then MoE layers; MLA or GQA attention."""
+    attention = MLA_OPS if model.is_mla else LAYER_OPS[:8]
+    dense_ops = LAYER_OPS if not model.is_mla else MLA_OPS + DENSE_MLP_OPS
+    n_dense = model.dense_layers if model.is_moe else model.n_layers
+    dense, moe, start = [], [], 0
+    for n in stages:
+        in_dense = max(0, min(n_dense, start + n) - start)
+        dense.append(in_dense)
+        moe.append(n - in_dense)
+        start += n
+    kinds = []
+    if any(dense):
+        kinds.append((dense_ops, False, dense))
+    if any(moe):
+        kinds.append((attention + MOE_OPS, True, moe))
+    return kinds
+
+
 class OperatorCost:
     """The operators model for one model on one GPU with one layout (see the module docstring)."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> None:
         check_layout(model, layout)
         self.model, self.gpu, self.layout = model, gpu, layout
-        self.dims = Dims.of(model, layout.tp)
+        self.dims = Dims.of(model, layout.tp, layout.ep)
         self.params = class_params(gpu)
         self.layers = stage_layers(model.n_layers, layout.pp)
+        self.kinds = layer_kinds(model, self.layers)
+        fp8 = fp8_matmul_params(gpu, self.params["matmul"])
+        expert_fp8 = (model.expert_dtype or model.weight_dtype) == "fp8"
+        self.op_params = {name: fp8 if (name in QUANTIZED_OPS and model.weight_dtype == "fp8"
+                                        or name in EXPERT_OPS and expert_fp8)
+                          else self.params[OP_CLASS[name]] for name in OP_CLASS}
 
     def _ops(self, names, shape: Shape):
         for name in names:
@@ -453,16 +637,30 @@ class OperatorCost:
             if work is not None:
                 yield name, work
 
+    def _layer(self, ops, shape: Shape):
+        layer = 0.0
+        for name, count in ops:
+            work = op_work(name, self.dims, shape)
+            if work is not None:
+                layer = layer + count * op_time(self.op_params[name], *work)
+        return layer
+
+    def _comm(self, moe: bool, activation_bytes, shape: Shape):
+        """A layer's collectives: two all-reduces over tp, or with expert parallelism in an MoE
+        layer the attention's all-reduce, the dispatch and the combine (parallel.alltoall_s)."""
+        gpu, layout = self.gpu, self.layout
+        if not moe or layout.ep == 1:
+            return ALLREDUCES_PER_LAYER * allreduce_s(gpu, activation_bytes, layout.tp)
+        sent = alltoall_bytes(shape.tokens, self.model.experts_per_token, layout.ep,
+                              self.model.hidden, self.dims.b)
+        return allreduce_s(gpu, activation_bytes, layout.tp) + 2.0 * alltoall_s(gpu, sent, layout.ep)
+
     def price(self, shape: Shape) -> StepPrice:
         """Stage times, sends and CPU of a step of this shape (float or array-valued)."""
         params, tp, gpu = self.params, self.layout.tp, self.gpu
-        layer = 0.0
-        for name, count in LAYER_OPS:
-            work = op_work(name, self.dims, shape)
-            if work is not None:
-                layer = layer + count * op_time(params[OP_CLASS[name]], *work)
         activation_bytes = self.dims.b * shape.tokens * self.dims.hidden
-        comm = ALLREDUCES_PER_LAYER * allreduce_s(gpu, activation_bytes, tp)
+        per_layer = [self._layer(ops, shape) + self._comm(moe, activation_bytes, shape)
+                     for ops, moe, _ in self.kinds]
         first = last = 0.0
         for name, work in self._ops(FIRST_STAGE_OPS, shape):
             first = first + op_time(params[OP_CLASS[name]], *work)
@@ -470,8 +668,11 @@ class OperatorCost:
         for name, work in self._ops(LAST_STAGE_OPS, shape):
             last = last + op_time(params[OP_CLASS[name]], *work)
         stages = []
-        for i, n_layers in enumerate(self.layers):
-            t = n_layers * (layer + comm)
+        for i in range(len(self.layers)):
+            t = 0.0
+            for layer, (_, _, counts) in zip(per_layer, self.kinds):
+                if counts[i]:
+                    t = t + counts[i] * layer
             if i == 0:
                 t = t + first
             if i == len(self.layers) - 1:
@@ -514,23 +715,33 @@ class OperatorCost:
                 row.bytes += nbytes
                 row.time_s += t
 
-        for name, count in LAYER_OPS:
-            work = op_work(name, self.dims, shape)
-            if work is not None:
-                p = self.params[OP_CLASS[name]]
-                n = count * total_layers
-                add(name, OP_CLASS[name], n, n * work[0], n * work[1],
-                    total_layers * (count * op_time(p, *work)), op_bound(p, *work))
+        for ops, _, counts in self.kinds:
+            kind_layers = sum(counts)
+            for name, count in ops:
+                work = op_work(name, self.dims, shape)
+                if work is not None:
+                    p = self.op_params[name]
+                    n = count * kind_layers
+                    add(name, OP_CLASS[name], n, n * work[0], n * work[1],
+                        kind_layers * (count * op_time(p, *work)), op_bound(p, *work))
         for name, work in self._ops(FIRST_STAGE_OPS + LAST_STAGE_OPS, shape):
             p = self.params[OP_CLASS[name]]
             add(name, OP_CLASS[name], 1, work[0], work[1], op_time(p, *work), op_bound(p, *work))
         price = self.price(shape)
         if self.layout.tp > 1:
             nbytes = self.dims.b * shape.tokens * self.dims.hidden
-            n = ALLREDUCES_PER_LAYER * total_layers + 1
+            expert_parallel = sum(sum(c) for _, moe, c in self.kinds if moe) if self.layout.ep > 1 else 0
+            reduces = ALLREDUCES_PER_LAYER * total_layers - expert_parallel
+            n = reduces + 1
             add("all_reduce", "interconnect", n, 0.0, n * nbytes,
-                total_layers * (ALLREDUCES_PER_LAYER * allreduce_s(self.gpu, nbytes, self.layout.tp))
+                reduces * allreduce_s(self.gpu, nbytes, self.layout.tp)
                 + allreduce_s(self.gpu, nbytes, self.layout.tp), "link")
+            if expert_parallel:
+                sent = alltoall_bytes(shape.tokens, self.model.experts_per_token, self.layout.ep,
+                                      self.model.hidden, self.dims.b)
+                add("all_to_all", "interconnect", 2 * expert_parallel, 0.0,
+                    2 * expert_parallel * sent,
+                    2 * expert_parallel * alltoall_s(self.gpu, sent, self.layout.ep), "link")
         if len(self.layers) > 1:
             n = len(self.layers) - 1
             add("send", "interconnect", n, 0.0, n * self.dims.b * shape.tokens * self.dims.hidden,

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.hardware.shapes import kv_value_bytes
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
 
@@ -27,9 +28,13 @@ class Layout:
 
     tp: int = 1
     pp: int = 1
+    # Expert parallelism: a mixture of experts' experts whole on the ep GPUs of a stage, E/ep
+    # each, rather than every expert split over them (vLLM's --enable-expert-parallel with
+    # data parallel size 1: ep = tp). Tokens reach their experts by all-to-all.
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for field in ("tp", "pp"):
+        for field in ("tp", "pp", "ep"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"layout: field '{field}' must be an integer >= 1, got {value!r}")
@@ -55,6 +60,16 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
     if model.n_heads % layout.tp:
         raise InputError(f"field 'tp' ({layout.tp}) must divide model '{model.name}''s "
                          f"{model.n_heads} attention heads")
+    if layout.ep > 1:
+        if not model.is_moe:
+            raise InputError(f"field 'ep' ({layout.ep}): model '{model.name}' has no experts "
+                             f"to split")
+        if layout.ep != layout.tp:
+            raise InputError(f"field 'ep' ({layout.ep}) must be 1 or tp ({layout.tp}): the "
+                             f"experts spread over the GPUs of a stage")
+        if model.n_experts % layout.ep:
+            raise InputError(f"field 'ep' ({layout.ep}) must divide model '{model.name}''s "
+                             f"{model.n_experts} experts")
 
 
 def stage_layers(n_layers: int, pp: int) -> list[int]:
@@ -86,9 +101,39 @@ def weight_bytes_per_gpu(model: ModelSpec, layout: Layout) -> float:
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout) -> int:
-    """One token's KV on the GPU of the largest stage: b * 2 * layers * kv heads per GPU * d."""
+    """One token's KV on the GPU of the largest stage: b * 2 * layers * kv heads per GPU * d;
+    an MLA latent is whole on every GPU of the stage (vLLM replicates it over tp)."""
     layers = stage_layers(model.n_layers, layout.pp)[0]
-    return model.bytes_per_value * 2 * layers * kv_heads_per_gpu(model, layout.tp) * model.head_dim
+    if model.is_mla:
+        return kv_value_bytes(model) * layers * (model.kv_lora_rank + model.qk_rope_head_dim)
+    return kv_value_bytes(model) * 2 * layers * kv_heads_per_gpu(model, layout.tp) * model.head_dim
+
+
+def alltoall_bytes(tokens, top_k: int, ep: int, hidden: int, value_bytes: float):
+    """Bytes one GPU sends in an expert-parallel dispatch (and again in the combine): it holds
+    tokens/ep of the step's tokens and sends each to the other GPUs among those holding its k
+    experts. Under uniform routing a token's k experts sit on ep * (1 - (1 - 1/ep)^k) GPUs in
+    expectation, (ep - 1)/ep of them remote."""
+    ranks = ep * (1.0 - (1.0 - 1.0 / ep) ** top_k)
+    return tokens / ep * ranks * (ep - 1) / ep * hidden * value_bytes
+
+
+def alltoall_s(gpu: GPUSpec, nbytes, ep: int):
+    """One all-to-all over ep GPUs on a switch: every GPU pushes its remote bytes through its
+    own link at once, so it costs what one send of those bytes does on the send/recv profile's
+    link (send_s); 0 for ep = 1."""
+    if ep == 1:
+        return 0.0
+    return send_s(gpu, nbytes)
+
+
+def kv_capacity_tokens_on(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
+    """Tokens of KV a replica of `layout` holds: the single-GPU figure itself for one GPU."""
+    if layout.trivial:
+        from batchlab.hardware.cost import kv_capacity_tokens
+
+        return kv_capacity_tokens(model, gpu)
+    return kv_capacity_tokens_split(model, gpu, layout)
 
 
 def kv_capacity_tokens_split(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:

@@ -77,7 +77,7 @@ _MODELS = (
     _gpt3("GPT-3-341B", n_layers=120, hidden=15360),
 )
 
-# Operator parameters fitted from Vidur's profiles (../shared/data/profiles: Llama-2-7B mlp.csv
+# Operator parameters fitted from Vidur's profiles (batchlab/data/profiles: Llama-2-7B mlp.csv
 # at TP 1/2/4/8, NCCL all-reduce and send/recv inside one DGX node; for the A100 also the
 # Llama-3-8B FlashInfer attention subset) by
 #   batchlab calibrate vidur_a100_llama-2-7b_mlp.csv vidur_a100_llama-3-8b_attention_subset.csv \
@@ -123,42 +123,134 @@ _H100_FIT = dict(
     source="datasheet peaks; operators and NVLink fitted from Vidur's H100 profiles (DGX "
            "H100), see presets.py; attention uncalibrated (mfu / mbu)")
 
+# Links' datasheet bandwidths per direction, for carrying a fitted collective over to a GPU
+# on another link: NVLink 5 on Blackwell is 1.8 TB/s both ways per GPU (NVIDIA HGX B200 spec);
+# AMD Infinity Fabric on the MI300X 896 GB/s aggregate both ways over seven links (AMD Instinct
+# MI300X datasheet).
+NVLINK5_BYTES_S = 900e9
+INFINITY_FABRIC_MI300X_BYTES_S = 448e9
+_FIT_LINKS = {"A100-80GB": NVLINK3_BYTES_S, "H100-SXM": NVLINK4_BYTES_S}
+_FITS = {"A100-80GB": _A100_FIT, "H100-SXM": _H100_FIT}
+
+
+def transfer_fit(base: str, name: str, link_bytes_s: float | None = None) -> dict:
+    """The operator parameters fitted on `base`, carried to a GPU of the same family of kernels:
+    efficiencies, floors, tiles and per-row kernels as fitted (shares of the new GPU's own
+    peaks), and with `link_bytes_s` the fitted collectives scaled by the new link's datasheet
+    bandwidth over the fitted one's (None: the preset keeps its own link figures).
+    How far this is off where a check exists: docs/hardware.md."""
+    fit = dict(_FITS[base])
+    links = ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s")
+    if link_bytes_s is None:
+        for field in links:
+            del fit[field]
+    else:
+        scale = link_bytes_s / _FIT_LINKS[base]
+        fit.update(allreduce_bandwidth=fit["allreduce_bandwidth"] * scale,
+                   p2p_bandwidth=fit["p2p_bandwidth"] * scale)
+    fit.update(fit_base=base,
+               source=f"{name} datasheet peaks; operator efficiencies transferred from {base}'s "
+                      f"fit (presets.transfer_fit)"
+                      + (", links scaled to the datasheet" if link_bytes_s else ", datasheet links"))
+    return fit
+
+
 _GPUS = (
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16 1,979 TFLOPS with sparsity (989.4
-    # dense), 3.35 TB/s HBM3, 80 GB; host link PCIe Gen5 (128 GB/s both directions).
-    # 132 SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), H100 SXM5 column.
+    # dense), FP8 3,958 with sparsity (1,979 dense), 3.35 TB/s HBM3, 80 GB; host link PCIe Gen5
+    # (128 GB/s both directions). 132 SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper
+    # (2022), H100 SXM5 column.
     GPUSpec("H100-SXM", peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
-            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, **_H100_FIT),
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
+            **_H100_FIT),
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
-    # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions.
-    # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1.
+    # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions; no FP8.
+    # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1. Links at the
+    # datasheet's figure, as the Orca paper's setting prices them (docs/parallel.md).
     GPUSpec("A100-40GB", peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, allreduce_bandwidth=NVLINK3_BYTES_S,
-            p2p_bandwidth=NVLINK3_BYTES_S,
-            source="NVIDIA A100 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
+            p2p_bandwidth=NVLINK3_BYTES_S, **transfer_fit("A100-80GB", "NVIDIA A100 40GB")),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
     # The same GA100 chip, 108 SMs (the PCIe card Vidur profiled has them too).
     GPUSpec("A100-80GB", peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, **_A100_FIT),
-    # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM, 4.8 TB/s HBM3e,
-    # 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both directions.
+    # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM (BF16 989 and FP8
+    # 1,979 TFLOPS dense), 4.8 TB/s HBM3e, 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both ways.
     # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory).
     GPUSpec("H200", peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
-            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, allreduce_bandwidth=NVLINK4_BYTES_S,
-            p2p_bandwidth=NVLINK4_BYTES_S,
-            source="NVIDIA H200 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
-    # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense),
-    # 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk over PCIe.
-    # 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for the L4
-    # (7,424 CUDA cores, 128 per SM).
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
+            **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S)),
+    # NVIDIA HGX B200 specification, per GPU of the eight: FP8 72 and BF16 36 PFLOPS with
+    # sparsity for the board (4.5 and 2.25 PFLOPS dense each), 1.44 TB HBM3e (180 GB each),
+    # 64 TB/s (8 TB/s each), NVLink 5 1.8 TB/s both ways; PCIe Gen5 host. 148 SMs: NVIDIA
+    # Blackwell architecture technical brief (B200).
+    GPUSpec("B200", peak_flops=2250e12, mem_bandwidth=8e12, memory=180e9,
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=148, fp8_peak_flops=4500e12,
+            **transfer_fit("H100-SXM", "NVIDIA HGX B200", NVLINK5_BYTES_S)),
+    # AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense, FP8 2,614.9 TFLOPS dense,
+    # 192 GB HBM3 at 5.3 TB/s, 304 compute units (the SMs' counterpart), Infinity Fabric 896 GB/s
+    # aggregate, PCIe Gen5 x16 host. Nearest calibrated kernels: the H100's (HBM, dense matrix
+    # cores of the same generation).
+    GPUSpec("MI300X", peak_flops=1307.4e12, mem_bandwidth=5.3e12, memory=192e9,
+            host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=304, fp8_peak_flops=2614.9e12,
+            **transfer_fit("H100-SXM", "AMD Instinct MI300X", INFINITY_FABRIC_MI300X_BYTES_S)),
+    # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense,
+    # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 and no NVLink. 142 SMs: AD102 as configured for
+    # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper).
+    GPUSpec("L40S", peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=142,
+            fp8_peak_flops=733e12,
+            **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S)),
+    # NVIDIA A40 datasheet: BF16 149.7 TFLOPS dense (299.4 with sparsity), 48 GB GDDR6 at
+    # 696 GB/s, PCIe Gen4 (an NVLink bridge joins pairs only: collectives go over PCIe), no
+    # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM).
+    GPUSpec("A40", peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=84,
+            **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S)),
+    # AWS EC2 G5's NVIDIA A10G: 24 GB GDDR6 at 600 GB/s, 80 SMs, FP16/BF16 tensor 70 TFLOPS
+    # dense (the A10's 125 at lower tensor clocks; AWS G5 documentation), PCIe Gen4, no FP8.
+    GPUSpec("A10G", peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
+            host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=80,
+            **transfer_fit("A100-80GB", "AWS A10G", PCIE_GEN4_X16_BYTES_S)),
+    # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense), FP8 485
+    # with sparsity (242.5 dense), 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk
+    # over PCIe. 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for
+    # the L4 (7,424 CUDA cores, 128 per SM).
     GPUSpec("L4", peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
-            allreduce_bandwidth=PCIE_GEN4_X16_BYTES_S, p2p_bandwidth=PCIE_GEN4_X16_BYTES_S,
-            source="NVIDIA L4 datasheet; operators uncalibrated (mfu / mbu, no floors)"),
+            fp8_peak_flops=242.5e12,
+            **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S)),
 )
 
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
 GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
+
+# Models read from their Hugging Face config.json, shipped in batchlab/data/models/ as
+# "<organisation>__<name>.json" (data/README.md names each source): the preset's name is the
+# Hugging Face name. Read when first asked for, so that naming a model costs no file reads.
+CONFIG_PRESETS = ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V2",
+                  "Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
+                  "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct",
+                  "openai/gpt-oss-20b", "openai/gpt-oss-120b", "mistralai/Mixtral-8x7B-v0.1",
+                  "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B",
+                  "meta-llama/Llama-3.3-70B-Instruct", "google/gemma-2-9b",
+                  "google/gemma-3-1b-it", "google/gemma-3-27b-it",
+                  "microsoft/Phi-3-mini-4k-instruct")
+_CONFIG_MODELS: dict[str, ModelSpec] = {}
+
+
+def config_preset(hf_id: str) -> ModelSpec:
+    """The model of a shipped config, named by its Hugging Face id (read once)."""
+    if hf_id not in _CONFIG_MODELS:
+        from importlib import resources
+
+        from batchlab.hardware.hf_config import load_json_config
+
+        org, name = hf_id.split("/")
+        resource = resources.files("batchlab") / "data" / "models" / f"{org}__{name}.json"
+        _CONFIG_MODELS[hf_id] = load_json_config(resource.read_text(encoding="utf-8"),
+                                                 f"batchlab/data/models/{org}__{name}.json", name)
+    return _CONFIG_MODELS[hf_id]
 
 
 # Short forms people type, by normalized name (see `normalize`): the bare GPU family picks the
@@ -166,12 +258,22 @@ GPU_PRESETS: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 ALIASES = {
     "h100": "H100-SXM", "h100sxm5": "H100-SXM", "h10080gb": "H100-SXM",
     "a100": "A100-80GB", "a10080g": "A100-80GB", "a10040g": "A100-40GB",
-    "h200sxm": "H200", "l424gb": "L4",
+    "h200sxm": "H200", "h200141gb": "H200", "l424gb": "L4", "b200180gb": "B200",
+    "mi300": "MI300X", "amdmi300x": "MI300X", "instinctmi300x": "MI300X", "l40s48gb": "L40S",
+    "a1024gb": "A10G", "a40pcie": "A40",
     "llama38b": "Llama-3-8B", "metallama38b": "Llama-3-8B",
     "llama27b": "Llama-2-7B", "llama213b": "Llama-2-13B", "llama270b": "Llama-2-70B",
     "mistral7bv01": "Mistral-7B", "opt13b": "OPT-13B",
+    # Config presets by the names of their other checkpoints of the same shapes.
+    "llama3370b": "meta-llama/Llama-3.3-70B-Instruct", "mixtral8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "mixtral8x7binstructv01": "mistralai/Mixtral-8x7B-v0.1", "qwen257b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen2572b": "Qwen/Qwen2.5-72B-Instruct", "gemma31b": "google/gemma-3-1b-it",
+    "gemma327b": "google/gemma-3-27b-it", "gemma29bit": "google/gemma-2-9b",
+    "deepseekv3base": "deepseek-ai/DeepSeek-V3", "deepseekv30324": "deepseek-ai/DeepSeek-V3",
+    "deepseekv2chat": "deepseek-ai/DeepSeek-V2", "phi3mini4k": "microsoft/Phi-3-mini-4k-instruct",
 }
-SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B"}
+SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B, "
+                                                "deepseek-ai/DeepSeek-V3, a config.json"}
 
 
 def normalize(name: str) -> str:
@@ -182,24 +284,29 @@ def normalize(name: str) -> str:
     return name.removesuffix("hf") if len(name) > 2 else name
 
 
-def _lookup(presets: dict, kind: str, name: str):
+def _lookup(presets: dict, kind: str, name: str, configs: tuple[str, ...] = ()):
     spec = None
     if isinstance(name, str):
         by_key = {normalize(key): spec for key, spec in presets.items()}
+        in_configs = {normalize(hf_id): hf_id for hf_id in configs}
         key = normalize(name)
+        if key not in by_key and key not in in_configs:
+            key = normalize(ALIASES.get(key, key))
         spec = by_key.get(key)
-        if spec is None and ALIASES.get(key) in presets:
-            spec = presets[ALIASES[key]]
+        if spec is None and key in in_configs:
+            spec = config_preset(in_configs[key])
     if spec is None:
+        names = [*presets, *(hf_id.split("/")[1] for hf_id in configs)]
         raise InputError(f"field '{kind}': unknown {kind} {name!r}; choose one of "
-                         f"{', '.join(presets)} (any case, dashes optional, short forms such as "
-                         f"{SHORT_EXAMPLES[kind]}) or give a .toml/.json spec file")
+                         f"{', '.join(names)} (any case, dashes optional, short forms such as "
+                         f"{SHORT_EXAMPLES[kind]}) or give a .toml/.json spec file"
+                         + (" or a Hugging Face config.json (or its folder)" if configs else ""))
     return spec
 
 
 def model_preset(name: str) -> ModelSpec:
-    """The preset called `name`, any letter case."""
-    return _lookup(MODEL_PRESETS, "model", name)
+    """The preset called `name`, any letter case: hand-written, or read from a shipped config."""
+    return _lookup(MODEL_PRESETS, "model", name, CONFIG_PRESETS)
 
 
 def gpu_preset(name: str) -> GPUSpec:

@@ -10,6 +10,13 @@ import math
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.hardware.shapes import (
+    active_linear_params,
+    check_variants,
+    kv_bytes_per_token,
+    layer_params,
+    weight_bytes,
+)
 
 # Matrices in one MLP block: gate, up and down for SwiGLU (Llama, Mistral; Shazeer 2020,
 # "GLU Variants Improve Transformer"), up and down for a plain MLP (OPT, GPT-3).
@@ -104,6 +111,30 @@ class ModelSpec:
     mlp_matrices: int = GATED_MLP_MATRICES
     n_params: int | None = None   # total parameters; None derives it from the shapes
     tied_embeddings: bool = False  # LM head shares the input embedding (OPT); only for n_params
+    # Mixture of experts (HF: num_local_experts / num_experts / n_routed_experts,
+    # num_experts_per_tok, moe_intermediate_size, n_shared_experts, first_k_dense_replace).
+    n_experts: int = 0            # routed experts per MoE layer; 0: a dense model
+    experts_per_token: int = 0    # k of the router's top-k
+    expert_ffn: int = 0           # one routed expert's FFN width
+    shared_expert_ffn: int = 0    # FFN width of the always-active shared experts, summed
+    dense_layers: int = 0         # leading layers with a dense FFN of width `ffn` (DeepSeek)
+    routing_skew: float = 0.0     # Zipf exponent of the experts' shares of picks (0: uniform)
+    # Multi-head latent attention (DeepSeek-V2/V3, HF: kv_lora_rank, q_lora_rank,
+    # qk_rope_head_dim, v_head_dim); head_dim is then the query/key head (nope + rope).
+    kv_lora_rank: int = 0         # the cached latent's width; 0: not MLA
+    q_lora_rank: int = 0          # the query's low-rank width; 0: Q projected directly
+    qk_rope_head_dim: int = 0     # the rope part of a key, cached beside the latent
+    v_head_dim: int = 0           # a value head's width; 0: head_dim
+    # Sliding-window attention (HF: sliding_window with layer_types, or an alternation).
+    sliding_window: int = 0       # tokens a windowed layer attends to; 0: none
+    sliding_layers: int = 0       # how many of the layers attend within the window
+    attention_sinks: bool = False  # learned per-head sink logits (gpt-oss): no KV of their own
+    qkv_bias: bool = False        # biases on Q, K, V (Qwen2, gpt-oss); only for n_params
+    # Precision (vLLM: --dtype, --quantization, --kv-cache-dtype); "" follows bytes_per_value.
+    weight_dtype: str = ""        # the linear layers' weights: bf16, fp16, fp8, int8, int4, mxfp4
+    expert_dtype: str = ""        # the routed experts' weights; "" follows weight_dtype
+    kv_cache_dtype: str = ""      # bf16, fp16 or fp8
+    extra_params: int = 0         # weights held but not run per token (a vision tower)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -128,40 +159,55 @@ class ModelSpec:
         if not isinstance(self.tied_embeddings, bool):
             raise InputError(f"{rec}: field 'tied_embeddings' must be true or false, "
                              f"got {self.tied_embeddings!r}")
+        check_variants(self, rec)
         if self.n_params is None:
             object.__setattr__(self, "n_params", self.derived_params)
         _positive_int(rec, "n_params", self.n_params)
 
     @property
     def n_linear(self) -> int:
-        """Parameters of the per-token linear layers (no embedding, no LM head).
+        """Parameters of the per-token linear layers that one token runs through (no embedding,
+        no LM head), summed over the layers.
 
-        Per layer: Q (H x h*d), K and V (H x h_kv*d each), O (h*d x H), and the MLP's
+        Dense, per layer: Q (H x h*d), K and V (H x h_kv*d each), O (h*d x H), and the MLP's
         `mlp_matrices` matrices of H x I. Kaplan et al. 2020 ("Scaling Laws for Neural
-        Language Models", Table 1) count N the same way, without embeddings.
+        Language Models", Table 1) count N the same way, without embeddings. A mixture of
+        experts counts the experts a token is routed to (top-k), the shared experts and the
+        router: the active parameters, so 2 * n_linear is a token's FLOPs.
         """
-        h, d, hkv, hid = self.n_heads, self.head_dim, self.n_kv_heads, self.hidden
-        return self.n_layers * (hid * h * d + 2 * hid * hkv * d + h * d * hid
-                                + self.mlp_matrices * hid * self.ffn)
+        return active_linear_params(self)
 
     @property
     def derived_params(self) -> int:
-        """n_linear plus the input embedding and, unless tied, the LM head (V x H each).
+        """Every weight from the shapes: all experts, the input embedding and, unless tied,
+        the LM head (V x H each), plus `extra_params`.
 
-        Norm weights, biases and learned positions are left out: under 0.1% of every preset.
+        Norm weights, biases other than QKV's and learned positions are left out: under 0.1%
+        of every preset.
         """
         embeddings = 1 if self.tied_embeddings else 2
-        return self.n_linear + embeddings * self.vocab * self.hidden
+        return (layer_params(self) + embeddings * self.vocab * self.hidden
+                + self.extra_params)
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of all weights, read once per step."""
-        return self.bytes_per_value * self.n_params
+        """Bytes of all weights, each part at its own precision."""
+        return weight_bytes(self)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """One token's K and V over all layers: b * 2 * L * h_kv * d (Llama-3-8B: 128 KiB)."""
-        return self.bytes_per_value * 2 * self.n_layers * self.n_kv_heads * self.head_dim
+        """One token's KV over all layers: b * 2 * L * h_kv * d (Llama-3-8B: 128 KiB); with
+        MLA b * L * (kv_lora_rank + qk_rope_head_dim) (DeepSeek-V3: 70,272 bytes in bf16).
+        b is the KV cache's bytes per value."""
+        return kv_bytes_per_token(self)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +304,12 @@ class GPUSpec:
     p2p_latency_s: float = DEFAULT_LINK_LATENCY_S
     source: str = ""  # where the numbers come from (datasheet, fitted profiles and command)
     price_per_hour: float | None = None  # what one GPU costs per hour (any currency); `plan` minimises it
+    # Dense FP8 FLOP/s of the tensor cores (Hopper, Ada, Blackwell, CDNA 3); None: no FP8 math,
+    # so FP8 weights are widened to bf16 and multiply at peak_flops (vLLM's weight-only FP8).
+    fp8_peak_flops: float | None = None
+    # The fitted preset whose operator efficiencies this one carries ("": fitted on its own
+    # profiles, or none); see presets.transfer_fit.
+    fit_base: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -299,6 +351,11 @@ class GPUSpec:
                                  f"got {getattr(self, field)!r}")
         if self.price_per_hour is not None:
             object.__setattr__(self, "price_per_hour", _positive_float(rec, "price_per_hour", self.price_per_hour))
+        if self.fp8_peak_flops is not None:
+            object.__setattr__(self, "fp8_peak_flops", _positive_float(
+                rec, "fp8_peak_flops", self.fp8_peak_flops, at_least=MIN_RATE))
+        if not isinstance(self.fit_base, str):
+            raise InputError(f"{rec}: field 'fit_base' must be a string, got {self.fit_base!r}")
         if not isinstance(self.source, str):
             raise InputError(f"{rec}: field 'source' must be a string, got {self.source!r}")
 

@@ -90,8 +90,10 @@ def _logits(model: MiniModel, last: np.ndarray, counter: Counter) -> np.ndarray:
 
 
 def forward_batch(model: MiniModel, works: list[TokenWork], cache: KVCache,
-                  counter: Counter | None = None) -> StepOutput:
-    """One step of selective batching over `works`; writes their new KV into `cache`."""
+                  counter: Counter | None = None, all_rows: bool = False) -> StepOutput:
+    """One step of selective batching over `works`; writes their new KV into `cache`.
+    `all_rows`: logits at every new token, not only at the emitting works' last (a prompt's
+    own logprobs)."""
     _check(model, works, cache)
     c, counter = model.config, counter if counter is not None else Counter()
     h, hkv, d = c.n_heads, c.n_kv_heads, c.head_dim
@@ -142,7 +144,8 @@ def forward_batch(model: MiniModel, works: list[TokenWork], cache: KVCache,
 
     for w in works:
         cache.commit(w.rid, w.n_past + w.n_new)
-    emit_rows = np.asarray([e - 1 for w, e in zip(works, ends) if w.emits], dtype=np.int64)
+    emit_rows = (np.arange(len(tokens)) if all_rows else
+                 np.asarray([e - 1 for w, e in zip(works, ends) if w.emits], dtype=np.int64))
     return StepOutput(logits=_logits(model, x[emit_rows], counter), counter=counter)
 
 

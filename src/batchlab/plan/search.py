@@ -58,8 +58,31 @@ class Choice:
 
     @property
     def label(self) -> str:
-        split = f"tp {self.layout.tp}" + (f" x pp {self.layout.pp}" if self.layout.pp > 1 else "")
+        split = (f"tp {self.layout.tp}" + (f" x pp {self.layout.pp}" if self.layout.pp > 1 else "")
+                 + (f" ep {self.layout.ep}" if self.layout.ep > 1 else ""))
         return f"{self.gpu.name} {split}" + (", disaggregated" if self.disaggregated else "")
+
+
+def infeasible(model: ModelSpec, choice: Choice) -> str | None:
+    """Why a replica of this choice cannot serve the model (a split the model cannot take, or
+    weights that leave no room for KV), or None."""
+    from batchlab.hardware.parallel import kv_capacity_tokens_split
+
+    try:
+        check_layout(model, choice.layout)
+        kv_capacity_tokens_split(model, choice.gpu, choice.layout)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+def skipped_row(choice: Choice, reason: str) -> dict:
+    """The table's line for a choice not searched."""
+    return {"choice": choice.label, "gpu": choice.gpu.name, "tp": choice.layout.tp,
+            "pp": choice.layout.pp, "ep": choice.layout.ep, "disaggregated": choice.disaggregated,
+            "replicas": 0, "prefill_replicas": None, "decode_replicas": None, "gpus": 0,
+            "price_per_hour": None, "slo_attainment": None, "request_goodput": None,
+            "p99_ttft_ms": None, "p99_tpot_ms": None, "meets": False, "skipped": reason}
 
 
 def fleet_row(problem: PlanProblem, choice: Choice, prefill: int, decode: int = 0) -> dict:
@@ -79,7 +102,7 @@ def fleet_row(problem: PlanProblem, choice: Choice, prefill: int, decode: int = 
         met = m.slo_attainment * m.requests_total if m.slo_attainment is not None else 0.0
         goodput = met / duration if duration else None
     return {"choice": choice.label, "gpu": choice.gpu.name, "tp": choice.layout.tp, "pp": choice.layout.pp,
-            "disaggregated": choice.disaggregated, "replicas": replicas,
+            "ep": choice.layout.ep, "disaggregated": choice.disaggregated, "replicas": replicas,
             "prefill_replicas": prefill if decode else None, "decode_replicas": decode or None,
             "gpus": gpus, "price_per_hour": None if price is None else gpus * price,
             "slo_attainment": m.slo_attainment, "request_goodput": goodput,
@@ -138,17 +161,22 @@ def plan_fleet(problem: PlanProblem, choices: list[Choice], jobs: int = 1, run=N
     """Search every choice (on `run`, a backend of batchlab.sweep.backends; default the pool)."""
     if not choices:
         raise InputError("field '--gpus': no GPU and layout to try")
-    for choice in choices:
-        check_layout(problem.model, choice.layout)
+    reasons = [infeasible(problem.model, c) for c in choices]
+    if all(reasons):
+        raise InputError(f"fields '--gpus', '--tp', '--pp': no GPU and layout can hold model "
+                         f"'{problem.model.name}': {reasons[0]}")
+    searched = [c for c, why in zip(choices, reasons) if why is None]
     if run is None:
         from batchlab.sweep.backends import run_pool as run
-    found: list[list[dict] | None] = [None] * len(choices)
+    found: list[list[dict] | None] = [None] * len(searched)
 
     def store(i: int, rows: list[dict]) -> None:
         found[i] = rows
 
-    run([(search_choice, (problem, c)) for c in choices], jobs, store)
-    rows = [row for part in found for row in part or []]
+    run([(search_choice, (problem, c)) for c in searched], jobs, store)
+    by_choice = dict(zip((c.label for c in searched), found))
+    rows = [row for c, why in zip(choices, reasons)
+            for row in ([skipped_row(c, why)] if why else by_choice[c.label] or [])]
     unit = "price per hour" if all(c.gpu.price_per_hour is not None for c in choices) else "GPUs"
     order = {c.label: k for k, c in enumerate(choices)}
     passing = sorted((r for r in rows if r["meets"]),
@@ -170,6 +198,7 @@ def _money(x: float, unit: str) -> str:
 
 
 def _reason(rows: list[dict], passing: list[dict], unit: str, target: float) -> str:
+    rows = [r for r in rows if not r.get("skipped")]
     if not passing:
         best = max(rows, key=lambda r: r["slo_attainment"] or 0.0, default=None)
         if best is None:

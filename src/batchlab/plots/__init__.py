@@ -7,6 +7,8 @@ controller runs), an output directory and a file stem, and returns the paths it 
 
 from batchlab.plots.curves import goodput_bars, rate_curves
 from batchlab.plots.clipper import aimd_trace
+from batchlab.plots.clipper_cache import cache_hit_rate, cache_load
+from batchlab.plots.clipper_selection import model_selection, stragglers
 from batchlab.plots.compare import plot_compare, plot_report
 from batchlab.plots.latency import latency_cdfs
 from batchlab.plots.timeline import request_timeline
@@ -19,6 +21,6 @@ from batchlab.plots.sweep import sweep_figures
 from batchlab.plots.knobs import knobs_figure
 from batchlab.plots.mini import decode_speedup
 
-__all__ = ["aimd_trace", "batch_size", "decode_speedup", "goodput_bars", "goodput_probes", "knobs_figure", "kv_memory", "latency_cdfs",
-           "plot_compare", "plot_report", "plot_run", "rate_curves", "request_timeline", "step_cost_curve",
-           "sweep_figures", "workload_figure"]
+__all__ = ["aimd_trace", "batch_size", "cache_hit_rate", "cache_load", "decode_speedup", "goodput_bars", "goodput_probes", "knobs_figure", "kv_memory", "latency_cdfs",
+           "model_selection", "plot_compare", "plot_report", "plot_run", "rate_curves", "request_timeline", "step_cost_curve",
+           "stragglers", "sweep_figures", "workload_figure"]

@@ -42,7 +42,7 @@ def plot_compare(report: dict, cfg, directory: str | Path) -> list[Path]:
     k, rate = representative(report)
     system, st = cfg.systems[k], cfg.setting
     run = simulate(st.workload.with_rate(rate), system, st.model, st.gpu, slo=st.slo,
-                   context_mode=st.context_mode, seed=st.seed)
+                   context_mode=st.context_mode, seed=st.seed, layout=st.layout)
     paths += plot_run(run.trace, directory, prefix="run_", slo=st.slo,
                       static=system.batching == "static",
                       title=f"{system.name}, {len(st.workload)} {st.workload.name} requests at {rate:g} req/s")

@@ -4,6 +4,8 @@
 - max_bs: output throughput against mean TPOT, one point per batch cap (the trade-off curve);
 - order: the TTFT distribution (CDF) of each queue order, from runs re-done here, since the
   knobs rows keep percentiles only;
+- fairness and programs: service per tenant over time, TTFT and tenants' tails; programs'
+  end-to-end latency (`plots/fairness.py`), from runs re-done here;
 - any other experiment (prefill, preempt): latency against load (`rate_curves`).
 """
 
@@ -40,6 +42,14 @@ def knobs_figure(exp: dict, directory: str | Path, setting=None, systems=None) -
         rate = max(cfg["rates"])
         return ttft_distributions(setting, systems, rate, directory, stem,
                                   title=f"{exp['title']}: TTFT per order, {about} at {rate:g} req/s")
+    if exp["name"] in ("fairness", "programs") and setting is not None and systems is not None:
+        from batchlab.plots.fairness import fairness_figure, programs_figure
+
+        rate = max(cfg["rates"])
+        draw = fairness_figure if exp["name"] == "fairness" else programs_figure
+        unit = cfg.get("rate_unit", "req/s")
+        return draw(setting, systems, [s["name"] for s in exp["systems"]], rate, directory, stem,
+                    title=f"{exp['title']}: {about} at {rate:g} {unit}")
     return rate_curves(exp["systems"], directory, stem=stem, slo_ms=cfg["slo_ms"],
                        title=f"{exp['title']}: {about}")
 
@@ -112,7 +122,7 @@ def ttft_distributions(setting, systems, rate: float, directory: str | Path, ste
     everything = []
     for k, system in enumerate(systems):
         run = simulate(workload, system, setting.model, setting.gpu, slo=setting.slo,
-                       context_mode=setting.context_mode, seed=setting.seed)
+                       context_mode=setting.context_mode, seed=setting.seed, layout=setting.layout)
         ttft = run.metrics.requests.ttft
         x = np.sort(ttft[np.isfinite(ttft)]) * MS
         if x.size:

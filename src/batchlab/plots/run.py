@@ -19,7 +19,7 @@ def plot_run(trace: Trace, directory: str | Path, prefix: str = "", slo: SLO | N
                              title=f"{label}request timeline, {len(trace)} requests")
     if trace.kv_capacity:
         paths += kv_memory(trace, directory, f"{prefix}kv_memory", title=f"{label}KV memory held vs stored")
-    paths += batch_size(trace, directory, f"{prefix}batch_size", title=f"{label}batch size over time")
+    paths += batch_size(trace, directory, f"{prefix}batch_size", title=f"{label}batch size over time", static=static)
     if trace.token_times.size:
         paths += latency_cdfs(trace, directory, f"{prefix}latency_cdf", slo=slo, title=f"{label}latency CDFs")
     return paths

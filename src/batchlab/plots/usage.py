@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.metrics import time_weighted_mean
+from batchlab.metrics.seats import seat_figures, seats_held
 from batchlab.plots.figure import COLORS, pyplot, save, time_label
 from batchlab.trace import Trace
 
@@ -49,10 +50,22 @@ def kv_memory(trace: Trace, directory: str | Path, stem: str = "kv_memory", titl
     return save(fig, directory, stem)
 
 
-def batch_size(trace: Trace, directory: str | Path, stem: str = "batch_size", title: str = "") -> list[Path]:
+def batch_size(trace: Trace, directory: str | Path, stem: str = "batch_size", title: str = "",
+               static: bool = False) -> list[Path]:
+    """Sequences computed in each step; where some held seats computed nothing (a static batch's
+    finished requests, decodes left out of a step: metrics/seats.py), the seats held above them,
+    the gap shaded as seat waste."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=SIZE_IN, layout="constrained")
     x, y = _steps_xy(trace, "batch")
+    held = seats_held(trace.steps, trace.admitted_at, static)
+    if len(held) and (held > trace.steps["batch"]).any():
+        _, held_y = _steps_xy(trace, "batch")
+        held_y[~np.isnan(held_y)] = np.repeat(held, 2)
+        waste = seat_figures(trace.steps, trace.admitted_at, static)["seat_waste"]
+        ax.fill_between(x, y, held_y, color=COLORS[1], alpha=0.3, linewidth=0,
+                        label=f"idle seats: {waste:.0%} of seat-time held")
+        ax.plot(x, held_y, linewidth=1, color=COLORS[1], label="seats held")
     ax.plot(x, y, linewidth=1, label="sequences in the step")
     mean = time_weighted_mean(trace.steps["duration"], trace.steps["batch"])
     if not math.isnan(mean):

@@ -8,11 +8,17 @@ from batchlab.errors import InputError
 from batchlab.scheduler.order import QueueOrder
 
 BATCHING = ("static", "continuous")
-# mixed: Orca, new prefills share the step with decodes; prefill_first: early vLLM, a step with
+# mixed: Orca, new prefills share the step with decodes; prefill-first: early vLLM, a step with
 # any prefill pauses the decodes; chunked: Sarathi-Serve / vLLM v1 / the tick contract, a per-step
 # token budget, decodes first, then prefill chunks of at most chunk_size each.
-PREFILL_MODES = ("mixed", "prefill_first", "chunked")
+# Every value has one spelling, words joined by '-'; '_' is read as '-' (`prefill_first`, its
+# spelling before, still works).
+PREFILL_MODES = ("mixed", "prefill-first", "chunked")
 PREEMPT_MODES = ("recompute", "swap")
+# stop-at-head: Orca's Select, admission stops at the first waiting request that does not fit
+# (FCFS kept, the head never starves); skip-blocked: requests behind it that fit are admitted
+# (memory and seats used, the head may wait longer): seed L02 exercise 1(b).
+ADMISSIONS = ("stop-at-head", "skip-blocked")
 VICTIMS = ("latest-arrival", "last-admitted")
 
 
@@ -40,15 +46,21 @@ class SchedulerConfig:
     order: QueueOrder = field(default_factory=QueueOrder)
     preempt: str = "recompute"
     victim: str = "latest-arrival"
+    admission: str = "stop-at-head"
     # batches in flight at once: Orca keeps one per pipeline stage (its Algorithm 1, n_workers);
     # a request in an unfinished batch is not scheduled again until that batch returns
     max_in_flight: int = 1
 
     def __post_init__(self) -> None:
+        for name in ("batching", "prefill", "preempt", "victim", "admission"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, value.replace("_", "-"))
         _choice("batching", self.batching, BATCHING)
         _choice("prefill", self.prefill, PREFILL_MODES)
         _choice("preempt", self.preempt, PREEMPT_MODES)
         _choice("victim", self.victim, VICTIMS)
+        _choice("admission", self.admission, ADMISSIONS)
         for name in ("max_active", "token_budget", "chunk_size", "max_in_flight"):
             _positive(name, getattr(self, name))
         if self.prefill == "chunked" and self.token_budget is None:

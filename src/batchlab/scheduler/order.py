@@ -18,35 +18,81 @@ Every order is a static sort key, so the waiting queue stays a sorted list:
   (the largest hit) / rate behind later arrivals. Above LPM_MAX_QUEUE waiting requests the
   queue falls back to fcfs, as SGLang does above 128: matching every request then costs more
   than it gains.
+- priority: vLLM's `--scheduling-policy priority`: the request's `priority`, lower first, ties
+  by arrival; under memory pressure the victim is the running request of the largest
+  (priority, arrival), as vLLM's scheduler picks it (`scheduler/priority.py`);
+- vtc: the Virtual Token Counter fair scheduler over tenants (`scheduler/vtc.py`);
+- slo: SLO-aware admission: requests predicted to meet their TTFT deadline first, earliest
+  deadline first; those predicted to miss go last or are dropped (`scheduler/slo.py`);
+- plas, parrot: program-level orders for programs of calls (`scheduler/programs.py`).
 Ties always fall back to arrival order, never to the id.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
 from batchlab.memory.base import MemoryManager
 from batchlab.request import Request
 
-ORDERS = ("fcfs", "sjf", "sjf-predicted", "aging", "lpm")
+ORDERS = ("fcfs", "sjf", "sjf-predicted", "aging", "lpm", "priority", "vtc", "slo", "plas", "parrot")
+SLO_ACTIONS = ("defer", "reject")
+STEPWISE = ("vtc", "slo", "plas")   # orders whose queue hears of every step
+PREDICTING_ORDERS = ("sjf-predicted", "aging")   # they read a predicted output length (predict_sigma)
+AGING_ORDERS = ("aging", "lpm")                   # they read aging_rate
 LPM_MAX_QUEUE = 128   # SGLang's SchedulePolicy falls back from lpm to fcfs above this many waiting
+
+
+def canonical_order(name: str) -> str:
+    """An order's one spelling: words joined by '-' (`sjf_predicted` is read as `sjf-predicted`)."""
+    return name.replace("_", "-") if isinstance(name, str) else name
 
 
 @dataclass(frozen=True, slots=True)
 class QueueOrder:
     name: str = "fcfs"
     aging_rate: float = 0.0   # tokens of priority gained per second (or tick) waited
+    # vtc: the cost of a prompt token and of an output token (the paper's w_p and w_q)
+    input_weight: float = 1.0
+    output_weight: float = 2.0
+    # slo: the TTFT deadline after arrival (s), what to do with a request predicted to miss it,
+    # and the prefill speed (prompt tokens/s) the prediction assumes
+    slo_ttft: float | None = None
+    slo_action: str = "defer"
+    prefill_rate: float | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "name", canonical_order(self.name))
         if self.name not in ORDERS:
             raise InputError(f"field 'order': unknown order {self.name!r} (choose from {', '.join(ORDERS)})")
         if not self.aging_rate >= 0:
             raise InputError(f"field 'aging_rate': must be >= 0, got {self.aging_rate}")
+        for name in ("input_weight", "output_weight"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise InputError(f"field '{name}': must be a positive number, got {value!r}")
+        if self.slo_action not in SLO_ACTIONS:
+            raise InputError(f"field 'slo_action': unknown value {self.slo_action!r} (choose from {', '.join(SLO_ACTIONS)})")
+        for name in ("slo_ttft", "prefill_rate"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise InputError(f"field '{name}': must be a positive number, got {value!r}")
+        if self.name == "slo" and self.slo_ttft is None:
+            raise InputError("field 'slo_ttft': order 'slo' needs a TTFT deadline in seconds")
+
+    @property
+    def stepwise(self) -> bool:
+        """Its queue counts what every step serves (vtc, plas) or reads the clock (slo): no
+        run of steps may be skipped over (the engine's fast-forward)."""
+        return self.name in STEPWISE
 
     def key(self, r: Request) -> tuple:
-        if self.name in ("fcfs", "lpm"):   # lpm: its queue re-ranks by the cache on top of fcfs
+        if self.name == "priority":
+            return (r.priority, r.arrival, r.index)
+        if self.name not in ("sjf", "sjf-predicted", "aging"):   # fcfs; the others re-rank on top of it
             return (r.arrival, r.index)
         if self.name == "sjf":
             return (r.output_tokens, r.arrival, r.index)
@@ -96,6 +142,18 @@ class WaitingQueue:
 
     def in_order(self) -> list[Request]:
         return [r for _, r in sorted(self.heap, key=lambda entry: entry[0])]
+
+    # -- what a stateful order hears of the scheduler (nothing, for a static key) ------------
+
+    def at(self, now: float) -> None:
+        """A plan starts at `now`."""
+
+    def charge(self, plan) -> None:
+        """The step planned: who was admitted and who emits a token in it."""
+
+    def victim(self, candidates: list[Request]) -> Request | None:
+        """The running request to preempt under memory pressure; None: the scheduler's own rule."""
+        return None
 
 
 class LpmQueue(WaitingQueue):
@@ -155,5 +213,20 @@ class LpmQueue(WaitingQueue):
 
 
 def make_queue(order: QueueOrder, memory: MemoryManager) -> WaitingQueue:
-    """The waiting queue for `order`: a static-key heap, or lpm's cache-aware queue."""
-    return LpmQueue(order, memory) if order.name == "lpm" else WaitingQueue(order)
+    """The waiting queue for `order`: a static-key heap, lpm's cache-aware queue, or one of the
+    orders that keep state of their own (tenants' counters, deadlines, programs' service)."""
+    if order.name == "lpm":
+        return LpmQueue(order, memory)
+    if order.name == "priority":
+        from batchlab.scheduler.priority import PriorityQueue
+        return PriorityQueue(order)
+    if order.name == "vtc":
+        from batchlab.scheduler.vtc import VtcQueue
+        return VtcQueue(order)
+    if order.name == "slo":
+        from batchlab.scheduler.slo import SloQueue
+        return SloQueue(order)
+    if order.name in ("plas", "parrot"):
+        from batchlab.scheduler.programs import make_program_queue
+        return make_program_queue(order)
+    return WaitingQueue(order)

@@ -3,11 +3,12 @@
 The rule is the tick contract's (seed L11 §3) generalised, and it is vLLM v1's single
 token-budget loop: admit from the queue in order while seats and memory allow (static batching
 admits only into an empty running set; admission stops at the first request that does not fit,
-never skipping the head: Orca's Select); then every decoding request gets one token in admission
-order while the budget lasts; then prefilling requests get `min(chunk, remaining, budget left)`
-in admission order. Each planned token must fit in memory; when it does not, a victim is
-preempted (nano-vllm / vLLM: the manager answers, the scheduler chooses). The plan is never
-re-scanned: a request that finishes its prefill in this step does not also decode in it.
+never skipping the head: Orca's Select, unless admission is `skip-blocked`); then every decoding
+request gets one token in admission order while the budget lasts; then prefilling requests get
+`min(chunk, remaining, budget left)` in admission order. Each planned token must fit in memory;
+when it does not, a victim is preempted (nano-vllm / vLLM: the manager answers, the scheduler
+chooses). The plan is never re-scanned: a request that finishes its prefill in this step does
+not also decode in it.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ class Scheduler:
     def plan(self, now: float) -> StepPlan:
         plan = StepPlan()
         self.memory.observe(now)
+        self.waiting.at(now)
         self._admit(plan, now)
         self._select_work(plan)
         self._reserve_growth(plan, now)
+        self.waiting.charge(plan)   # a stateful order (vtc, plas) counts the service planned
         return plan
 
     def remove(self, request_id: str) -> Request | None:
@@ -58,25 +61,42 @@ class Scheduler:
     def _admit(self, plan: StepPlan, now: float) -> None:
         if self.config.batching == "static" and self.running:
             return  # the batch enters together; the next waits until all have finished
+        if self.config.admission == "skip-blocked":
+            self._admit_skipping(plan, now)
+            return
         while self.waiting and len(self.running) < self.config.seats:
             head = self.waiting.head()
             swapped_tokens = head.computed if head.swapped else 0
             if not self.memory.try_admit(head):
                 break  # FCFS: never skip the head
             self.waiting.pop_head()
-            head.status = Status.RUNNING
-            if head.admitted_at is None:
-                head.admitted_at = now
-            elif head.evictions:
-                head.evictions[-1][1] = now
-            if swapped_tokens:
-                head.swapped = False
-                plan.swap_in_tokens += swapped_tokens
-            else:   # a prefix cache's hit (or KV moved here) is there: the prefill starts after it
-                head.computed = max(head.computed, self.memory.reused_tokens(head))
-                plan.swap_in_tokens += self.memory.loaded_tokens(head)   # from a host cache tier
-            self.running.append(head)
-            plan.admitted.append(head)
+            self._enter(head, plan, now, swapped_tokens)
+
+    def _admit_skipping(self, plan: StepPlan, now: float) -> None:
+        """Admission that passes over a request that does not fit and tries the next, in queue order."""
+        for r in self.waiting.in_order():
+            if len(self.running) >= self.config.seats:
+                break
+            swapped_tokens = r.computed if r.swapped else 0
+            if self.memory.try_admit(r):
+                self.waiting.remove(r.id)
+                self._enter(r, plan, now, swapped_tokens)
+
+    def _enter(self, head: Request, plan: StepPlan, now: float, swapped_tokens: int) -> None:
+        """An admitted request joins the running set (its memory is already granted)."""
+        head.status = Status.RUNNING
+        if head.admitted_at is None:
+            head.admitted_at = now
+        elif head.evictions:
+            head.evictions[-1][1] = now
+        if swapped_tokens:
+            head.swapped = False
+            plan.swap_in_tokens += swapped_tokens
+        else:   # a prefix cache's hit (or KV moved here) is there: the prefill starts after it
+            head.computed = max(head.computed, self.memory.reused_tokens(head))
+            plan.swap_in_tokens += self.memory.loaded_tokens(head)   # from a host cache tier
+        self.running.append(head)
+        plan.admitted.append(head)
 
     def _select_work(self, plan: StepPlan) -> None:
         budget = self.config.budget
@@ -88,7 +108,7 @@ class Scheduler:
                 decodes.append(r)
             else:
                 prefills.append(r)
-        if self.config.prefill == "prefill_first" and prefills:
+        if self.config.prefill == "prefill-first" and prefills:
             decodes = []  # early vLLM: a prefill step pauses every decode
         if len(decodes) > budget:
             decodes = decodes[:int(budget)]
@@ -130,6 +150,9 @@ class Scheduler:
 
     def _victim(self) -> Request:
         candidates = self.running if self.config.max_in_flight == 1 else self._ready()
+        chosen = self.waiting.victim(candidates)   # priority: the lowest priority, latest arrival
+        if chosen is not None:
+            return chosen
         if self.config.victim == "last-admitted":
             return candidates[-1]
         return max(candidates, key=arrival_order)

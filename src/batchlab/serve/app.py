@@ -1,38 +1,55 @@
 """The ASGI front end (Starlette): validates, queues, streams; it never schedules.
 
 Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
-GET /metrics. Each generation request is checked (400 naming the field, 413 for an oversized
-body, 429 with Retry-After when the waiting queue is full, 503 while draining), then handed to
-the engine thread as a `Job`; its tokens come back through the job's asyncio queue. A streamed
-request is one server-sent event per token, then the usage chunk if asked, then `data: [DONE]`.
-A client that disconnects has its request aborted. A request with `n` > 1 becomes n jobs, the
-samples of one prompt, whose tokens arrive on one queue tagged with their choice's index.
+GET /metrics, and vLLM's GET /version, GET|POST /ping, POST /tokenize, POST /detokenize, with
+GET /openapi.json describing them all (`openapi.py`). Each generation request is checked (400
+naming the field, 404 for a model not served, 413 for an oversized body, 429 with Retry-After
+when the waiting queue is full, 503 while draining), then handed to the engine thread as a
+`Job`; its tokens come back through the job's asyncio queue. A streamed request is one
+server-sent event per token, then the usage chunk if asked, then `data: [DONE]`. A client that
+disconnects has its request aborted. A request with `n` > 1 becomes n jobs, the samples of one
+prompt, whose tokens arrive on one queue tagged with their choice's index. Every error, the
+router's 404 and 405 and an unexpected 500 too, is an OpenAI error object.
+
+Draining (`drain`): new generation requests get 503 and /health says "draining" while the
+requests in flight run on; those still running when the drain timeout expires are cut by the
+engine thread, which keeps the tokens they got in its trace, and their streams end with an SSE
+error event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from batchlab.request import Request
-from batchlab.serve import protocol
+from batchlab.serve import info, protocol
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
+from batchlab.serve.output import ChoiceText, prompt_entries
 from batchlab.serve.protocol import ApiError, Generation, Limits
-from batchlab.serve.tokenizer import StreamDecoder, decode
+from batchlab.serve.tokenizer import StreamDecoder
 
 MAX_BODY_BYTES = 1 << 20      # a prompt of the whole context as token ids is far smaller
 RETRY_AFTER_S = 1             # what a client refused with 429 or 503 is told to wait
 DISCONNECT_POLL_S = 0.5       # how often a non-streamed request checks that its client is there
+DRAIN_POLL_S = 0.05           # how often a drain looks whether the requests in flight are done
+CUT_GRACE_S = 5.0             # after a cut, how long the cut streams may take to send their end
+DRAIN_EXPIRED = "the server's drain timeout expired before the request finished"
+
+log = logging.getLogger("batchlab.serve")
 
 
 @dataclass(slots=True)
@@ -47,6 +64,7 @@ class ServeState:
     counter: int = 0   # requests accepted: the default seed of an unseeded one derives from it
     active: int = 0    # requests whose handler still waits for tokens
     wake: asyncio.Event | None = None   # set when `active` leaves 0
+    inflight: dict[str, Job] = field(default_factory=dict)   # by id: what a drain may cut
 
     def capacity_error(self, gen: Generation) -> str | None:
         """Why the engine could never hold this request (the check `Engine.add` makes), or None."""
@@ -56,6 +74,11 @@ class ServeState:
     def default_seed(self, n: int) -> int:
         """A request without a seed samples from (server seed, its arrival number)."""
         return int(np.random.SeedSequence([self.seed, n]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+    @property
+    def sampling_fields(self) -> frozenset:
+        """The logit fields the executor honours (one without logits names none)."""
+        return getattr(self.loop.executor, "sampling_fields", frozenset())
 
 
 def create_app(state: ServeState) -> Starlette:
@@ -76,9 +99,30 @@ def create_app(state: ServeState) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ], lifespan=lifespan)
+        *info.routes(),
+    ], lifespan=lifespan, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.serve = state
     return app
+
+
+async def _http_error(request: HttpRequest, exc: HTTPException) -> Response:
+    """The router's own refusals (no such route, wrong method) as OpenAI error objects."""
+    if exc.status_code == 404:
+        err = ApiError(404, f"no route {request.url.path}", None, kind="NotFoundError", code=404)
+    elif exc.status_code == 405:
+        err = ApiError(405, f"{request.method} is not allowed on {request.url.path}", None,
+                       kind="MethodNotAllowed", code=405)
+    else:
+        err = ApiError(exc.status_code, str(exc.detail), None, kind="invalid_request_error",
+                       code=exc.status_code)
+    return JSONResponse(err.body(), status_code=err.status, headers=exc.headers)
+
+
+async def _server_error(request: HttpRequest, exc: Exception) -> Response:
+    """A bug: the client gets an error object, the log the traceback (Starlette logs it)."""
+    err = ApiError(500, f"internal server error ({type(exc).__name__})", None, kind="server_error",
+                   code=500)
+    return JSONResponse(err.body(), status_code=500)
 
 
 async def _pump(st: ServeState) -> None:
@@ -93,9 +137,35 @@ async def _pump(st: ServeState) -> None:
         deliver(outbox)
 
 
-def _error(state: ServeState, err: ApiError) -> JSONResponse:
+async def drain(st: ServeState, timeout_s: float) -> int:
+    """Refuse new requests and let those in flight finish for up to `timeout_s`; then cut the
+    rest (their streams end with an error event) and wait for their handlers. Returns how many
+    were cut."""
+    st.draining = True
+    deadline = time.monotonic() + timeout_s
+    while st.active and time.monotonic() < deadline:
+        await asyncio.sleep(DRAIN_POLL_S)
+    cut = list(st.inflight.values())
+    for job in cut:
+        for each in (job, *job.samples):
+            st.loop.cut(each.id, DRAIN_EXPIRED)
+    if cut:
+        st.wake.set()
+        log.warning("drain timeout: %d request(s) cut", len(cut))
+    grace = time.monotonic() + CUT_GRACE_S
+    while st.active and time.monotonic() < grace:
+        await asyncio.sleep(DRAIN_POLL_S)
+    return len(cut)
+
+
+def error_response(state: ServeState, err: ApiError) -> JSONResponse:
     state.metrics.refused(err.status)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def _failure(item) -> ApiError:
+    """What ended a request early, as an error object: a cut, or the engine's failure."""
+    return item if isinstance(item, ApiError) else ApiError(500, item, kind="server_error")
 
 
 async def completions(request: HttpRequest) -> Response:
@@ -129,7 +199,7 @@ async def metrics(request: HttpRequest) -> Response:
     return Response(st.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
-async def _read_body(request: HttpRequest, limit: int) -> bytes:
+async def read_body(request: HttpRequest, limit: int) -> bytes:
     too_big = ApiError(413, f"the request body exceeds {limit} bytes", "body", code="request_too_large")
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
@@ -143,6 +213,31 @@ async def _read_body(request: HttpRequest, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _checked(st: ServeState, gen: Generation) -> None:
+    """What the server, not the request, decides: the executor's abilities, the KV cache, the
+    waiting queue. A chat request's default max_tokens shrinks to what the KV cache can hold."""
+    missing = sorted(gen.needs - st.sampling_fields)
+    if missing:
+        executor = st.loop.executor
+        name = getattr(executor, "name", type(executor).__name__)
+        raise protocol.bad(missing[0], f"'{missing[0]}' needs the model's logits, which this "
+                                       f"server's executor ({name}) does not have",
+                           "unsupported")
+    reason = st.capacity_error(gen)
+    if reason is not None and not gen.max_tokens_given:
+        fit = st.loop.engine.memory.capacity_tokens - len(gen.prompt)
+        if fit >= 1:
+            gen.max_tokens = min(gen.max_tokens, fit)
+            reason = st.capacity_error(gen)
+    if reason is not None:
+        raise protocol.bad("max_tokens", f"the request can never fit this server's KV cache: "
+                                         f"{reason}", "context_length_exceeded")
+    if st.loop.waiting() >= st.max_waiting:
+        raise ApiError(429, f"the waiting queue is full ({st.max_waiting} requests)",
+                       kind="rate_limit_error", code="queue_full",
+                       headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
 async def _generate(request: HttpRequest, chat: bool) -> Response:
     st: ServeState = request.app.state.serve
     try:
@@ -150,43 +245,76 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
             raise ApiError(503, "the server is shutting down" if st.draining else st.loop.failure,
                            kind="service_unavailable", code="unavailable",
                            headers={"Retry-After": str(RETRY_AFTER_S)})
-        gen = protocol.parse_generation(protocol.parse_json(await _read_body(request, st.max_body)),
+        gen = protocol.parse_generation(protocol.parse_json(await read_body(request, st.max_body)),
                                         st.limits, chat)
-        reason = st.capacity_error(gen)
-        if reason is not None:
-            raise protocol.bad("max_tokens", f"the request can never fit this server's KV cache: "
-                                             f"{reason}", "context_length_exceeded")
-        if st.loop.waiting() >= st.max_waiting:
-            raise ApiError(429, f"the waiting queue is full ({st.max_waiting} requests)",
-                           kind="rate_limit_error", code="queue_full",
-                           headers={"Retry-After": str(RETRY_AFTER_S)})
+        _checked(st, gen)
     except ApiError as err:
-        return _error(st, err)
+        return error_response(st, err)
+    prompt_lps = None
+    if gen.echo and gen.logprobs is not None:   # the prompt's own logprobs, off the engine thread
+        rows = await asyncio.to_thread(st.loop.executor.prompt_logprobs, gen.prompt)
+        prompt_lps = prompt_entries(gen.prompt, rows, gen.logprobs)
     st.counter += 1
+    st.metrics.accepted(gen.n, gen.max_tokens)
     if not gen.seeded and not gen.sampling.greedy:
         gen.sampling = replace(gen.sampling, seed=st.default_seed(st.counter))
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())   # one moment for every chunk of the response, usage included
     job = Job(rid, gen, st.loop.now())
     shared = _add_samples(job) if gen.n > 1 else None
     st.loop.submit(job)
     st.active += 1
+    st.inflight[rid] = job
     st.wake.set()
     if gen.stream:
-        stream = _stream(st, job) if shared is None else _stream_samples(st, job, shared)
+        stream = (_stream(st, job, created, prompt_lps) if shared is None
+                  else _stream_samples(st, job, shared, created, prompt_lps))
         return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    if shared is not None:
-        return await _complete_samples(request, st, job, shared)
-    return await _complete(request, st, job)
+    return await _complete(request, st, job, shared or job.tokens, created, prompt_lps)
 
 
-async def _stream(st: ServeState, job: Job):
+def _plain(gen: Generation) -> bool:
+    """No stops, echo or logprobs: a token's text is its piece (the streaming hot path)."""
+    return not (gen.stop or gen.stop_token_ids or gen.echo or gen.logprobs is not None)
+
+
+class _Choice:
+    """One choice of a streamed response: its writer, text and token count."""
+
+    __slots__ = ("job", "write", "plain", "decoder", "text", "count", "finished")
+
+    def __init__(self, st: ServeState, job: Job, created: int, index: int, prompt_lps) -> None:
+        gen = job.generation
+        self.job = job
+        self.write = protocol.ChunkWriter(job.id if not index else job.id.split("#")[0], created,
+                                          st.limits.model, gen.chat, gen.return_token_ids, index)
+        self.plain = _plain(gen)
+        self.decoder = StreamDecoder() if self.plain else None
+        self.text = None if self.plain else ChoiceText(gen, prompt_lps)
+        self.count, self.finished = 0, False
+
+    def event(self, token: int, finish: str | None, lp=None) -> str:
+        self.count += 1
+        self.finished = finish is not None
+        if self.plain:
+            text = self.decoder.piece(token) + (self.decoder.flush() if self.finished else "")
+            return self.write(text, finish, self.count == 1, token)
+        ct = self.text
+        stop_reason = self.job.stop_reason if self.finished else None
+        text = ct.piece(token, finish, stop_reason)
+        lps = "null"
+        if self.job.generation.logprobs is not None:
+            lps = json.dumps(ct.logprobs(ct.entries(token, lp)), separators=(",", ":"))
+        return self.write(text, finish, self.count == 1, token, lps, stop_reason)
+
+
+async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
     """One event per token. Tokens already queued (a client slower than the engine) go out in
     one write, still one event each: fewer sends, the same stream."""
     gen = job.generation
-    write = protocol.ChunkWriter(job.id, int(time.time()), st.limits.model, gen.chat, gen.return_token_ids)
-    decoder = StreamDecoder()
+    choice = _Choice(st, job, created, 0, prompt_lps)
     queue = job.tokens
-    n_out, done = 0, False
+    done = False
     try:
         while not done:
             items = [await queue.get()]
@@ -194,24 +322,22 @@ async def _stream(st: ServeState, job: Job):
                 items.append(queue.get_nowait())
             events = []
             for item in items:
-                if isinstance(item, str):   # the engine failed or stopped: an error event ends it
-                    events.append(protocol.event(ApiError(500, item, kind="server_error").body()))
+                if not isinstance(item, tuple):   # cut, or the engine failed: an error event ends it
+                    events.append(protocol.event(_failure(item).body()))
                     done = True
                     break
-                token, finish = item
-                n_out += 1
-                done = finish is not None
-                text = decoder.piece(token) + (decoder.flush() if done else "")
-                events.append(write(text, finish, n_out == 1, token))
-                if done:
+                events.append(choice.event(*item))
+                if choice.finished:
+                    done = True
                     break
             yield "".join(events)
         if gen.include_usage:
-            yield protocol.usage_chunk(job.id, int(time.time()), st.limits.model, gen.chat,
-                                       len(gen.prompt), n_out)
+            yield protocol.usage_chunk(job.id, created, st.limits.model, gen.chat, len(gen.prompt),
+                                       choice.count, job.cached_tokens)
         yield protocol.DONE
     finally:
         st.active -= 1
+        st.inflight.pop(job.id, None)
         if not done:   # the client went away (or the response was cancelled) mid-stream
             st.loop.abort(job.id)
 
@@ -233,28 +359,48 @@ async def _posted(request: HttpRequest, queue: asyncio.Queue):
             yield item
 
 
-async def _complete(request: HttpRequest, st: ServeState, job: Job) -> Response:
-    tokens: list[int] = []
-    finish = None
+async def _complete(request: HttpRequest, st: ServeState, job: Job, queue: asyncio.Queue,
+                    created: int, prompt_lps) -> Response:
+    """Every choice's tokens, then one body; usage counts every sample's tokens."""
+    gen = job.generation
+    tagged = gen.n > 1
+    tokens: list[list[int]] = [[] for _ in range(gen.n)]
+    lps: list[list] = [[] for _ in range(gen.n)]
+    finish: list[str | None] = [None] * gen.n
+    error = None
     try:
-        async for item in _posted(request, job.tokens):
-            if isinstance(item, str):
-                finish = "error"
-                return _error(st, ApiError(500, item, kind="server_error"))
-            tokens.append(item[0])
-            finish = item[1]
-            if finish is not None:
+        async for posted in _posted(request, queue):
+            k, item = posted if tagged else (0, posted)
+            if not isinstance(item, tuple):
+                error = _failure(item)
+                break
+            tokens[k].append(item[0])
+            lps[k].append(item[2] if len(item) > 2 else None)
+            finish[k] = item[1]
+            if None not in finish:
                 break
     finally:
         st.active -= 1
-        if finish is None:
-            st.loop.abort(job.id)
-    if finish is None:
+        st.inflight.pop(job.id, None)
+        if error is None:
+            _abort_unfinished(st, job, [f is not None for f in finish])
+    if error is not None:
+        return error_response(st, error)
+    if None in finish:
         return Response(status_code=499)   # nobody is listening; nginx's "client closed request"
-    gen = job.generation
-    body = protocol.completion(job.id, int(time.time()), st.limits.model, gen.chat, decode(tokens),
-                               finish, len(gen.prompt), tokens, gen.return_token_ids)
-    return JSONResponse(body)
+    choices = []
+    for k, each in enumerate((job, *job.samples)):
+        text = ChoiceText(gen, prompt_lps)
+        pieces = [text.piece(t, None, None) for t in tokens[k][:-1]]
+        pieces.append(text.piece(tokens[k][-1], finish[k], each.stop_reason))
+        logprobs = None
+        if gen.logprobs is not None:
+            entries = [e for t, lp in zip(tokens[k], lps[k]) for e in text.entries(t, lp)]
+            logprobs = text.logprobs(entries)
+        choices.append(protocol.choice(gen.chat, k, "".join(pieces), finish[k], logprobs, each.stop_reason,
+                                       tokens[k] if gen.return_token_ids else None))
+    usage = protocol.usage(len(gen.prompt), sum(len(t) for t in tokens), job.cached_tokens)
+    return JSONResponse(protocol.response(job.id, created, st.limits.model, gen.chat, choices, usage))
 
 
 # -- parallel sampling: n > 1 choices of one prompt --------------------------------------------
@@ -290,71 +436,30 @@ def _abort_unfinished(st: ServeState, job: Job, finished: list[bool]) -> None:
             st.loop.abort(each.id)
 
 
-async def _stream_samples(st: ServeState, job: Job, shared: asyncio.Queue):
+async def _stream_samples(st: ServeState, job: Job, shared: asyncio.Queue, created: int, prompt_lps):
     """As `_stream`, one event per token of any sample, each naming its choice's index."""
     gen = job.generation
-    created = int(time.time())
-    writers = [protocol.ChunkWriter(job.id, created, st.limits.model, gen.chat, gen.return_token_ids, k)
-               for k in range(gen.n)]
-    decoders = [StreamDecoder() for _ in range(gen.n)]
-    counts, finished, failed = [0] * gen.n, [False] * gen.n, False
+    choices = [_Choice(st, each, created, k, prompt_lps) for k, each in enumerate((job, *job.samples))]
+    failed = False
     try:
-        while not all(finished) and not failed:
+        while not all(c.finished for c in choices) and not failed:
             items = [await shared.get()]
             while not shared.empty():
                 items.append(shared.get_nowait())
             events = []
             for k, item in items:
-                if isinstance(item, str):
-                    events.append(protocol.event(ApiError(500, item, kind="server_error").body()))
+                if not isinstance(item, tuple):
+                    events.append(protocol.event(_failure(item).body()))
                     failed = True
                     break
-                token, finish = item
-                counts[k] += 1
-                finished[k] = finish is not None
-                text = decoders[k].piece(token) + (decoders[k].flush() if finished[k] else "")
-                events.append(writers[k](text, finish, counts[k] == 1, token))
+                events.append(choices[k].event(*item))
             yield "".join(events)
         if gen.include_usage:
-            yield protocol.usage_chunk(job.id, int(time.time()), st.limits.model, gen.chat,
-                                       len(gen.prompt), sum(counts))
+            yield protocol.usage_chunk(job.id, created, st.limits.model, gen.chat, len(gen.prompt),
+                                       sum(c.count for c in choices), job.cached_tokens)
         yield protocol.DONE
     finally:
         st.active -= 1
+        st.inflight.pop(job.id, None)
         if not failed:
-            _abort_unfinished(st, job, finished)
-
-
-async def _complete_samples(request: HttpRequest, st: ServeState, job: Job, shared: asyncio.Queue) -> Response:
-    """As `_complete`, with one choice per sample, in index order; usage counts every sample's tokens."""
-    gen = job.generation
-    tokens: list[list[int]] = [[] for _ in range(gen.n)]
-    finish: list[str | None] = [None] * gen.n
-    error = None
-    try:
-        async for k, item in _posted(request, shared):
-            if isinstance(item, str):
-                error = item
-                break
-            tokens[k].append(item[0])
-            finish[k] = item[1]
-            if None not in finish:
-                break
-    finally:
-        st.active -= 1
-        if error is None:
-            _abort_unfinished(st, job, [f is not None for f in finish])
-    if error is not None:
-        return _error(st, ApiError(500, error, kind="server_error"))
-    if None in finish:
-        return Response(status_code=499)
-    created = int(time.time())
-    body = protocol.completion(job.id, created, st.limits.model, gen.chat, decode(tokens[0]), finish[0],
-                               len(gen.prompt), tokens[0], gen.return_token_ids)
-    for k in range(1, gen.n):
-        choice = protocol.completion(job.id, created, st.limits.model, gen.chat, decode(tokens[k]), finish[k],
-                                     len(gen.prompt), tokens[k], gen.return_token_ids)["choices"][0]
-        choice["index"] = k
-        body["choices"].append(choice)
-    body["usage"] = protocol.usage(len(gen.prompt), sum(len(t) for t in tokens))
-    return JSONResponse(body)
+            _abort_unfinished(st, job, [c.finished for c in choices])

@@ -12,8 +12,11 @@ waits for it: measured, that was 12-14% of a step at batch 32, against under 4% 
 event loop streams while the engine computes.
 
 A request stops at its `max_tokens` (the engine's output count, "length") or, unless
-`ignore_eos`, at the EOS token ("stop": `Engine.stop`). A client that goes away is aborted
-(`Engine.abort`: its KV blocks are freed) and the memory manager's books are checked.
+`ignore_eos`, at the EOS token, one of its `stop_token_ids` or the end of one of its `stop`
+strings ("stop": `Engine.stop`), once it has `min_tokens` outputs (vLLM's `check_stop`). Stop
+strings are matched on the output's bytes, which are its tokens. A client that goes away is
+aborted (`Engine.abort`: its KV blocks are freed) and the memory manager's books are checked.
+A request cut short by the server (`cut`: the drain timeout) keeps the tokens it got.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from batchlab.executor.numpy_exec import NumpyExecutor
 from batchlab.memory.base import IntegrityError
 from batchlab.request import Request, Status
 from batchlab.serve.metrics import ServerMetrics
-from batchlab.serve.protocol import Generation
+from batchlab.serve.protocol import ApiError, Generation
+from batchlab.serve.tokenizer import BYTES
 from batchlab.trace import Trace
 from batchlab.workload.content import Content
 
@@ -51,10 +55,15 @@ class Job:
     id: str
     generation: Generation
     arrival: float                     # server clock, when the HTTP request was read
-    tokens: asyncio.Queue = field(default_factory=asyncio.Queue)  # (token, finish) or an error str
+    # (token, finish, logprobs or None), or what ended it early (an error str or an ApiError)
+    tokens: asyncio.Queue = field(default_factory=asyncio.Queue)
     request: Request | None = None
     samples: list[Job] = field(default_factory=list)   # n > 1: the other samples of its prompt
     sample: int = 0                    # which sample of its request this is
+    # written by the engine thread before it posts the token they go with
+    cached_tokens: int = 0             # prompt tokens a prefix cache held (set at the first token)
+    stop_reason: str | int | None = None   # the stop string or token id that ended it
+    tail: bytes = b""                  # the output's last bytes, while stop strings are matched
 
 
 class EngineLoop:
@@ -96,6 +105,10 @@ class EngineLoop:
 
     def abort(self, request_id: str) -> None:
         self.inbox.put(("abort", request_id))
+
+    def cut(self, request_id: str, reason: str) -> None:
+        """End a request the server gives up on; unlike an abort, its trace keeps its tokens."""
+        self.inbox.put(("cut", (request_id, reason)))
 
     def waiting(self) -> int:
         """Requests not yet admitted: still in the inbox, or in the engine's queue."""
@@ -149,8 +162,10 @@ class EngineLoop:
                 return False
             if kind == "add":
                 self._add(payload)
-            else:
+            elif kind == "abort":
                 self._abort(payload)
+            else:
+                self._cut(*payload)
             try:
                 command = self.inbox.get_nowait()
             except queue.Empty:
@@ -191,6 +206,19 @@ class EngineLoop:
         self.metrics.request_done(job.request, "abort")
         self.check_memory()
 
+    def _cut(self, request_id: str, reason: str) -> None:
+        job = self.jobs.pop(request_id, None)
+        if job is None:
+            return
+        r = job.request
+        self.engine.abort(request_id, reason)
+        if r.emitted:
+            r.output_tokens = r.emitted   # the trace's row: the tokens it did get
+        self.executor.forget(request_id)
+        self.metrics.request_done(r, "abort")
+        # after every token it got (the outbox is in order): its client sees the error last
+        self._post([(job, ApiError(503, reason, kind="service_unavailable", code="unavailable"))])
+
     def check_memory(self) -> None:
         self.metrics.integrity_checks.inc()
         try:
@@ -200,26 +228,53 @@ class EngineLoop:
             log.exception("KV memory integrity check failed")
 
     def _hand_off(self, emitted: list[Request]) -> None:
-        """Each emitted token to its request's queue; stop at EOS; retire finished requests."""
-        outputs, eos, events = self.executor.outputs, self.eos, []
+        """Each emitted token to its request's queue; stop at EOS, a stop token or a stop
+        string; retire finished requests."""
+        executor, eos, events = self.executor, self.eos, []
+        outputs, samplers = executor.outputs, getattr(executor, "samplers", None)
+        reused = getattr(self.engine.memory, "reused_tokens", None)
         for r in emitted:
             job = self.jobs[r.id]
+            gen = job.generation
             token = outputs[r.id][-1]
+            stop = gen.stop or gen.stop_token_ids
             finish = None
-            if token == eos and not job.generation.ignore_eos:
+            if token == eos and not gen.ignore_eos or stop and self._stops(job, token, r.emitted):
                 if not r.finished:
                     self.engine.stop(r.id)
                 finish = "stop"
             elif r.status is Status.FINISHED:
                 finish = "length"
-            if len(r.token_times) == 1 and not job.sample:   # a sample's prompt is its request's
-                self.metrics.prompt_tokens.inc(r.prompt_tokens)
-            events.append((job, (token, finish)))
+            if len(r.token_times) == 1:
+                job.cached_tokens = reused(r) if reused is not None else 0
+                if not job.sample:   # a sample's prompt is its request's
+                    self.metrics.prompt_tokens.inc(r.prompt_tokens)
+            logprobs = samplers[r.id].last if samplers and r.id in samplers else None
+            events.append((job, (token, finish, logprobs)))
             if finish is not None:
                 del self.jobs[r.id]
                 self.executor.forget(r.id)
                 self.metrics.request_done(r, finish)
         self._post(events)
+
+    @staticmethod
+    def _stops(job: Job, token: int, emitted: int) -> bool:
+        """Whether `token` (output number `emitted`) ends `job` at a stop token id or string."""
+        gen = job.generation
+        if gen.stop and token < BYTES:   # byte tokens only: EOS is no text
+            job.tail = (job.tail + bytes((token,)))[-max(map(len, gen.stop)):]
+        if emitted < gen.min_tokens:
+            return False
+        if token in gen.stop_token_ids:
+            job.stop_reason = token
+            return True
+        if not gen.stop or token >= BYTES:
+            return False
+        for s in gen.stop:
+            if job.tail.endswith(s):
+                job.stop_reason = s.decode("utf-8")
+                return True
+        return False
 
     def _post(self, events: list[tuple[Job, object]]) -> None:
         if events:

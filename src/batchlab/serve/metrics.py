@@ -3,8 +3,11 @@
 vLLM's (`vllm/v1/metrics/loggers.py`): requests running and waiting, KV cache usage (0 to 1),
 prompt and generation token counters, preemptions, prefix cache queries and hits (tokens),
 finished requests by reason, and histograms
-of TTFT, inter-token latency, per-request time per output token, E2E latency, queue time,
-prompt and output lengths and tokens per step. batchlab's own (`batchlab:` prefix): step
+of TTFT, inter-token latency, per-request time per output token, E2E latency, queue time, the
+time running (inference) split into prefill (admission to first token) and decode (first token
+to last), prompt and output lengths, tokens per step, and the `n` and `max_tokens` parameters
+of accepted requests; `vllm:cache_config_info` (a gauge at 1 whose labels describe the KV
+cache), and prometheus_client's process and Python (platform, GC) collectors. batchlab's own (`batchlab:` prefix): step
 duration and batch size, KV tokens held, the engine thread's busy time and the part of it spent
 in the executor (the rest is the server's own per-step overhead), KV integrity checks, and
 requests refused by HTTP status. Latencies come from the engine's own token timestamps, the
@@ -14,7 +17,8 @@ same ones its trace holds. Each server has its own registry.
 from __future__ import annotations
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, Counter,
+                               Gauge, Histogram, disable_created_metrics)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from batchlab.request import Request
@@ -28,6 +32,7 @@ TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 
                  7.5, 10.0, 20.0, 40.0, 80.0)
 REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+N_BUCKETS = (1, 2, 5, 10, 20)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -47,8 +52,10 @@ def _lengths(max_model_len: int) -> list[float]:
 
 
 class ServerMetrics:
-    def __init__(self, model: str, max_model_len: int) -> None:
+    def __init__(self, model: str, max_model_len: int, cache_info: dict[str, str] | None = None) -> None:
         reg = self.registry = CollectorRegistry()
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):   # as vLLM's registry
+            reg.register(collector)
         lab = ["model_name"]
 
         def gauge(name: str, doc: str):
@@ -84,6 +91,19 @@ class ServerMetrics:
         self.e2e = hist("vllm:e2e_request_latency_seconds", "Arrival to last token.", REQUEST_BUCKETS)
         self.queue = hist("vllm:request_queue_time_seconds", "Arrival to first admission.",
                           REQUEST_BUCKETS)
+        self.inference = hist("vllm:request_inference_time_seconds",
+                              "Histogram of time spent in RUNNING phase for request.", REQUEST_BUCKETS)
+        self.prefill = hist("vllm:request_prefill_time_seconds",
+                            "Histogram of time spent in PREFILL phase for request.", REQUEST_BUCKETS)
+        self.decode = hist("vllm:request_decode_time_seconds",
+                           "Histogram of time spent in DECODE phase for request.", REQUEST_BUCKETS)
+        self.params_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
+        self.params_max_tokens = hist("vllm:request_params_max_tokens",
+                                      "Histogram of the max_tokens request parameter.",
+                                      _lengths(max_model_len))
+        info = dict(cache_info or {}, engine="0")
+        Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(info),
+              registry=reg).labels(**info).set(1)
         self.prompt_len = hist("vllm:request_prompt_tokens", "Prompt tokens per request.",
                                _lengths(max_model_len))
         self.output_len = hist("vllm:request_generation_tokens", "Output tokens per request.",
@@ -105,6 +125,10 @@ class ServerMetrics:
     def refused(self, status: int) -> None:
         self._refused.labels(self.model, str(status)).inc()
 
+    def accepted(self, n: int, max_tokens: int) -> None:
+        self.params_n.observe(n)
+        self.params_max_tokens.observe(max_tokens)
+
     def request_done(self, r: Request, reason: str) -> None:
         """A request left the engine: its latencies, from the engine's own token timestamps."""
         self.finished[reason].inc()
@@ -115,6 +139,9 @@ class ServerMetrics:
         self.e2e.observe(times[-1] - r.arrival)
         if r.admitted_at is not None:
             self.queue.observe(r.admitted_at - r.arrival)
+            self.inference.observe(times[-1] - r.admitted_at)
+            self.prefill.observe(times[0] - r.admitted_at)
+        self.decode.observe(times[-1] - times[0])
         self.prompt_len.observe(r.prompt_tokens)
         self.output_len.observe(len(times))
         if len(times) > 1:

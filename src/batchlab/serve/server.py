@@ -1,7 +1,10 @@
 """Assembling a server (model, system, engine, engine thread, app) and running it on uvicorn.
 
-SIGTERM or SIGINT drains: new generation requests get 503, requests in flight run to their end,
-then the engine thread stops, the trace is saved if asked, and the process exits 0.
+SIGTERM or SIGINT drains (`app.drain`): the server keeps listening, new generation requests get
+503 and /health says "draining", requests in flight run to their end or, at the drain timeout,
+are cut (their streams end with an SSE error event); then the listener closes, the engine
+thread stops, the trace is saved if asked (cut requests with the tokens they got), and the
+process exits 0. A second signal stops at once.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import sys
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.memory.base import MemoryManager
 from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS,
                                      DEFAULT_MAX_WAITING, DEFAULT_SYSTEM)
 
 SWITCH_INTERVAL_S = 0.0005
+CLOSE_S = 5.0   # after a drain, how long uvicorn waits for its connections to close
 
 log = logging.getLogger("batchlab.serve")
 
@@ -61,16 +66,29 @@ def build_state(config: ServeConfig):
         raise InputError(f"field '--max-model-len': {max_len} exceeds the model's max_context "
                          f"{mini.max_context} (raise it in --model, e.g. {config.model}:max_context={max_len})")
     system = parse_system(config.system, "--system")
+    if system.cpu_ms:
+        raise InputError(f"field '--system': {config.system!r} sets cpu_ms, a simulated CPU time: the "
+                         "server's own CPU work is real, on the wall clock")
     memory = system.memory_for_capacity(config.kv_cache_tokens, max_len)
     model = init_model(mini)
     executor = NumpyExecutor(model, clock="wall", memory=memory)
     engine = Engine(system.scheduler_config(), executor, memory, max_context=max_len,
                     check_memory=config.check_memory, fast_forward=False)
     name = config.served_model_name or config.model
-    metrics = ServerMetrics(name, max_len)
+    metrics = ServerMetrics(name, max_len, cache_info(memory, config.kv_cache_tokens))
     loop = EngineLoop(engine, executor, metrics, EOS, keep_trace=config.save_trace is not None)
     return ServeState(loop=loop, limits=Limits(name, max_len, mini.vocab, EOS), metrics=metrics,
                       max_waiting=config.max_waiting, seed=config.seed)
+
+
+def cache_info(memory, kv_cache_tokens: int) -> dict[str, str]:
+    """vllm:cache_config_info's labels: vLLM's names where they apply, as strings."""
+    block = getattr(memory, "block_size", None)
+    return {"block_size": str(block or ""), "cache_dtype": "float32",
+            "num_gpu_blocks": str(kv_cache_tokens // block if block else ""),
+            "enable_prefix_caching": str(hasattr(memory, "reused_tokens") and type(memory).reused_tokens
+                                         is not MemoryManager.reused_tokens),
+            "kv_cache_tokens": str(kv_cache_tokens)}
 
 
 def save_trace(state, path: str) -> int:
@@ -105,9 +123,11 @@ def listen(host: str, port: int) -> socket.socket:
 
 def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DRAIN_S,
           log_level: str = "warning") -> int:
+    import asyncio
+
     import uvicorn
 
-    from batchlab.serve.app import create_app
+    from batchlab.serve.app import create_app, drain
 
     state = build_state(config)
     app = create_app(state)
@@ -121,17 +141,33 @@ def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DR
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     class DrainingServer(uvicorn.Server):
+        """uvicorn stops listening at its first signal; this one drains first, still listening
+        (so the 503s and /health's "draining" are seen), and shuts uvicorn down after."""
+
+        draining: asyncio.Task | None = None
+
+        async def startup(self, sockets=None) -> None:
+            self.aloop = asyncio.get_running_loop()
+            await super().startup(sockets)
+
         def handle_exit(self, sig, frame) -> None:
-            state.draining = True   # refuse new requests while those in flight finish
-            super().handle_exit(sig, frame)
+            if self.draining is None and self.started:
+                state.draining = True   # refuse new requests at once, on any thread
+                self.aloop.call_soon_threadsafe(self._drain)
+            else:   # a second signal (or one before the start): stop now
+                super().handle_exit(sig, frame)
             # uvicorn re-raises the signals it caught once it has shut down, so the process
             # would die of SIGTERM; a completed drain is the expected end: exit 0.
             captured = getattr(self, "_captured_signals", None)
             if isinstance(captured, list):
                 captured.clear()
 
+        def _drain(self) -> None:
+            self.draining = asyncio.ensure_future(drain(state, drain_s))
+            self.draining.add_done_callback(lambda _: setattr(self, "should_exit", True))
+
     uv = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                        timeout_graceful_shutdown=drain_s, lifespan="on")
+                        timeout_graceful_shutdown=CLOSE_S, lifespan="on")
     server = DrainingServer(uv)
     server.run(sockets=[sock])
     if not server.started:

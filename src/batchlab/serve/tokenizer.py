@@ -22,6 +22,15 @@ VOCAB = BYTES + 1     # the mini model's vocabulary when it serves text
 CHAT_ROLES = ("system", "user", "assistant")
 
 
+def token_text(token: int) -> str:
+    """A token as logprobs and /tokenize name it: an ASCII byte is its character; another byte,
+    which is part of a character, `bytes:\\xNN` (OpenAI's convention for such pieces); EOS
+    `<|eos|>`."""
+    if token < 128:
+        return chr(token)
+    return f"bytes:\\x{token:02x}" if token < BYTES else "<|eos|>"
+
+
 def encode(text: str) -> list[int]:
     return list(text.encode("utf-8"))
 

@@ -7,7 +7,7 @@ Two figures the seed uses to explain why the best system still falls short of th
   The batch is the largest `max_bs` among the compared systems, capped by how many sequences
   of that context the KV capacity holds; the context is mean prompt + mean output / 2 (a
   sequence's context grows from its prompt to prompt + output while it decodes). Priced by the
-  same roofline as every step (`uniform_step_cost`). Each system's steady and overall
+  same cost model and layout as every step (`CostModel`). Each system's steady and overall
   throughput under overload are then shares of this bound.
 - The prefill-alone GPU time: the sum, over the served requests, of one step that prefills the
   request's prompt alone (SeqWork(P, 0)), against the run's busy time (the sum of its step
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
-from batchlab.hardware.cost import uniform_step_cost
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_capacity_tokens_on
 from batchlab.serving.systems import System
 from batchlab.workload import Workload
 
@@ -43,22 +43,30 @@ class DecodeBound:
                 "ideal_decode_context": self.context, "ideal_decode_step_ms": self.step_time * 1e3}
 
 
-def decode_bound(workload: Workload, systems: Sequence[System], model: ModelSpec, gpu: GPUSpec) -> DecodeBound:
+def decode_bound(workload: Workload, systems: Sequence[System], model: ModelSpec, gpu: GPUSpec,
+                 layout: Layout = SINGLE_GPU) -> DecodeBound:
     """The ideal decode-only bound of `workload` on `model` and `gpu` (see the module doc)."""
+    from batchlab.hardware import CostModel, uniform_shape
+
     context = max(1, round(float(np.mean(workload.prompt)) + float(np.mean(workload.output)) / 2))
-    fits = max(1, kv_capacity_tokens(model, gpu) // context)
+    fits = max(1, kv_capacity_tokens_on(model, gpu, layout) // context)
     caps = [s.max_bs for s in systems]
     batch = fits if any(c is None for c in caps) else min(fits, max(caps))
-    step = uniform_step_cost(model, gpu, batch, context).time_s
+    step = float(CostModel(model, gpu, layout).step_time(uniform_shape(batch, context, 1)))
     return DecodeBound(batch, context, step, batch / step)
 
 
-def prefill_alone_time(prompt, served, model: ModelSpec, gpu: GPUSpec) -> float:
-    """Seconds of GPU time to prefill each served request's prompt in a step of its own."""
+def prefill_alone_time(prompt, served, model: ModelSpec, gpu: GPUSpec,
+                       layout: Layout = SINGLE_GPU) -> float:
+    """Seconds of GPU time to prefill each served request's prompt in a step of its own, with
+    the GPU's cost model on `layout`."""
+    from batchlab.hardware import CostModel, uniform_shape
+
+    cost = CostModel(model, gpu, layout)
     lengths = np.asarray(prompt, dtype=np.int64)[np.asarray(served, dtype=bool)]
     total = 0.0
     for length, count in zip(*np.unique(lengths, return_counts=True)):   # one price per length
-        total += int(count) * uniform_step_cost(model, gpu, 1, 0, new_tokens=int(length)).time_s
+        total += int(count) * float(cost.step_time(uniform_shape(1, 0, int(length))))
     return total
 
 

@@ -59,7 +59,7 @@ def compare(cfg: CompareConfig, jobs: int, on_done: Callable[[], None] | None = 
     rows = {sys.name: [next(results) for _ in cfg.rates] for sys in cfg.systems}
     overload = {sys.name: next(results) for sys in cfg.systems} if cfg.overload_rate else {}
     st = cfg.setting
-    bound = decode_bound(st.workload, cfg.systems, st.model, st.gpu) if cfg.overload_rate else None
+    bound = decode_bound(st.workload, cfg.systems, st.model, st.gpu, st.layout) if cfg.overload_rate else None
     systems = []
     for sys, search in zip(cfg.systems, searches):
         entry = {"name": sys.name, "rates": rows[sys.name]}
@@ -75,7 +75,9 @@ def compare(cfg: CompareConfig, jobs: int, on_done: Callable[[], None] | None = 
         systems.append(entry)
     report = {
         "config": {
-            "model": st.model.name, "gpu": st.gpu.name, "workload": st.workload.name,
+            "model": st.model.name, "gpu": st.gpu.name,
+            **({} if st.layout.trivial else {"tp": st.layout.tp, "pp": st.layout.pp, "ep": st.layout.ep}),
+            "workload": st.workload.name,
             "requests": len(st.workload), "seed": st.seed, "context_mode": st.context_mode,
             "slo_ms": st.slo.to_ms(), "slo_target": cfg.target, "rates": list(cfg.rates),
             "overload_rate": cfg.overload_rate, "fleet_rate": cfg.fleet_rate,

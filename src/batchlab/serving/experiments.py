@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, GoodputResult, find_goodput
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES
 from batchlab.serving.run import simulate
@@ -31,11 +32,14 @@ class Setting:
     context_mode: str = "reject"
     seed: int = 0
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES   # pNN keys besides the tables' own
+    programs: object = None     # a programs trace (workload.programs.Programs) for `knobs programs`
+    layout: Layout = SINGLE_GPU   # tp x pp (x ep) GPUs per replica
 
 
 def _run(setting: Setting, system: System, rate: float):
     return simulate(setting.workload.with_rate(rate), system, setting.model, setting.gpu,
-                    slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed)
+                    slo=setting.slo, context_mode=setting.context_mode, seed=setting.seed,
+                    layout=setting.layout)
 
 
 def point(setting: Setting, system: System, rate: float) -> dict:
@@ -50,7 +54,8 @@ def overload_point(setting: Setting, system: System, rate: float) -> dict:
 
     res = _run(setting, system, rate)
     return {"rate": rate, **res.figures(setting.percentiles),
-            "prefill_alone_time": prefill_alone_time(res.trace.prompt, res.trace.served, setting.model, setting.gpu)}
+            "prefill_alone_time": prefill_alone_time(res.trace.prompt, res.trace.served, setting.model,
+                                                     setting.gpu, setting.layout)}
 
 
 def goodput(setting: Setting, system: System, target: float = 0.9,

@@ -10,11 +10,16 @@ Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own 
 - max_bs (§6.2): chat at 48 req/s, Orca with oracle reservations, max_bs from 8 to 512.
 - order (§6.3 and exercise 5): chat at 40 req/s; fcfs, sjf (true lengths), sjf on predicted
   lengths (σ = 0.5 and 1), aging, with max_bs 64 (requests queue) and 256 (nothing queues).
-- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill_first (early
+- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill-first (early
   vLLM) vs chunked prefill with token budgets 512 and 2048 (Sarathi-Serve, vLLM v1).
 - preempt: paged memory on the long workload at rates that run out of KV blocks; preemption
   by recompute vs swap to host memory, a watermark that avoids most of it, and unlimited
   memory as the cost-free reference.
+- fairness: two tenants, heavy (3 of 4 requests, priority 1) and light (priority 0), on chat
+  traffic with max_bs 64; FCFS vs VTC vs priority vs SLO-aware admission (defer, reject):
+  each tenant's TTFT and SLO attainment (`serving/fairness.py`).
+- programs: chains of calls (four on average) with tool waits between them, max_bs 16; FCFS vs
+  PLAS vs Parrot (with a prefix cache, as is FCFS beside it): programs' end-to-end latency.
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ from dataclasses import dataclass, replace
 
 from batchlab.errors import InputError
 from batchlab.serving.experiments import Setting, point, run_tasks
+from batchlab.serving.fairness import program_point, tenant_point
 from batchlab.serving.systems import System, parse_system
 
 # Seed L02 §5.2's SLO for the chat experiments; §6.1 relaxes TTFT to 2 s for long prompts.
 CHAT_SLO = (1.0, 0.050)
 LONG_SLO = (2.0, 0.050)
 AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md §6.3
+HOST_CPU_MS = (4.0, 16.0)   # below and above a chat decode step's GPU time (~7 ms): see docs/host.md
 PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's watermark is 1%)
 
 
@@ -44,6 +51,8 @@ class Experiment:
     rates: tuple[float, ...]
     systems: tuple[tuple[str, str], ...]   # (label, spec string)
     columns: tuple[str, ...]           # row keys the table shows (batchlab.display.knobs_tables)
+    runner: Callable = point           # (Setting, System, rate) -> row: one run
+    unit: str = "req/s"                # what a rate counts
 
     def __post_init__(self) -> None:
         if not self.systems:
@@ -99,7 +108,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
         "prefill", "§6.4", "prefill insertion: mixed vs prefill-first vs chunked", "chat", CHAT_SLO,
         (8.0, 16.0, 32.0, 48.0),
         (("mixed", "orca-oracle"),
-         ("prefill_first", "orca-oracle:prefill=prefill_first"),
+         ("prefill-first", "orca-oracle:prefill=prefill-first"),
          ("chunked 512", "orca-oracle:prefill=chunked:token_budget=512"),
          ("chunked 2048", "orca-oracle:prefill=chunked:token_budget=2048")),
         ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "mean_batch")),
@@ -111,6 +120,34 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          ("unlimited", "unlimited")),
         ("preemptions", "recomputed_tokens", "swapped_gb", "swap_time", "p50_ttft_ms", "p99_ttft_ms",
          "mean_tpot_ms", "max_itl_ms", "output_throughput", "slo_attainment")),
+    Experiment(
+        "fairness", "tenants", "fair and SLO-aware scheduling: FCFS vs VTC vs priority vs SLO admission",
+        "chat", CHAT_SLO, (40.0, 80.0),
+        (("fcfs", "paged:max_bs=64"),
+         ("vtc", "paged:max_bs=64:order=vtc"),
+         ("priority", "paged:max_bs=64:order=priority"),
+         ("slo defer", f"paged:max_bs=64:order=slo:slo_ttft={CHAT_SLO[0]:g}"),
+         ("slo reject", f"paged:max_bs=64:order=slo:slo_ttft={CHAT_SLO[0]:g}:slo_action=reject")),
+        ("slo_attainment", "p99_ttft_ms", "tenant.heavy.p99_ttft_ms", "tenant.light.p99_ttft_ms",
+         "tenant.heavy.slo_attainment", "tenant.light.slo_attainment", "dropped", "output_throughput"),
+        runner=tenant_point),
+    Experiment(
+        "programs", "agents", "programs of calls: FCFS vs PLAS vs Parrot", "chat", CHAT_SLO,
+        (2.0, 3.0, 4.0),
+        (("fcfs", "paged:max_bs=16"),
+         ("plas", "paged:max_bs=16:order=plas"),
+         ("fcfs + prefix cache", "paged-prefix:max_bs=16"),
+         ("parrot", "paged-prefix:max_bs=16:order=parrot")),
+        ("mean_program_ms", "p50_program_ms", "p99_program_ms", "max_program_ms", "completed_programs",
+         "p99_ttft_ms", "output_throughput"),
+        runner=program_point, unit="programs/s"),
+    Experiment(
+        "host", "§4.4, §7", "CPU work per step: serial vs overlapped (async scheduling)", "chat", CHAT_SLO,
+        (8.0, 16.0, 32.0, 48.0),
+        (("no CPU", "orca-oracle"),
+         *((f"{kind} {ms:g} ms", f"orca-oracle:cpu_ms={ms:g}" + (":async_scheduling=1" if kind == "async" else ""))
+           for ms in HOST_CPU_MS for kind in ("serial", "async"))),
+        ("p50_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "output_throughput", "mean_batch", "slo_attainment")),
 )}
 
 
@@ -146,7 +183,7 @@ def select(names: Sequence[str], overrides: Overrides = Overrides()) -> list[Exp
 
 
 def tasks(plan: Sequence[tuple[Experiment, Setting]]) -> list[tuple[Callable, tuple]]:
-    return [(point, (setting, sys, rate)) for e, setting in plan
+    return [(e.runner, (setting, sys, rate)) for e, setting in plan
             for sys in e.parsed_systems() for rate in e.rates]
 
 
@@ -180,9 +217,22 @@ def _derived(row: dict, setting: Setting) -> dict:
 
 def _config(e: Experiment, setting: Setting) -> dict:
     w = setting.workload
-    return {"model": setting.model.name, "gpu": setting.gpu.name, "workload": w.name,
-            "requests": len(w), "seed": setting.seed, "context_mode": setting.context_mode,
-            "slo_ms": setting.slo.to_ms(), "rates": list(e.rates)}
+    out = {"model": setting.model.name, "gpu": setting.gpu.name, "workload": w.name,
+           "requests": len(w), "seed": setting.seed, "context_mode": setting.context_mode,
+           "slo_ms": setting.slo.to_ms(), "rates": list(e.rates)}
+    if e.unit != "req/s":
+        out["rate_unit"] = e.unit
+    if e.runner is tenant_point:
+        from batchlab.serving.fairness import TENANT_MIX
+        out["tenants"] = "the workload's own" if w.tenants is not None else TENANT_MIX
+    if e.runner is program_point and setting.programs is not None:
+        p = setting.programs
+        out.update(workload=p.name, requests=len(p), programs={"trace": p.name, "programs": len(p.programs)})
+    elif e.runner is program_point:
+        from batchlab.serving.fairness import PROGRAM_CALLS, PROGRAM_PREFIX, PROGRAM_TOOL_WAIT
+        out["programs"] = {"mean_calls": PROGRAM_CALLS, "shape": "chain", "tool_wait_s": PROGRAM_TOOL_WAIT,
+                           "shared_prefix": PROGRAM_PREFIX}
+    return out
 
 
 # -- what each experiment shows, computed from its rows ------------------------------------
@@ -237,8 +287,19 @@ def findings(name: str, systems: list[dict]) -> list[dict]:
         ratio("aging / sjf, TTFT max (max_bs 64)", aging, "sjf, max_bs 64", "max_ttft_ms")
     elif name == "prefill":
         ratio("chunked 512 / mixed, ITL max", "chunked 512", "mixed", "max_itl_ms")
-        ratio("prefill_first / mixed, ITL p99", "prefill_first", "mixed", "p99_itl_ms")
+        ratio("prefill-first / mixed, ITL p99", "prefill-first", "mixed", "p99_itl_ms")
     elif name == "preempt":
         ratio("swap / recompute, TTFT p50", "swap", "recompute", "p50_ttft_ms")
         ratio("swap / recompute, throughput", "swap", "recompute", "output_throughput")
+    elif name == "fairness":
+        ratio("vtc / fcfs, light tenant's TTFT p99", "vtc", "fcfs", "tenant.light.p99_ttft_ms")
+        ratio("vtc / fcfs, heavy tenant's TTFT p99", "vtc", "fcfs", "tenant.heavy.p99_ttft_ms")
+        ratio("priority / fcfs, light (priority 0) TTFT p99", "priority", "fcfs", "tenant.light.p99_ttft_ms")
+        ratio("slo defer / fcfs, SLO attainment", "slo defer", "fcfs", "slo_attainment")
+        ratio("slo reject / fcfs, SLO attainment", "slo reject", "fcfs", "slo_attainment")
+    elif name == "programs":
+        ratio("plas / fcfs, program latency p50", "plas", "fcfs", "p50_program_ms")
+        ratio("plas / fcfs, program latency mean", "plas", "fcfs", "mean_program_ms")
+        ratio("plas / fcfs, program latency p99", "plas", "fcfs", "p99_program_ms")
+        ratio("parrot / fcfs + prefix cache, program latency p99", "parrot", "fcfs + prefix cache", "p99_program_ms")
     return out

@@ -10,7 +10,10 @@ from batchlab.engine import Engine
 from batchlab.executor.costed import make_executor
 from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics, none_if_nan, time_weighted_mean
+from batchlab.metrics.normalized import normalized_figures
+from batchlab.metrics.seats import seat_figures
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES, METRICS, vllm_result
 from batchlab.request import Request
 from batchlab.serving.systems import System
@@ -42,6 +45,11 @@ class RunResult:
             "work": self.trace.work,
             "steps": self.trace.n_steps,
         }
+        if self.workload.tenants is not None:   # each tenant's figures (docs/fairness.md)
+            from batchlab.metrics.tenants import tenant_rows
+            tenant_of = dict(zip(self.workload.ids, self.workload.tenants))
+            out["tenants"] = tenant_rows(self.trace, tenant_of, self.metrics.slo,
+                                         self.system.input_weight, self.system.output_weight)
         if per_request:
             from batchlab.metrics import request_rows
             out["per_request"] = request_rows(self.metrics.requests, self.trace.ids, self.trace.prompt,
@@ -49,7 +57,9 @@ class RunResult:
         return out
 
     def figures(self, percentiles=DEFAULT_PERCENTILES) -> dict:
-        return run_figures(self.metrics, self.trace.prompt, self.usage, percentiles)
+        """`run_figures`, then Orca's normalized latency (E2E over output tokens, ms per token)."""
+        return {**run_figures(self.metrics, self.trace.prompt, self.usage, percentiles),
+                **normalized_figures(self.metrics.requests)}
 
 
 # Always computed, whatever --metric-percentiles asks: the tables show them.
@@ -79,9 +89,11 @@ def build_requests(workload: Workload, system: System, seed: int) -> list[Reques
         predicted = (workload.output * noise).tolist()
     content = workload.content or (None,) * len(workload)
     sessions = workload.sessions or (None,) * len(workload)
+    tenants = workload.tenants or (None,) * len(workload)
+    priorities = [0] * len(workload) if workload.priorities is None else workload.priorities.tolist()
     # tolist gives Python floats and ints, as a Request holds them
     requests = [Request(rid, a, p, o, index=i, predicted_output=predicted[i], content=content[i],
-                        session=sessions[i])
+                        session=sessions[i], tenant=tenants[i], priority=priorities[i])
                 for i, (rid, a, p, o) in enumerate(zip(workload.ids, workload.arrival.tolist(),
                                                        workload.prompt.tolist(), workload.output.tolist()))]
     if workload.samples is not None:
@@ -99,7 +111,8 @@ def add_samples(requests: list[Request], n: list[int]) -> None:
             prompt_only = None if c is None else _prompt_content(c, r.prompt_tokens)
             r.samples = tuple(Request(f"{r.id}#{j}", r.arrival, r.prompt_tokens, r.output_tokens,
                                       index=index + j - 1, predicted_output=r.predicted_output,
-                                      content=prompt_only, session=r.session) for j in range(1, k))
+                                      content=prompt_only, session=r.session, tenant=r.tenant,
+                                      priority=r.priority, program=r.program) for j in range(1, k))
             index += k - 1
 
 
@@ -111,18 +124,27 @@ def _prompt_content(c: Content, prompt_tokens: int) -> Content:
 @gc_paused()
 def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec, *,
              slo: SLO | None = None, context_mode: str = "reject", seed: int = 0,
-             check_memory: bool = False, record_rounds: bool = False) -> RunResult:
+             check_memory: bool = False, record_rounds: bool = False,
+             layout: Layout = SINGLE_GPU) -> RunResult:
     workload, context = limit_context(workload, model.max_context, context_mode)
     if system.prefix_caching and workload.content is not None:   # before anything runs
         from batchlab.memory.hashing import check_block_size
         check_block_size((c.unit for c in workload.content if c is not None), system.block_size)
-    memory = system.memory_manager(model, gpu)
-    engine = Engine(system.scheduler_config(), make_executor(model, gpu), memory,
-                    max_context=model.max_context, check_memory=check_memory,
-                    record_rounds=record_rounds, token_lists=False)
-    trace = engine.run(build_requests(workload, system, seed))
+    memory = system.memory_manager(model, gpu, layout)
+    if system.scheduler_config().order.stepwise:   # its queue hears of every step: the dependent driver
+        from batchlab.serving.dependent import run_dependent
+        from batchlab.serving.fairness import engine_for
+        engine = engine_for(system, model, gpu, memory, layout=layout, check_memory=check_memory,
+                            record_rounds=record_rounds)
+        trace = run_dependent(engine, build_requests(workload, system, seed))
+    else:
+        engine = Engine(system.scheduler_config(), system.with_host_work(make_executor(model, gpu, layout)), memory,
+                        max_context=model.max_context, check_memory=check_memory,
+                        record_rounds=record_rounds, token_lists=False)
+        trace = engine.run(build_requests(workload, system, seed))
     metrics = compute_metrics(trace.arrival, trace.token_offsets, trace.token_times, trace.served, slo)
     usage, history = usage_figures(trace), None
+    usage.update(seat_figures(trace.steps, trace.admitted_at, system.batching == "static"))
     stats = memory.cache_stats()
     if stats is not None:   # a prefix cache: its hit rate, savings and evictions, flat keys
         usage.update(stats)

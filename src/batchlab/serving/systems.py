@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from batchlab.errors import InputError
-from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_capacity_tokens_on
 from batchlab.memory import MemoryManager, ReservationMemory, UnlimitedMemory
 from batchlab.scheduler import QueueOrder, SchedulerConfig
+from batchlab.scheduler.order import AGING_ORDERS, PREDICTING_ORDERS, canonical_order
 
 MEMORY_KINDS = ("unlimited", "reservation-max", "reservation-pow2", "reservation-oracle", "paged")
 DEFAULT_MAX_BS = 256   # seed L02 §6.4 and exercise 5 run Orca with max_bs = 256
@@ -43,8 +45,20 @@ class System:
     prefix_caching: int = 0         # 1: paged memory keeps full blocks for reuse (vLLM's APC)
     cache_tokens: int | None = None  # prefix cache: most unreferenced cached tokens kept; None: free memory
     host_cache_tokens: float = 0.0   # prefix cache: tokens kept in host memory after GPU eviction; inf: unlimited
+    input_weight: float = 1.0       # vtc: cost of a prompt token (the paper's w_p)
+    output_weight: float = 2.0      # vtc: cost of an output token (w_q)
+    slo_ttft: float = 0.0           # slo: TTFT deadline in seconds (0: none)
+    slo_action: str = "defer"       # slo: a request predicted to miss goes last (defer) or is dropped (reject)
+    prefill_rate: float = 0.0       # slo: prompt tokens/s the prediction assumes (0: priced on the GPU)
+    cpu_ms: float = 0.0              # CPU work per step (scheduling, inputs, sampling, detokenising), ms
+    async_scheduling: int = 0        # 1: that CPU work overlaps the step before (vLLM's --async-scheduling)
+    admission: str = "stop-at-head"  # skip-blocked: admit requests behind a head that does not fit
 
     def __post_init__(self) -> None:
+        for field in ("batching", "prefill", "memory", "order", "preempt", "victim", "admission"):
+            value = getattr(self, field)   # one spelling of every value: words joined by '-'
+            if isinstance(value, str):
+                object.__setattr__(self, field, value.replace("_", "-"))
         if self.memory not in MEMORY_KINDS:
             raise InputError(f"system {self.name!r}: field 'memory': unknown {self.memory!r} "
                              f"(choose from {', '.join(MEMORY_KINDS)})")
@@ -52,6 +66,13 @@ class System:
             raise InputError(f"system {self.name!r}: field 'watermark': must be in [0, 1), got {self.watermark}")
         if not self.predict_sigma >= 0:
             raise InputError(f"system {self.name!r}: field 'predict_sigma': must be >= 0, got {self.predict_sigma}")
+        order = canonical_order(self.order)
+        if self.predict_sigma > 0 and order not in PREDICTING_ORDERS:
+            raise InputError(f"system {self.name!r}: field 'predict_sigma': order {self.order!r} does not predict "
+                             f"output lengths (use order {' or '.join(PREDICTING_ORDERS)})")
+        if self.aging_rate > 0 and order not in AGING_ORDERS:
+            raise InputError(f"system {self.name!r}: field 'aging_rate': order {self.order!r} does not age "
+                             f"(use order {' or '.join(AGING_ORDERS)})")
         for field in ("block_size", "max_bs"):
             value = getattr(self, field)
             if field == "max_bs" and value is None:
@@ -66,6 +87,10 @@ class System:
             raise InputError(f"system {self.name!r}: field 'host_cache_tokens': must be >= 0 or inf, got {self.host_cache_tokens!r}")
         if self.cache_tokens is not None and (isinstance(self.cache_tokens, bool) or self.cache_tokens < 0):
             raise InputError(f"system {self.name!r}: field 'cache_tokens': must be >= 0 or none, got {self.cache_tokens!r}")
+        if not 0 <= self.cpu_ms < float("inf"):
+            raise InputError(f"system {self.name!r}: field 'cpu_ms': must be a finite number >= 0, got {self.cpu_ms!r}")
+        if self.async_scheduling not in (0, 1) or isinstance(self.async_scheduling, bool):
+            raise InputError(f"system {self.name!r}: field 'async_scheduling': must be 0 or 1, got {self.async_scheduling!r}")
         try:
             self.scheduler_config()
         except InputError as exc:
@@ -75,12 +100,19 @@ class System:
         return SchedulerConfig(
             batching=self.batching, max_active=self.max_bs, prefill=self.prefill,
             token_budget=self.token_budget, chunk_size=self.chunk_size,
-            order=QueueOrder(self.order, self.aging_rate), preempt=self.preempt, victim=self.victim)
+            order=QueueOrder(self.order, self.aging_rate, self.input_weight, self.output_weight,
+                             self.slo_ttft or None, self.slo_action, self.prefill_rate or None),
+            preempt=self.preempt, victim=self.victim, admission=self.admission)
 
-    def memory_manager(self, model: ModelSpec, gpu: GPUSpec) -> MemoryManager:
+    def with_host_work(self, executor):
+        """`executor` with this system's CPU work per step, serial or overlapped (executor/host.py)."""
+        from batchlab.executor.host import with_host_work
+        return with_host_work(executor, self.cpu_ms / 1e3, bool(self.async_scheduling))
+
+    def memory_manager(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> MemoryManager:
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        return self.memory_for_capacity(kv_capacity_tokens(model, gpu), model.max_context)
+        return self.memory_for_capacity(kv_capacity_tokens_on(model, gpu, layout), model.max_context)
 
     def memory_for_capacity(self, capacity: int, max_context: int) -> MemoryManager:
         """This system's memory manager over `capacity` tokens of KV (a real model's own cache)."""
@@ -114,7 +146,8 @@ PRESETS: dict[str, System] = {s.name: s for s in (
 
 _FIELD_TYPES = {f.name: f.type for f in fields(System)}
 # vLLM's engine-argument names of two fields (`vllm serve --max-num-seqs --max-num-batched-tokens`)
-FIELD_ALIASES = {"max_num_seqs": "max_bs", "max_num_batched_tokens": "token_budget"}
+# and the tick contract's (seed L11) name of the seat limit
+FIELD_ALIASES = {"max_num_seqs": "max_bs", "max_num_batched_tokens": "token_budget", "max_active": "max_bs"}
 
 
 def parse_system(spec: str, field: str = "system") -> System:

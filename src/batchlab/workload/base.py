@@ -44,6 +44,8 @@ class Workload:
     content: tuple[Content | None, ...] | None = None
     samples: np.ndarray | None = None   # [n] int64 >= 1: parallel samples of each prompt (vLLM's n); None: 1
     sessions: tuple[str | None, ...] | None = None   # [n] the conversation of each request, if known
+    tenants: tuple[str | None, ...] | None = None    # [n] who sent each request, if known
+    priorities: np.ndarray | None = None   # [n] int64: vLLM's priority of each (lower first); None: all 0
 
     def __post_init__(self) -> None:
         ids = list(map(str, self.ids))
@@ -62,6 +64,11 @@ class Workload:
             if len(sessions) != n:
                 raise InputError(f"{where(None, 'sessions')} has {len(sessions)} entries for {n} ids")
             object.__setattr__(self, "sessions", sessions)
+        if self.tenants is not None:
+            object.__setattr__(self, "tenants", _check_tenants(self.tenants, ids))
+        if self.priorities is not None:
+            priorities = _column(self.priorities, np.int64, "priority", n, ids, signed=True)
+            object.__setattr__(self, "priorities", priorities)
         if self.samples is not None:
             samples = _column(self.samples, np.int64, "n", n, ids)
             bad = np.flatnonzero((samples < 1) | (samples > MAX_SAMPLES))
@@ -112,6 +119,18 @@ class Workload:
         column = np.broadcast_to(np.asarray(n), (len(self),)) if np.ndim(n) == 0 else n
         return replace(self, samples=column)
 
+    def with_max_output(self, cap: int) -> Workload:
+        """The same requests with outputs longer than `cap` tokens cut to `cap` (a generated
+        distribution's tail bounded, as a serving system's max_tokens does); a note says how many."""
+        if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
+            raise InputError(f"field 'max_output': must be a whole number of tokens >= 1, got {cap!r}")
+        if self.content is not None:
+            raise InputError(f"field 'max_output': workload '{self.name}' carries its tokens (a prefix "
+                             "cache's content), which a shorter output would contradict")
+        clipped = int((self.output > cap).sum())
+        notes = [*self.notes, f"outputs capped at {cap} tokens (--max-output): {clipped} of {len(self)} cut"]
+        return replace(self, output=np.minimum(self.output, cap), notes=notes)
+
     @property
     def sample_count(self) -> int:
         """Sequences the requests generate: Σ n."""
@@ -123,12 +142,34 @@ class Workload:
         return self.prompt + self.output
 
 
-def _column(values, dtype, name: str, n: int, ids: list[str]) -> np.ndarray:
+MAX_PRIORITY = 2**31 - 1   # |priority|: vLLM's is a Python int; an int32 range is plenty
+
+
+def _check_tenants(tenants, ids: list[str]) -> tuple[str | None, ...]:
+    tenants = tuple(tenants)
+    if len(tenants) != len(ids):
+        raise InputError(f"{where(None, 'tenant')} has {len(tenants)} entries for {len(ids)} ids")
+    for i, t in enumerate(tenants):
+        if t is not None and (not isinstance(t, str) or not t.strip()):
+            raise InputError(f"{where(ids[i], 'tenant')} must be a non-empty name or None, got {t!r}")
+    return tuple(None if t is None else t.strip() for t in tenants)
+
+
+def _column(values, dtype, name: str, n: int, ids: list[str], signed: bool = False) -> np.ndarray:
     raw = np.asarray(values)
     if raw.ndim != 1:
         raise InputError(f"{where(None, name)} must be one-dimensional, got shape {raw.shape}")
     if raw.shape[0] != n:
         raise InputError(f"{where(None, name)} has {raw.shape[0]} values for {n} ids")
+    if signed:   # a whole number of either sign (a priority), not a token count
+        for i, value in enumerate(raw.tolist()):
+            if isinstance(value, bool) or not (isinstance(value, int) or (
+                    isinstance(value, float) and value.is_integer())) or abs(value) > MAX_PRIORITY:
+                raise InputError(f"{where(ids[i], name)} must be a whole number in "
+                                 f"[-{MAX_PRIORITY}, {MAX_PRIORITY}], got {value!r}")
+        column = np.array(raw, dtype=np.int64)
+        column.flags.writeable = False
+        return column
     if dtype is np.int64 and raw.size and raw.dtype.kind not in "iu":
         # Floats pass when they hold whole numbers (12.0, not 12.5) of at most MAX_TOKENS; anything
         # else (strings, bools, None, huge ints) gets the shared token-count check's message.

@@ -35,17 +35,20 @@ class TraceColumns:
     prompt: str = "ContextTokens"
     output: str = "GeneratedTokens"
     id: str | None = None
+    tenant: str | None = None     # who sent each request (a fair scheduler's tenants)
+    priority: str | None = None   # each request's priority, a whole number (lower first)
 
     def __post_init__(self) -> None:
-        for name in ("timestamp", "prompt", "output", "id"):
+        for name in ("timestamp", "prompt", "output", "id", "tenant", "priority"):
             value = getattr(self, name)
-            if value is None and name == "id":
+            if value is None and name in ("id", "tenant", "priority"):
                 continue
             if not isinstance(value, str) or not value:
                 raise InputError(f"field 'columns.{name}' must be a column name, got {value!r}")
 
     def required(self) -> list[str]:
-        return [c for c in (self.timestamp, self.prompt, self.output, self.id) if c is not None]
+        return [c for c in (self.timestamp, self.prompt, self.output, self.id, self.tenant, self.priority)
+                if c is not None]
 
 
 AZURE_COLUMNS = TraceColumns()
@@ -189,6 +192,24 @@ def _tokens(source: str, record: _Record, column: str, text: bool) -> int:
         raise _fail(source, record, column, str(exc)) from None
 
 
+def _tenant(source: str, record: _Record, column: str) -> str:
+    value = record.row[column]
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value).strip():
+        raise _fail(source, record, column, f"must be a tenant name, got {value!r}")
+    return str(value).strip()
+
+
+def _priority(source: str, record: _Record, column: str) -> int:
+    """A whole number of either sign: an int in JSON, digits (and a sign) in CSV."""
+    value = record.row[column]
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and text.lstrip("+-").isdigit() and len(text) < 12:
+        value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > 2**31 - 1:
+        raise _fail(source, record, column, f"must be a whole number (lower is served first), got {record.row[column]!r}")
+    return value
+
+
 def _timestamps(records: list[_Record], source: str, column: str) -> np.ndarray:
     """Seconds since the first record, exact: numbers as float seconds, date-times via integer ns."""
     first = records[0].row[column]
@@ -233,6 +254,8 @@ def _to_workload(records: list[_Record], source: str, columns: TraceColumns, rat
             raise _fail(source, record, columns.id or "id",
                         f"repeats id {request_id!r} of line {seen[request_id].line}")
         seen[request_id] = record
+    tenants = [_tenant(source, r, columns.tenant) for r in records] if columns.tenant else None
+    priorities = [_priority(source, r, columns.priority) for r in records] if columns.priority else None
     notes = [f"read records {offset}..{offset + len(records) - 1} of {source}"]
     back = np.flatnonzero(np.diff(times) < 0)
     if back.size:
@@ -243,10 +266,13 @@ def _to_workload(records: list[_Record], source: str, columns: TraceColumns, rat
         order = np.argsort(times, kind="stable")
         times, prompt, output = times[order], prompt[order], output[order]
         ids = [ids[i] for i in order]
+        tenants = None if tenants is None else [tenants[i] for i in order]
+        priorities = None if priorities is None else [priorities[i] for i in order]
         notes.append(f"{back.size} records out of time order; records sorted by time (stable)")
     times = times - times[0]
     span = float(times[-1])
     measured = (len(records) - 1) / span if span > 0 else None
     workload = Workload(ids=ids, arrival=times, prompt=prompt, output=output, name=name, notes=notes,
-                        rate=measured)
+                        rate=measured, tenants=None if tenants is None else tuple(tenants),
+                        priorities=None if priorities is None else np.asarray(priorities, dtype=np.int64))
     return workload.with_rate(rate) if rate is not None else workload

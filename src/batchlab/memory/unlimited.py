@@ -27,6 +27,9 @@ class UnlimitedMemory(MemoryManager):
     def fits(self, room: int, need: int, holding: bool) -> bool:
         return True
 
+    def holding(self) -> bool:
+        return bool(self._holders)
+
     def can_admit(self, request: Request) -> bool:
         return True
 

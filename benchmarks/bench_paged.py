@@ -17,7 +17,7 @@ import statistics
 import time
 
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.serving.run import build_requests
 from batchlab.serving.systems import parse_system

@@ -25,7 +25,7 @@ import sys
 import time
 
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.metrics import SLO
 from batchlab.serving.experiments import Setting, goodput

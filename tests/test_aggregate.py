@@ -24,7 +24,7 @@ from batchlab import aggregate
 from batchlab.hardware import cost as roofline_cost
 from batchlab import trace as trace_module
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import resolve_gpu, step_totals
 from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request

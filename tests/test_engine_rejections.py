@@ -1,7 +1,7 @@
 """Rejections at arrival never stall or crash the loop, wherever they fall in the run."""
 
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.memory import ReservationMemory
 from batchlab.request import Request, Status

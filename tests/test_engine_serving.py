@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
 from batchlab.memory import ReservationMemory, UnlimitedMemory
 from batchlab.request import Request, Status

@@ -137,7 +137,7 @@ def test_priority_preempts_the_lowest_priority_not_the_latest_arrival():
 
 # -- SLO-aware admission -----------------------------------------------------------------------
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 20), st.integers(1, 40), st.integers(1, 12)), min_size=2, max_size=30),
        st.floats(0.5, 10), st.floats(2, 200), st.integers(1, 6), st.booleans())
 def test_slo_never_admits_a_predicted_miss_while_a_predicted_meet_waits(rows, slo, rate, seats, paged):
@@ -154,10 +154,12 @@ def test_slo_never_admits_a_predicted_miss_while_a_predicted_meet_waits(rows, sl
             t = pending[0].arrival
             continue
         step = e.begin(t)
+        # (a request preempted later in the same plan, to make room, was running at admission)
+        waited = [w for w in queue if w not in step.plan.preempted]
         for r in step.plan.admitted:
             if queue.misses(r, t):
                 admitted_misses += 1
-                assert not any(not queue.misses(w, t) for w in queue)
+                assert not any(not queue.misses(w, t) for w in waited)
         e.commit(step)
         if step.plan:
             queue.observe_step(step.end - step.start)

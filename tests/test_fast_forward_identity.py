@@ -18,7 +18,7 @@ from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.executor.unit import UnitExecutor
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.memory import MemoryManager, PagedMemory, ReservationMemory, UnlimitedMemory

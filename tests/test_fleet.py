@@ -16,7 +16,7 @@ from batchlab.executor import UnitExecutor
 from batchlab.fleet import Handoff, KVLink, Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
 from batchlab.fleet.routers import ROUTERS
 from batchlab.hardware import resolve_gpu, resolve_model
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.memory import ReservationMemory, UnlimitedMemory
 from batchlab.memory.paged import PagedMemory
 from batchlab.request import Request

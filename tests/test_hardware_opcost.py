@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from batchlab.errors import InputError
 from batchlab.executor.costed import CostExecutor, make_executor, plan_shape
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
 from batchlab.hardware.costmodel import CostModel, max_batch_under_cost
 from batchlab.hardware.opcost import (

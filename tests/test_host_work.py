@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.host import HostTimedExecutor, HostWork, carries_on, with_host_work
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.request import Phase, Request
 from batchlab.scheduler.config import SchedulerConfig

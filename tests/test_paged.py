@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from batchlab.engine import Engine
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.executor.unit import UnitExecutor
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.memory import IntegrityError, PagedMemory

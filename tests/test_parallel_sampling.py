@@ -123,10 +123,10 @@ class Snapshots(NumpyExecutor):
         super().__init__(*args, **kwargs)
         self.pools: list[np.ndarray] = []
 
-    def run(self, plan):
-        duration = super().run(plan)
+    def execute(self, plan):
+        result = super().execute(plan)
         self.pools.append(self.cache.k.copy())
-        return duration
+        return result
 
 
 def test_copied_block_holds_the_prompts_kv_and_the_original_is_never_touched():

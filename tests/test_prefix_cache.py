@@ -312,7 +312,8 @@ def test_lpm_admits_the_longest_cached_prefix_first_and_aging_bounds_the_wait():
 
 
 def test_lpm_key_with_aging_and_the_fcfs_fallback():
-    from batchlab.scheduler.order import LPM_MAX_QUEUE, make_queue
+    from batchlab.scheduler.order import LPM_MAX_QUEUE
+    from batchlab.scheduler.queues import make_queue
 
     class Fake(PrefixCacheMemory):
         def cached_tokens(self, r):

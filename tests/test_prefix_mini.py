@@ -51,10 +51,10 @@ class CheckedExecutor(NumpyExecutor):
         self.works.setdefault(request.id, []).append((n_past, n_new))
         return super()._work(request, n_new, n_past, emits)
 
-    def run(self, plan):
-        duration = super().run(plan)
+    def execute(self, plan):
+        result = super().execute(plan)
         self.check_kept()
-        return duration
+        return result
 
     def check_kept(self) -> None:
         memory, bs = self.paged, self.cache.block_size

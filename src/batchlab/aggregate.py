@@ -27,13 +27,13 @@ from array import array
 
 import numpy as np
 
-from batchlab.engine import Stretch
-from batchlab.executor.roofline import RooflineExecutor
+from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware.cost import affine_range
 from batchlab.memory.paged import PagedMemory
 from batchlab.memory.reservation import ReservationMemory
 from batchlab.memory.unlimited import UnlimitedMemory
 from batchlab.request import Request, Status
+from batchlab.step import Stretch
 from batchlab.trace import BlockGrowth
 
 MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: no subclass
@@ -67,7 +67,7 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     # engine.run checked every request before the first was added: each is accepted as it is
-    add, queued = engine._accept, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
+    add, queued = engine.add, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
     plan_step, begin, commit, decode = lane.plan, lane.begin, lane.commit, lane.decode
     live, finishing = lane.live, lane.finishing
     while True:
@@ -243,7 +243,7 @@ class Lane:
         self.finish_due()
         for r in single:
             self.computed -= r.computed
-            self.engine._finish(r)
+            self.engine.finish(r)
         if single:
             self.held = self.held_tokens()
 
@@ -448,7 +448,7 @@ class Lane:
             if sliced:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
-            self.engine._finish(r)
+            self.engine.finish(r)
         self.held = self.held_tokens()
 
     def bring_up(self, entry: list, token_times: bool = True) -> Request:

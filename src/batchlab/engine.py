@@ -23,10 +23,9 @@ block) are advanced from running sums (`aggregate.py`), again bit for bit.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-
 import numpy as np
 
+from batchlab import aggregate
 from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
 from batchlab.gc_pause import gc_paused
@@ -36,6 +35,7 @@ from batchlab.request import Request, Status, arrival_order, computed_of
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler
+from batchlab.step import StepOutput, Stretch
 from batchlab.trace import RoundRecord, StepLog, Trace
 
 
@@ -68,6 +68,8 @@ class Engine:
         # caller that reads the trace, never the requests: a fleet holds every replica's lists)
         self.token_lists = token_lists
         self.time_unit = time_unit
+        # a real model's executor gives the tokens too (StepResult); a price gives a duration
+        self._execute = getattr(executor, "execute", None)
 
     # -- the online interface ---------------------------------------------------------------
 
@@ -171,7 +173,7 @@ class Engine:
         else:
             sched.running.remove(request)
         request.output_tokens = request.emitted
-        self._finish(request)
+        self.finish(request)
         return True
 
     def forget_history(self) -> None:
@@ -202,9 +204,16 @@ class Engine:
         if not plan and not sched.running and not plan.preempted:
             raise RuntimeError(f"no progress at t={now}: {len(sched.waiting)} waiting, none admissible")
         priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
-        duration = self.executor.run(plan) if priced else 0.0
+        tokens = None
+        if not priced:
+            duration = 0.0
+        elif self._execute is not None:
+            result = self._execute(plan)
+            duration, tokens = result.duration, result.tokens
+        else:
+            duration = self.executor.run(plan)
         self._log_step(plan, now, duration)
-        return StepOutput(now, now + duration, plan, [])
+        return StepOutput(now, now + duration, plan, [], tokens=tokens)
 
     def trace(self) -> Trace:
         """Everything added so far, in input order, with the per-step log."""
@@ -215,18 +224,16 @@ class Engine:
 
     @gc_paused()
     def run(self, requests: list[Request]) -> Trace:
-        _check_fresh(requests)
+        check_fresh(requests)
         self.reset()
         pending = sorted(requests, key=arrival_order)
         if self.config.max_in_flight > 1:
             return self._run_pipelined(pending)
-        from batchlab import aggregate   # it builds on this module (Stretch)
-
         next_arrival, t = 0, 0.0
         lane = aggregate.applies(self)
         while self.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
-                self._accept(pending[next_arrival])   # _check_fresh checked them all
+                self._accept(pending[next_arrival])   # check_fresh checked them all
                 next_arrival += 1
             if self.idle:
                 if next_arrival == len(pending):
@@ -247,63 +254,27 @@ class Engine:
         return self.trace()
 
     def _run_pipelined(self, pending: list[Request]) -> Trace:
-        """Orca's pipelined iterations: up to `max_in_flight` batches in the pipeline at once.
-
-        A batch enters when the first stage is free (its interval after the last one entered)
-        and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
-        after it entered. Requests of a batch under way are not scheduled again until it returns.
-        """
-        in_flight: list[tuple[float, int, StepOutput]] = []
-        next_arrival, entered, t, next_entry = 0, 0, 0.0, 0.0
+        """Orca's pipelined iterations (`Pipeline`) on the simulator's virtual clock."""
+        pipe = Pipeline(self)
+        next_arrival, t = 0, 0.0
         while self.unfinished or next_arrival < len(pending):
-            while in_flight and in_flight[0][0] <= t:
-                self.commit(heapq.heappop(in_flight)[2])
+            pipe.finish(t)
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
                 self._accept(pending[next_arrival])
                 next_arrival += 1
-            open_slot = len(in_flight) < self.config.max_in_flight
-            if open_slot and t >= next_entry and not self.idle:
-                batch = self._begin_pipelined(t)
-                if batch is not None:
-                    step, interval = batch
-                    heapq.heappush(in_flight, (step.end, entered, step))
-                    entered += 1
-                    next_entry = t + interval
-            events = [in_flight[0][0]] if in_flight else []
+            pipe.enter(t)
+            events = [pipe.batches[0][0]] if pipe.batches else []
             if next_arrival < len(pending):
                 events.append(pending[next_arrival].arrival)
-            if len(in_flight) < self.config.max_in_flight and next_entry > t and self._has_ready():
-                events.append(next_entry)
+            entry = pipe.next_entry_wake(t)
+            if entry is not None:
+                events.append(entry)
             if not events:
                 if self.unfinished:
                     raise RuntimeError(f"no progress at t={t}: {len(self.scheduler.waiting)} waiting, none admissible")
                 break
             t = max(t, min(events))
         return self.trace()
-
-    def _begin_pipelined(self, now: float) -> tuple[StepOutput, float] | None:
-        """A batch entering the pipeline at `now` and the interval before the next may enter."""
-        plan = self.scheduler.plan(now)
-        if not plan and not plan.preempted:
-            return None
-        run_stages = getattr(self.executor, "run_stages", None)
-        if not plan:
-            interval = latency = 0.0
-        elif run_stages is not None:
-            interval, latency = run_stages(plan)
-        else:
-            interval = latency = self.executor.run(plan)
-        for r in plan.decodes:
-            r.in_flight = True
-        for item in plan.prefills:
-            item.request.in_flight = True
-        # the step log's duration is the time the batch holds the pipeline's entry
-        self._log_step(plan, now, interval)
-        return StepOutput(now, now + latency, plan, []), interval
-
-    def _has_ready(self) -> bool:
-        sched = self.scheduler
-        return bool(sched.waiting) or any(not r.in_flight for r in sched.running)
 
     def _reject_reason(self, r: Request) -> str | None:
         if self.max_context is not None and r.prompt_tokens + r.output_tokens > self.max_context:
@@ -336,7 +307,7 @@ class Engine:
             r.emitted = n_emitted
             r.token_times.append(end)
             if n_emitted == r.output_tokens:
-                self._finish(r)
+                self.finish(r)
                 finished.append(r)
         if self.record_rounds:
             emitted += [r.id for r in plan.decodes]
@@ -345,28 +316,36 @@ class Engine:
             self._account_work(r, item.n_new)
             r.computed += item.n_new
             if item.emits:
-                self._emit(r, end, emitted, finished, step.forked)
+                self._emit(r, end, emitted, finished, step.forked, step.tokens)
         if finished:
             self.scheduler.running = [r for r in self.scheduler.running if r.status is Status.RUNNING]
         if self.check_memory:
             self.memory.check_integrity()
         if self.record_rounds:
             self._record_round(plan, t, emitted, finished)
+        if step.tokens:   # a real model's tokens: those that end their request early
+            tokens = step.tokens
+            for r in step.emitted:
+                rule = r.stop
+                if rule is not None and rule.stops(tokens[r.id], r.emitted):
+                    if not r.finished:
+                        self.stop(r.id)
+                    step.stopped.append(r)
         return step
 
     def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request],
-              forked: list[Request] | None = None) -> None:
+              forked: list[Request] | None = None, tokens: dict[str, int] | None = None) -> None:
         r.emitted += 1
         r.token_times.append(end)
         emitted.append(r.id)
         if r.samples and r.emitted == 1:
-            self._fork(r, end, emitted, finished, forked if forked is not None else [])
+            self._fork(r, end, emitted, finished, forked if forked is not None else [], tokens)
         if r.emitted == r.output_tokens:
-            self._finish(r)
+            self.finish(r)
             finished.append(r)
 
     def _fork(self, r: Request, end: float, emitted: list[str], finished: list[Request],
-              forked: list[Request]) -> None:
+              forked: list[Request], tokens: dict[str, int] | None = None) -> None:
         """Parallel sampling: `r` computed the prompt and its first token; each of its samples
         starts here, sharing the prompt's KV where the manager can (`fork`) with a first token
         drawn from the same logits (vLLM's fork of a sequence group). A sample the manager or
@@ -384,13 +363,17 @@ class Engine:
                 s.computed = s.peak_computed = r.computed
                 sched.running.append(s)
             if fork_kv is not None:
-                fork_kv(r, s)   # its first token (and the KV it shares)
+                token = fork_kv(r, s)   # its first token (and the KV it shares)
+                if tokens is not None:
+                    tokens[s.id] = token
             self._emit(s, end, emitted, finished)
             forked.append(s)
             if not shared and not s.finished:
                 sched.enqueue(s)
 
-    def _finish(self, r: Request) -> None:
+    def finish(self, r: Request) -> None:
+        """`r` emitted its last token: finished, its memory freed (the update's last part; the
+        fast path calls it for the requests it runs)."""
         r.status = Status.FINISHED
         self.memory.free(r)
         self.executor.release(r)
@@ -518,7 +501,7 @@ class Engine:
             r.emitted = emitted
             r.token_times.extend(times)
             if emitted == r.output_tokens:
-                self._finish(r)
+                self.finish(r)
                 finished = True
         self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0)
         self.work["decode"] += steps * batch
@@ -529,44 +512,67 @@ class Engine:
         return times[-1]
 
 
-@dataclass(slots=True)
-class Stretch:
-    """Decode steps of the whole running set, priced from `start`, not yet applied (a lane's
-    run may lose requests at its last step; a stretch's are identical to its end)."""
+class Pipeline:
+    """Orca's pipelined iterations over an engine: up to `max_in_flight` batches in the
+    pipeline at once, for any clock (the simulator's, a fleet's).
 
-    start: float
-    durations: np.ndarray   # [steps] each step's duration
-    ends: np.ndarray        # [steps] each step's end
-    held: np.ndarray | None   # [steps] KV tokens held during each step (None: a lane run whose
-                              # blocks are counted as it is applied, Lane.held_during)
+    A batch enters when the first stage is free (its interval after the last one entered)
+    and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
+    after it entered. Requests of a batch under way are not scheduled again until it returns.
+    """
 
-    @property
-    def end(self) -> float:
-        return float(self.ends[-1])
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.slots = engine.config.max_in_flight
+        self.batches: list[tuple[float, int, StepOutput]] = []   # heap of (end, entered, step)
+        self.entered = 0
+        self.next_entry = 0.0   # when the first stage takes the next batch
 
-    def held_at(self, t: float) -> float:
-        """KV held during the step under way at `t` (the last one once it is over)."""
-        return float(self.held[min(int(np.searchsorted(self.ends, t, side="right")), len(self.held) - 1)])
+    def finish(self, now: float) -> list[StepOutput]:
+        """Commit the batches that returned by `now`, in the order they return."""
+        done, batches = [], self.batches
+        while batches and batches[0][0] <= now:
+            done.append(self.engine.commit(heapq.heappop(batches)[2]))
+        return done
+
+    def enter(self, now: float) -> StepOutput | None:
+        """A batch enters at `now` if a slot is open and the first stage is free."""
+        engine = self.engine
+        if len(self.batches) >= self.slots or now < self.next_entry or engine.idle:
+            return None
+        plan = engine.scheduler.plan(now)
+        if not plan and not plan.preempted:
+            return None
+        run_stages = getattr(engine.executor, "run_stages", None)
+        if not plan:
+            interval = latency = 0.0
+        elif run_stages is not None:
+            interval, latency = run_stages(plan)
+        else:
+            interval = latency = engine.executor.run(plan)
+        for r in plan.decodes:
+            r.in_flight = True
+        for item in plan.prefills:
+            item.request.in_flight = True
+        # the step log's duration is the time the batch holds the pipeline's entry
+        engine._log_step(plan, now, interval)
+        step = StepOutput(now, now + latency, plan, [])
+        heapq.heappush(self.batches, (step.end, self.entered, step))
+        self.entered += 1
+        self.next_entry = now + interval
+        return step
+
+    def next_entry_wake(self, now: float) -> float | None:
+        """When the pipeline next needs the clock for an entry: a slot is open, the first stage
+        frees later, and someone could be scheduled then (None: it does not)."""
+        if len(self.batches) < self.slots and self.next_entry > now:
+            sched = self.engine.scheduler
+            if sched.waiting or any(not r.in_flight for r in sched.running):
+                return self.next_entry
+        return None
 
 
-@dataclass(slots=True)
-class StepOutput:
-    """One step: it runs from `start` to `end`, when its tokens are stamped (at its commit)."""
-
-    start: float
-    end: float
-    plan: StepPlan
-    finished: list[Request]   # filled by the commit
-    forked: list[Request] = field(default_factory=list)   # parallel samples started by the commit
-
-    @property
-    def emitted(self) -> list[Request]:
-        """Requests that emitted one token at `end`: decodes, then prefills that completed, then
-        the parallel samples forked from those (their first token)."""
-        return self.plan.decodes + [i.request for i in self.plan.prefills if i.emits] + self.forked
-
-
-def _check_fresh(requests: list[Request]) -> None:
+def check_fresh(requests: list[Request]) -> None:
     """The whole list is checked before any request is added, so a bad one changes nothing."""
     if not requests:
         raise InputError("field 'requests': the request list is empty")

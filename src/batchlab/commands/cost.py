@@ -76,7 +76,7 @@ def compute(args) -> dict:
     with named("tp", "--tp"), named("pp", "--pp"):
         layout = Layout(tp=args.tp, pp=args.pp)
         model_cost = CostModel(model, gpu, layout)
-    shape = uniform_shape(args.batch, args.context, args.new_tokens)
+    shape = uniform_shape(args.batch, args.context, args.new_tokens, window=model.sliding_window)
     cost = uniform_step_cost(model, gpu, args.batch, args.context, args.new_tokens)
     price = model_cost.price(shape)
     rows = model_cost.breakdown(shape)

@@ -1,4 +1,5 @@
-"""`batchlab serve`: the mini transformer behind an OpenAI-compatible HTTP API, on the engine."""
+"""`batchlab serve`: the mini transformer behind an OpenAI-compatible HTTP API, on the engine;
+with `--simulate`, a twin of a model on a GPU whose steps last what the cost model prices."""
 
 from __future__ import annotations
 
@@ -6,36 +7,47 @@ from batchlab.commands import flagtypes
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+TWIN_MODEL = "Llama-3.1-8B"
+TWIN_GPU = "H100-SXM"
 
 
 def register(subparsers) -> None:
     from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS, DEFAULT_MAX_WAITING,
                                          DEFAULT_SYSTEM)
+    from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM
 
     parser = subparsers.add_parser(
         "serve", help="serve the numpy mini transformer over an OpenAI-compatible HTTP API "
-                      "(continuous batching on the engine, wall clock)",
+                      "(continuous batching on the engine, wall clock), or a twin of a model on "
+                      "a GPU (--simulate)",
         description="Serve the numpy mini transformer with the engine's continuous batching on "
                     "the wall clock: POST /v1/completions and /v1/chat/completions (streaming "
                     "or not), GET /v1/models, /health, /metrics (Prometheus, vLLM's names), /version, "
                     "/openapi.json, and /ping, POST /tokenize and /detokenize. "
                     "Text is tokenized byte by byte (256 bytes + EOS). SIGTERM drains the "
-                    "requests in flight and exits 0. See docs/serving.md.")
+                    "requests in flight and exits 0. With --simulate, the same server is a twin "
+                    "of --model on --gpu: no weights, each engine step lasts what the cost model "
+                    "prices it at, output tokens are made up from the request's seed. See "
+                    "docs/serving.md.")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default: %(default)s)")
-    parser.add_argument("--model", default="mini", metavar="MINI-SPEC",
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="port; with --replicas N, the first of N consecutive ports (default: %(default)s)")
+    parser.add_argument("--model", metavar="SPEC",
                         help="mini or tiny, with :field=value overrides of the mini config, e.g. "
-                             "mini:n_layers=2:seed=1 (default: %(default)s)")
+                             "mini:n_layers=2:seed=1 (default: mini); with --simulate, a model "
+                             f"preset or .toml/.json spec file (default: {TWIN_MODEL})")
     parser.add_argument("--served-model-name", metavar="NAME",
                         help="the model name clients use (default: the --model spec)")
-    parser.add_argument("--system", default=DEFAULT_SYSTEM, metavar="SPEC",
+    parser.add_argument("--system", metavar="SPEC",
                         help="scheduler and memory manager as in `batchlab compare`, e.g. "
-                             "chunked:max_bs=32:token_budget=256 (default: %(default)s)")
+                             f"chunked:max_bs=32:token_budget=256 (default: {DEFAULT_SYSTEM}; "
+                             f"with --simulate {DEFAULT_TWIN_SYSTEM})")
     parser.add_argument("--max-model-len", type=int, metavar="N",
                         help="longest prompt + output in tokens (default: the model's max_context)")
-    parser.add_argument("--kv-cache-tokens", type=int, default=DEFAULT_KV_CACHE_TOKENS, metavar="N",
+    parser.add_argument("--kv-cache-tokens", type=int, metavar="N",
                         help="KV cache capacity in tokens for the system's memory manager "
-                             "(default: %(default)s)")
+                             f"(default: {DEFAULT_KV_CACHE_TOKENS}; with --simulate, what the "
+                             "GPUs' memory holds beside the weights, as `batchlab simulate`)")
     parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING, metavar="N",
                         help="requests that may wait for admission; more get 429 (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
@@ -50,19 +62,64 @@ def register(subparsers) -> None:
     parser.add_argument("--log-level", default="warning",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
+    g = parser.add_argument_group("twin (--simulate)")
+    g.add_argument("--simulate", action="store_true",
+                   help="serve a twin: the real server and engine with steps priced by the cost "
+                        "model of --model on --gpu (--tp of them), no weights")
+    g.add_argument("--gpu", metavar="G", help=f"GPU preset or .toml/.json spec file (default: {TWIN_GPU})")
+    g.add_argument("--tp", type=flagtypes.count, default=1, metavar="N",
+                   help="tensor parallel GPUs of the twin (default: %(default)s)")
+    g.add_argument("--replicas", type=flagtypes.count, default=1, metavar="N",
+                   help="N twins, each its own engine, on ports --port .. --port + N - 1, in one "
+                        "process (default: %(default)s)")
+    g.add_argument("--fault", action="append", default=[], metavar="INDEX:KIND[=V][@T]",
+                   help="inject a fault into replica INDEX from T s after start: slow=F (steps "
+                        "take F times their price), hang (stops answering), errors=R (500 to a "
+                        "share R of generation requests); repeatable")
+    g.add_argument("--twin-output", default="seeded", choices=("seeded", "echo"),
+                   help="made-up output tokens: printable bytes from the request's seed, or the "
+                        "prompt's tokens echoed (default: %(default)s)")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
     from batchlab.errors import InputError
-    from batchlab.serve.server import ServeConfig, serve
 
     if not 0 <= args.port <= 65535:
         raise InputError(f"field '--port' must be in [0, 65535], got {args.port}")
     if args.drain_timeout <= 0:
         raise InputError(f"field '--drain-timeout' must be > 0, got {args.drain_timeout}")
-    config = ServeConfig(model=args.model, system=args.system, served_model_name=args.served_model_name,
-                         max_model_len=args.max_model_len, kv_cache_tokens=args.kv_cache_tokens,
+    if args.simulate:
+        return _run_twin(args)
+    for flag, value, default in (("--gpu", args.gpu, None), ("--tp", args.tp, 1),
+                                 ("--replicas", args.replicas, 1), ("--fault", args.fault, []),
+                                 ("--twin-output", args.twin_output, "seeded")):
+        if value != default:
+            raise InputError(f"field '{flag}' applies to a twin only (add --simulate)")
+    from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_SYSTEM
+    from batchlab.serve.server import ServeConfig, serve
+
+    config = ServeConfig(model="mini" if args.model is None else args.model,
+                         system=DEFAULT_SYSTEM if args.system is None else args.system,
+                         served_model_name=args.served_model_name,
+                         max_model_len=args.max_model_len,
+                         kv_cache_tokens=(DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None
+                                          else args.kv_cache_tokens),
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
                          save_trace=args.save_trace)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
+
+
+def _run_twin(args) -> int:
+    from batchlab.serve.faults import parse_fault
+    from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM, TwinConfig, serve_twins
+
+    faults = tuple(parse_fault(text, args.replicas) for text in args.fault)
+    config = TwinConfig(model=TWIN_MODEL if args.model is None else args.model,
+                        gpu=TWIN_GPU if args.gpu is None else args.gpu, tp=args.tp,
+                        system=DEFAULT_TWIN_SYSTEM if args.system is None else args.system,
+                        served_model_name=args.served_model_name, max_model_len=args.max_model_len,
+                        kv_cache_tokens=args.kv_cache_tokens, max_waiting=args.max_waiting,
+                        seed=args.seed, output=args.twin_output, check_memory=args.check_memory,
+                        faults=faults, save_trace=args.save_trace)
+    return serve_twins(config, args.host, args.port, args.replicas, args.drain_timeout, args.log_level)

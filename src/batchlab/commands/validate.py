@@ -104,6 +104,12 @@ def compute(args) -> dict:
     cfg = ValidateConfig(model=args.model, system=args.system, kv_cache_tokens=args.kv_cache_tokens,
                          dataset=dataset_spec(args), rates=_rates(args.rates),
                          base_url=args.base_url)
+    if args.base_url:
+        from batchlab.calibrate.twin_check import twin_info
+
+        info = twin_info(args.base_url.rstrip("/"))
+        if info is not None:   # a twin: its own model, GPU and system, replayed as they are
+            return _compute_twin(args, cfg, info)
     _, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
     from batchlab.serving.systems import parse_system
 
@@ -113,6 +119,29 @@ def compute(args) -> dict:
     out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)
     out["device"] = device
     return out
+
+
+def _compute_twin(args, cfg, info: dict) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    from batchlab.calibrate.twin_check import validate_twin
+    from batchlab.calibrate.validate import dataset
+
+    dataset(cfg, math.inf)   # a bad dataset fails before anything runs
+    with tempfile.TemporaryDirectory() as directory:
+        out = validate_twin(cfg, args.base_url.rstrip("/"), info, Path(directory), repeats=args.repeats)
+    out["device"] = (f"the twin's own: {info['model']} on {info['gpu']} (tp {info['tp']}), "
+                     f"{info['kv_cache_tokens']} KV tokens, steps priced as the replay prices them")
+    return out
+
+
+def _twin_line(run: dict) -> str:
+    own = run["twin_ttft_ms"]
+    stamped = ("not known" if own["measured"] is None or own["predicted"] is None else
+               f"{own['measured']:.2f} ms, the replay's {own['predicted']:.2f} ms")
+    return (f"the twin's own mean TTFT (its /metrics): {stamped}; the most streams in flight at "
+            f"once: {run['max_streams']}")
 
 
 def _fit_line(fit: dict | None) -> str:
@@ -192,8 +221,8 @@ def _tables(out: dict):
         if not load.endswith("req/s"):
             load += f": {run['rate']:.3g} req/s"
         refused = f", {run['refused']} refused by the server" if run["refused"] else ""
-        caption = "\n".join((_steps_line(run["steps"]), _front_line(run["front_end_ms"]),
-                             _fit_line(run["fit"])))
+        last = _twin_line(run) if "twin" in out else _fit_line(run["fit"])
+        caption = "\n".join((_steps_line(run["steps"]), _front_line(run["front_end_ms"]), last))
         t = Table(title=f"{load}{which}, {run['requests']} requests{refused} "
                         f"({out['model']}, {out['system']})", caption=caption)
         for col in ("metric", "measured", "predicted", "error"):

@@ -18,9 +18,12 @@ from batchlab.request import Request, computed_of
 from batchlab.scheduler.plan import StepPlan
 
 
-def plan_shape(plan: StepPlan) -> Shape:
+def plan_shape(plan: StepPlan, window: int = 0) -> Shape:
     """The sums of a plan's work: its decodes, then its prefill chunks (opcost.shape_with, the
-    sums shape_of takes of SeqWorks)."""
+    sums shape_of takes of SeqWorks); with a sliding window, also as windowed layers see it."""
+    if window:
+        return shape_with(plan.prefills, len(plan.decodes), sum(r.computed for r in plan.decodes),
+                          window, sum(min(r.computed + 1, window) for r in plan.decodes))
     return shape_with(plan.prefills, len(plan.decodes), sum(r.computed for r in plan.decodes))
 
 
@@ -32,6 +35,8 @@ class CostExecutor:
         self.cost = CostModel(model, gpu, layout, cost)
         self.name = self.cost.kind
         self.model, self.gpu = model, gpu
+        # the operators model caps windowed layers' attention at the window; the roofline does not
+        self._window = model.sliding_window if self.cost.kind == "operators" else 0
         # the seed's roofline on one GPU: priced from integer sums, exactly (and by the fast path)
         self.affine = self.cost.affine
         # Swapped KV moves over every GPU's own host link at once: each carries its share.
@@ -61,7 +66,7 @@ class CostExecutor:
                 attn_units += n_new * (2 * n_past + n_new + 1)
             duration = self.affine.step(sum_new, sum_past, n_emit, attn_units)
         else:
-            duration = float(self.cost.step_time(plan_shape(plan)))
+            duration = float(self.cost.step_time(plan_shape(plan, self._window)))
         swapped = plan.swap_in_tokens + plan.swap_out_tokens
         if swapped:
             duration += swapped * self._swap_bytes / self._host_link
@@ -72,7 +77,7 @@ class CostExecutor:
 
     def stage_time(self, plan: StepPlan) -> float:
         """The busiest pipeline stage's time for this plan (no CPU, no sends)."""
-        return float(self.cost.stage_time(plan_shape(plan))) if plan else 0.0
+        return float(self.cost.stage_time(plan_shape(plan, self._window))) if plan else 0.0
 
     def release(self, request: Request) -> None:
         pass  # a paper GPU keeps no state
@@ -86,11 +91,18 @@ class CostExecutor:
         return durations
 
 
+class RooflineExecutor(CostExecutor):
+    """The seed's two-parameter roofline on one GPU: every step priced from the plan's integer
+    sums (`RooflinePrice`), exactly; KV swapped to or from host memory is added at the GPU's
+    host-link bandwidth, serialised with the step (no overlap: pessimistic but simple)."""
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec) -> None:
+        super().__init__(model, gpu, cost="roofline")
+
+
 def make_executor(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
                   cost: str | None = None):
     """The executor for this model, GPU, layout and cost model (None: the GPU's cost_model)."""
-    from batchlab.executor.roofline import RooflineExecutor
-
     kind = gpu.cost_model if cost is None else cost
     if kind == "roofline" and layout.trivial:
         return RooflineExecutor(model, gpu)

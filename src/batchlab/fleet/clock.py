@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from batchlab.engine import _check_fresh
+from batchlab.engine import check_fresh
 from batchlab.fleet.replica import Replica
 from batchlab.fleet.routers import Router
 from batchlab.gc_pause import gc_paused
@@ -54,7 +54,7 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     as nothing more can reach it: where replicas serve apart, right after its share has run
     (so a caller may drop what the share's requests hold before the next replica runs).
     """
-    _check_fresh(requests)
+    check_fresh(requests)
     for replica in replicas:
         replica.engine.reset()
         replica.clear()
@@ -136,7 +136,7 @@ def _route(request: Request, pool: Sequence[Replica], router: Router, now: float
     if adopt:
         replica.engine.adopt(request)
     else:
-        replica.engine._accept(request)   # run_fleet checked every request first, as Engine.run does
+        replica.engine.add(request)
     replica.routed.append(request.index)
     return replica.index
 

@@ -9,14 +9,11 @@ pure decodes, is then what it has under way, cut as a stretch is.
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from batchlab import aggregate
-from batchlab.engine import Engine, StepOutput, Stretch
+from batchlab.engine import Engine, Pipeline, StepOutput, Stretch
 
 # Begins a replica leaves to the general loop after its lane could not run a step: where the
 # lane keeps failing (memory short), entering it at every step would only add a pass.
@@ -33,10 +30,7 @@ class Replica:
     busy: bool = False                    # one of the two is under way
     version: int = 0                      # bumped when a stretch is cut: its old end is void
     routed: list[int] = field(default_factory=list)   # input positions of the requests sent here
-    batches: list = field(default_factory=list)       # pipelined: heap of (end, entered, step)
-    entered: int = 0                      # pipelined: batches that entered so far
-    next_entry: float = 0.0               # pipelined: when the first stage takes the next batch
-    pipelined: bool = field(init=False, default=False)   # keeps several batches in flight (the engine's config)
+    pipeline: Pipeline | None = None      # Orca's pipelined iterations (the engine's config), else None
     lane: aggregate.Lane | None = None    # the running set as sums, while the lane holds
     run: Stretch | None = None            # a priced run of the lane's decodes under way
     lane_step: bool = False               # a begun lane step under way
@@ -47,11 +41,15 @@ class Replica:
     settled: float | None = None          # the end of the step under way where `settle` cut, until start
 
     def __post_init__(self) -> None:
-        self.pipelined = self.engine.config.max_in_flight > 1
+        self.clear()
+
+    @property
+    def pipelined(self) -> bool:
+        return self.pipeline is not None
 
     def clear(self) -> None:
         self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
-        self.batches, self.entered, self.next_entry = [], 0, 0.0
+        self.pipeline = Pipeline(self.engine) if self.engine.config.max_in_flight > 1 else None
         self.lane, self.run, self.lane_step, self.lane_decode, self.lane_pause = None, None, False, False, 0
         self.lane_ok, self.settled = None, None
 
@@ -59,7 +57,7 @@ class Replica:
         """Begin what can begin at `now`, and go on stepping while what is under way ends
         before `horizon`, the first moment anything could reach this replica; the times it
         then needs the clock (none: only when something is routed to it)."""
-        if self.pipelined:
+        if self.pipeline is not None:
             return self._start_pipelined(now)
         end = now
         if self.settled is not None:   # a request was routed here: the step under way ends first
@@ -126,30 +124,20 @@ class Replica:
             self.lane = None
 
     def _start_pipelined(self, now: float) -> list[float]:
-        """Engine._run_pipelined's rule at one instant: a batch enters when a slot is open and
-        the first stage is free; the replica wakes when the batch returns, and at the next entry
-        time if a slot is still open and someone could be scheduled then."""
-        engine, slots = self.engine, self.engine.config.max_in_flight
-        wake = []
-        if len(self.batches) < slots and now >= self.next_entry and not engine.idle:
-            batch = engine._begin_pipelined(now)
-            if batch is not None:
-                step, interval = batch
-                heapq.heappush(self.batches, (step.end, self.entered, step))
-                self.entered += 1
-                self.next_entry = now + interval
-                wake.append(step.end)
-        if len(self.batches) < slots and self.next_entry > now and engine._has_ready():
-            wake.append(self.next_entry)
+        """The pipeline at one instant: a batch may enter; the replica wakes when it returns,
+        and at the next entry time if a slot is still open and someone could be scheduled then."""
+        pipe = self.pipeline
+        step = pipe.enter(now)
+        wake = [] if step is None else [step.end]
+        entry = pipe.next_entry_wake(now)
+        if entry is not None:
+            wake.append(entry)
         return wake
 
     def finish(self, now: float) -> list[StepOutput]:
         """What ended by `now`: committed steps (returned), or the stretch applied."""
-        if self.pipelined:
-            done = []
-            while self.batches and self.batches[0][0] <= now:
-                done.append(self.engine.commit(heapq.heappop(self.batches)[2]))
-            return done
+        if self.pipeline is not None:
+            return self.pipeline.finish(now)
         step, self.in_flight, self.busy = self.in_flight, None, False
         lane = self.lane
         if self.run is not None:

@@ -129,7 +129,8 @@ def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_toke
     from batchlab.hardware.opcost import uniform_shape
 
     def fits(batch: int) -> bool:
-        return float(cost.step_time(uniform_shape(batch, context, new_tokens))) <= limit_s
+        return float(cost.step_time(uniform_shape(batch, context, new_tokens,
+                                                  window=cost.model.sliding_window))) <= limit_s
 
     if not fits(1):
         return 0

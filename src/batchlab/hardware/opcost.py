@@ -260,20 +260,48 @@ class Shape:
     prefill_tokens: float  # their new tokens
     prefill_past: float    # their cached tokens
     prefill_units: float   # sum n_new * (2 n_past + n_new + 1): causal (query, key) pairs * 2
+    # The same sums as a sliding-window layer sees them (None: no window, or not given): the
+    # keys the decodes read, sum min(n_past + 1, W); the prefills' pairs * 2 and keys read.
+    window_decode_keys: object = None
+    window_prefill_units: float | None = None
+    window_prefill_keys: float | None = None
+
+    def windowed(self) -> Shape:
+        """This step as a sliding-window layer's attention sees it: each query's keys capped at
+        the window (the other operators read only the token counts, which do not change)."""
+        if self.window_decode_keys is None:
+            return self
+        return dataclasses.replace(
+            self, decode_past=self.window_decode_keys - self.decodes,
+            prefill_units=self.window_prefill_units,
+            prefill_past=self.window_prefill_keys - self.prefill_tokens)
 
 
-def shape_of(works) -> Shape:
+def window_pairs(n_past: int, n_new: int, window: int) -> tuple[int, int]:
+    """(2 * causal pairs, keys read) of a chunk of n_new queries after n_past cached tokens in a
+    layer attending to the last `window` positions: query i sees min(n_past + i + 1, W) keys."""
+    first, last = n_past + 1, n_past + n_new
+    top = min(last, window)
+    below = (top * (top + 1) - (first - 1) * first) // 2 if top >= first else 0
+    return 2 * (below + max(0, last - max(first - 1, window)) * window), min(last, window + n_new - 1)
+
+
+def shape_of(works, window: int = 0) -> Shape:
     """The Shape of a list of SeqWork (checked as step_cost checks them)."""
     check_works(works, "step")
-    return shape_with(works)
+    return shape_with(works, window=window)
 
 
-def shape_with(items, decodes: int = 0, decode_past: int = 0) -> Shape:
+def shape_with(items, decodes: int = 0, decode_past: int = 0, window: int = 0,
+               window_keys: int = 0) -> Shape:
     """The Shape of `decodes` emitting one-token sequences over `decode_past` cached tokens in
     all, plus `items` (anything with n_new, n_past and emits: SeqWork, a plan's PlanItem); an
-    item of one new token runs the decode kernel. CostExecutor prices every step through here."""
+    item of one new token runs the decode kernel. CostExecutor prices every step through here.
+    With a sliding `window`, also the sums a windowed layer sees; `window_keys` is then the
+    `decodes`' sum of min(n_past + 1, window)."""
     tokens = emits = decodes
     prefills = ptokens = ppast = units = 0
+    w_units = w_keys = 0
     for item in items:
         n_new, n_past = item.n_new, item.n_past
         tokens += n_new
@@ -281,24 +309,45 @@ def shape_with(items, decodes: int = 0, decode_past: int = 0) -> Shape:
         if n_new == 1:
             decodes += 1
             decode_past += n_past
+            window_keys += min(n_past + 1, window) if window else 0
         else:
             prefills += 1
             ptokens += n_new
             ppast += n_past
             units += n_new * (2 * n_past + n_new + 1)
-    return Shape(float(tokens), float(decodes + prefills), float(emits), float(decodes),
-                 float(decode_past), float(prefills), float(ptokens), float(ppast), float(units))
+            if window:
+                pairs, keys = window_pairs(n_past, n_new, window)
+                w_units += pairs
+                w_keys += keys
+    shape = Shape(float(tokens), float(decodes + prefills), float(emits), float(decodes),
+                  float(decode_past), float(prefills), float(ptokens), float(ppast), float(units))
+    if window:
+        shape = dataclasses.replace(shape, window_decode_keys=float(window_keys),
+                                    window_prefill_units=float(w_units),
+                                    window_prefill_keys=float(w_keys))
+    return shape
 
 
-def uniform_shape(batch: int, context: int, new_tokens: int, emits: bool = True) -> Shape:
-    """`batch` sequences of `new_tokens` new tokens over `context` cached ones."""
+def uniform_shape(batch: int, context: int, new_tokens: int, emits: bool = True,
+                  window: int = 0) -> Shape:
+    """`batch` sequences of `new_tokens` new tokens over `context` cached ones (and as
+    windowed layers see them, with a sliding `window`)."""
     tokens = batch * new_tokens
     if new_tokens == 1:
-        return Shape(float(tokens), float(batch), float(batch if emits else 0), float(batch),
-                     float(batch * context), 0.0, 0.0, 0.0, 0.0)
-    return Shape(float(tokens), float(batch), float(batch if emits else 0), 0.0, 0.0,
-                 float(batch), float(tokens), float(batch * context),
-                 float(batch * new_tokens * (2 * context + new_tokens + 1)))
+        shape = Shape(float(tokens), float(batch), float(batch if emits else 0), float(batch),
+                      float(batch * context), 0.0, 0.0, 0.0, 0.0)
+    else:
+        shape = Shape(float(tokens), float(batch), float(batch if emits else 0), 0.0, 0.0,
+                      float(batch), float(tokens), float(batch * context),
+                      float(batch * new_tokens * (2 * context + new_tokens + 1)))
+    if not window:
+        return shape
+    if new_tokens == 1:
+        return dataclasses.replace(shape, window_decode_keys=float(batch * min(context + 1, window)),
+                                   window_prefill_units=0.0, window_prefill_keys=0.0)
+    pairs, keys = window_pairs(context, new_tokens, window)
+    return dataclasses.replace(shape, window_decode_keys=0.0, window_prefill_units=float(batch * pairs),
+                               window_prefill_keys=float(batch * keys))
 
 
 def _matmul(rows: float, k: float, n: float, b: float, wb: float | None = None):
@@ -595,24 +644,47 @@ class OpRow:
     bound: str
 
 
-def layer_kinds(model: ModelSpec, stages: list[int]) -> list[tuple[tuple, bool, list[int]]]:
-    """(operators, is an MoE layer, layers of this kind in each stage): dense layers (all of a
-    dense model, the leading ones of DeepSeek's), then MoE layers; MLA or GQA attention."""
+def layer_kinds(model: ModelSpec, stages: list[int]) -> list[tuple[tuple, bool, list[int], bool]]:
+    """(operators, is an MoE layer, layers of this kind in each stage, attends within a sliding
+    window): dense layers (all of a dense model, the leading ones of DeepSeek's), then MoE
+    layers; MLA or GQA attention. A model's windowed layers are taken as spread evenly over its
+    layers (gpt-oss and Gemma alternate), so each stage holds its share of them."""
     attention = MLA_OPS if model.is_mla else LAYER_OPS[:8]
     dense_ops = LAYER_OPS if not model.is_mla else MLA_OPS + DENSE_MLP_OPS
     n_dense = model.dense_layers if model.is_moe else model.n_layers
-    dense, moe, start = [], [], 0
-    for n in stages:
-        in_dense = max(0, min(n_dense, start + n) - start)
-        dense.append(in_dense)
-        moe.append(n - in_dense)
-        start += n
     kinds = []
-    if any(dense):
-        kinds.append((dense_ops, False, dense))
-    if any(moe):
-        kinds.append((attention + MOE_OPS, True, moe))
+    for ops, moe, first, last in ((dense_ops, False, 0, n_dense),
+                                  (attention + MOE_OPS, True, n_dense, model.n_layers)):
+        full, windowed, start = [], [], 0
+        for n in stages:
+            lo, hi = max(first, start), min(last, start + n)
+            held = max(0, hi - lo)
+            # windowed layers among positions [lo, hi), spread evenly over all layers
+            slid = (_windowed_before(model, hi) - _windowed_before(model, lo)) if held else 0
+            full.append(held - slid)
+            windowed.append(slid)
+            start += n
+        if any(full):
+            kinds.append((ops, moe, full, False))
+        if any(windowed):
+            kinds.append((ops, moe, windowed, True))
     return kinds
+
+
+def _windowed_before(model: ModelSpec, position: int) -> int:
+    """Windowed layers among the first `position` layers, spread evenly."""
+    return model.sliding_layers * position // model.n_layers
+
+
+def window_run_keys(n_past, steps: int, window: int) -> np.ndarray:
+    """sum_i min(n_past[i] + j + 1, W) for each step j of a decode run, exactly (float64 of
+    integers): the sequences still inside the window at step j add their keys, the rest W."""
+    past = np.sort(np.asarray(n_past, dtype=np.int64))
+    below = np.concatenate(([0], np.cumsum(past)))
+    j = np.arange(steps, dtype=np.int64)
+    inside = np.searchsorted(past, window - j - 1, side="left")   # p + j + 1 < W
+    total = below[inside] + inside * (j + 1) + (len(past) - inside) * window
+    return total.astype(np.float64)
 
 
 class OperatorCost:
@@ -659,8 +731,9 @@ class OperatorCost:
         """Stage times, sends and CPU of a step of this shape (float or array-valued)."""
         params, tp, gpu = self.params, self.layout.tp, self.gpu
         activation_bytes = self.dims.b * shape.tokens * self.dims.hidden
-        per_layer = [self._layer(ops, shape) + self._comm(moe, activation_bytes, shape)
-                     for ops, moe, _ in self.kinds]
+        windowed = shape.windowed()
+        per_layer = [self._layer(ops, windowed if slides else shape) + self._comm(moe, activation_bytes, shape)
+                     for ops, moe, _, slides in self.kinds]
         first = last = 0.0
         for name, work in self._ops(FIRST_STAGE_OPS, shape):
             first = first + op_time(params[OP_CLASS[name]], *work)
@@ -670,7 +743,7 @@ class OperatorCost:
         stages = []
         for i in range(len(self.layers)):
             t = 0.0
-            for layer, (_, _, counts) in zip(per_layer, self.kinds):
+            for layer, (_, _, counts, _) in zip(per_layer, self.kinds):
                 if counts[i]:
                     t = t + counts[i] * layer
             if i == 0:
@@ -698,6 +771,10 @@ class OperatorCost:
         # sum_i (p_i + j) = P + B*j, exactly representable while it stays below 2^53.
         shape = Shape(float(batch), float(batch), float(batch), float(batch),
                       past + float(batch) * j, 0.0, 0.0, 0.0, 0.0)
+        window = self.model.sliding_window
+        if window:
+            shape = dataclasses.replace(shape, window_decode_keys=window_run_keys(n_past, steps, window),
+                                        window_prefill_units=0.0, window_prefill_keys=0.0)
         return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
 
     def breakdown(self, shape: Shape) -> list[OpRow]:
@@ -715,10 +792,11 @@ class OperatorCost:
                 row.bytes += nbytes
                 row.time_s += t
 
-        for ops, _, counts in self.kinds:
+        for ops, _, counts, slides in self.kinds:
             kind_layers = sum(counts)
+            seen = shape.windowed() if slides else shape
             for name, count in ops:
-                work = op_work(name, self.dims, shape)
+                work = op_work(name, self.dims, seen)
                 if work is not None:
                     p = self.op_params[name]
                     n = count * kind_layers
@@ -730,7 +808,7 @@ class OperatorCost:
         price = self.price(shape)
         if self.layout.tp > 1:
             nbytes = self.dims.b * shape.tokens * self.dims.hidden
-            expert_parallel = sum(sum(c) for _, moe, c in self.kinds if moe) if self.layout.ep > 1 else 0
+            expert_parallel = sum(sum(c) for _, moe, c, _ in self.kinds if moe) if self.layout.ep > 1 else 0
             reduces = ALLREDUCES_PER_LAYER * total_layers - expert_parallel
             n = reduces + 1
             add("all_reduce", "interconnect", n, 0.0, n * nbytes,

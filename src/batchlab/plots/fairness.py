@@ -26,8 +26,8 @@ def fairness_figure(setting, systems, labels, rate: float, directory: str | Path
     from batchlab.serving.fairness import simulate_calls, tenant_traffic
 
     workload = tenant_traffic(setting.workload, rate, setting.seed)
-    runs = [simulate_calls(workload, s, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
-            for s in systems]
+    runs = [simulate_calls(workload, s, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
+                           layout=setting.layout) for s in systems]
     plt = pyplot()
     fig, (served, cdf, bars) = plt.subplots(1, 3, figsize=(16.0, 5.0), layout="constrained")
     tenants = list(dict.fromkeys(t or "" for t in workload.tenants))
@@ -85,7 +85,8 @@ def programs_figure(setting, systems, labels, rate: float, directory: str | Path
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10.0, 5.0), layout="constrained")
     for k, (label, system) in enumerate(zip(labels, systems)):
-        run = simulate_calls(traffic, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed)
+        run = simulate_calls(traffic, system, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
+                             layout=setting.layout)
         x = np.sort(np.array(list(program_latencies(run.trace, run.program_of, run.calls_of).values())))
         if x.size:
             ax.step(x, np.arange(1, x.size + 1) / len(run.calls_of), where="post", color=COLORS[k % len(COLORS)],

@@ -210,23 +210,3 @@ class LpmQueue(WaitingQueue):
         if len(self.heap) > LPM_MAX_QUEUE:
             return super().in_order()
         return sorted((r for _, r in self.heap), key=self._lpm_key)
-
-
-def make_queue(order: QueueOrder, memory: MemoryManager) -> WaitingQueue:
-    """The waiting queue for `order`: a static-key heap, lpm's cache-aware queue, or one of the
-    orders that keep state of their own (tenants' counters, deadlines, programs' service)."""
-    if order.name == "lpm":
-        return LpmQueue(order, memory)
-    if order.name == "priority":
-        from batchlab.scheduler.priority import PriorityQueue
-        return PriorityQueue(order)
-    if order.name == "vtc":
-        from batchlab.scheduler.vtc import VtcQueue
-        return VtcQueue(order)
-    if order.name == "slo":
-        from batchlab.scheduler.slo import SloQueue
-        return SloQueue(order)
-    if order.name in ("plas", "parrot"):
-        from batchlab.scheduler.programs import make_program_queue
-        return make_program_queue(order)
-    return WaitingQueue(order)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from batchlab.memory.base import MemoryManager
 from batchlab.request import Phase, Request, Status, arrival_order
 from batchlab.scheduler.config import SchedulerConfig
-from batchlab.scheduler.order import make_queue
+from batchlab.scheduler.queues import make_queue
 from batchlab.scheduler.plan import PlanItem, StepPlan
 
 

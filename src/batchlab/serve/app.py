@@ -25,6 +25,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -36,6 +37,8 @@ from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol
+from batchlab.serve.responses import error_response
+from batchlab.serve.responses import read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
 from batchlab.serve.output import ChoiceText, prompt_entries
@@ -65,6 +68,8 @@ class ServeState:
     active: int = 0    # requests whose handler still waits for tokens
     wake: asyncio.Event | None = None   # set when `active` leaves 0
     inflight: dict[str, Job] = field(default_factory=dict)   # by id: what a drain may cut
+    # a request body -> Generation (a twin estimates text prompts and refuses what needs logits)
+    parse: Callable = protocol.parse_generation
 
     def capacity_error(self, gen: Generation) -> str | None:
         """Why the engine could never hold this request (the check `Engine.add` makes), or None."""
@@ -86,12 +91,13 @@ def create_app(state: ServeState) -> Starlette:
     async def lifespan(app):
         state.wake = asyncio.Event()
         state.loop.start()
-        pump = asyncio.create_task(_pump(state))
+        pump = asyncio.create_task(_pump(state)) if state.loop.needs_pump else None
         yield
         state.draining = True
         await asyncio.to_thread(state.loop.stop)
         deliver(state.loop.outbox)
-        pump.cancel()
+        if pump is not None:
+            pump.cancel()
 
     app = Starlette(routes=[
         Route("/v1/completions", completions, methods=["POST"]),
@@ -158,11 +164,6 @@ async def drain(st: ServeState, timeout_s: float) -> int:
     return len(cut)
 
 
-def error_response(state: ServeState, err: ApiError) -> JSONResponse:
-    state.metrics.refused(err.status)
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-
 def _failure(item) -> ApiError:
     """What ended a request early, as an error object: a cut, or the engine's failure."""
     return item if isinstance(item, ApiError) else ApiError(500, item, kind="server_error")
@@ -199,20 +200,6 @@ async def metrics(request: HttpRequest) -> Response:
     return Response(st.metrics.exposition(), media_type=CONTENT_TYPE)
 
 
-async def read_body(request: HttpRequest, limit: int) -> bytes:
-    too_big = ApiError(413, f"the request body exceeds {limit} bytes", "body", code="request_too_large")
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_big
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise too_big
-        parts.append(part)
-    return b"".join(parts)
-
-
 def _checked(st: ServeState, gen: Generation) -> None:
     """What the server, not the request, decides: the executor's abilities, the KV cache, the
     waiting queue. A chat request's default max_tokens shrinks to what the KV cache can hold."""
@@ -245,8 +232,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
             raise ApiError(503, "the server is shutting down" if st.draining else st.loop.failure,
                            kind="service_unavailable", code="unavailable",
                            headers={"Retry-After": str(RETRY_AFTER_S)})
-        gen = protocol.parse_generation(protocol.parse_json(await read_body(request, st.max_body)),
-                                        st.limits, chat)
+        gen = st.parse(protocol.parse_json(await read_body(request, st.max_body)), st.limits, chat)
         _checked(st, gen)
     except ApiError as err:
         return error_response(st, err)

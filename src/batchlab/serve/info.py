@@ -14,6 +14,8 @@ from starlette.routing import Route
 
 from batchlab.serve import openapi, protocol
 from batchlab.serve.protocol import ApiError
+from batchlab.serve.responses import error_response
+from batchlab.serve.responses import read_body
 from batchlab.serve.tokenizer import decode, encode, token_text
 
 
@@ -41,7 +43,6 @@ async def schema(request: HttpRequest) -> Response:
 
 
 async def _body(request: HttpRequest) -> dict:
-    from batchlab.serve.app import read_body
     st = request.app.state.serve
     body = protocol.parse_json(await read_body(request, st.max_body))
     protocol.check_model(body, st.limits)
@@ -49,7 +50,6 @@ async def _body(request: HttpRequest) -> dict:
 
 
 async def tokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import error_response
     st = request.app.state.serve
     try:
         body = await _body(request)
@@ -70,7 +70,6 @@ async def tokenize(request: HttpRequest) -> Response:
 
 
 async def detokenize(request: HttpRequest) -> Response:
-    from batchlab.serve.app import error_response
     st = request.app.state.serve
     try:
         body = await _body(request)

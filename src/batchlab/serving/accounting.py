@@ -52,7 +52,8 @@ def decode_bound(workload: Workload, systems: Sequence[System], model: ModelSpec
     fits = max(1, kv_capacity_tokens_on(model, gpu, layout) // context)
     caps = [s.max_bs for s in systems]
     batch = fits if any(c is None for c in caps) else min(fits, max(caps))
-    step = float(CostModel(model, gpu, layout).step_time(uniform_shape(batch, context, 1)))
+    step = float(CostModel(model, gpu, layout).step_time(uniform_shape(batch, context, 1,
+                                                                       window=model.sliding_window)))
     return DecodeBound(batch, context, step, batch / step)
 
 
@@ -66,7 +67,8 @@ def prefill_alone_time(prompt, served, model: ModelSpec, gpu: GPUSpec,
     lengths = np.asarray(prompt, dtype=np.int64)[np.asarray(served, dtype=bool)]
     total = 0.0
     for length, count in zip(*np.unique(lengths, return_counts=True)):   # one price per length
-        total += int(count) * float(cost.step_time(uniform_shape(1, 0, int(length))))
+        total += int(count) * float(cost.step_time(uniform_shape(1, 0, int(length),
+                                                                 window=model.sliding_window)))
     return total
 
 

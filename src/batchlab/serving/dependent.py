@@ -14,12 +14,39 @@ from __future__ import annotations
 
 import heapq
 
+from dataclasses import replace
+
 from batchlab.engine import Engine
 from batchlab.errors import InputError
-from batchlab.request import Request
+from batchlab.executor.costed import make_executor
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import SINGLE_GPU, Layout
+from batchlab.request import Phase, Request
+from batchlab.scheduler.plan import PlanItem, StepPlan
+from batchlab.serving.systems import System
 from batchlab.trace import Trace
 
 REJECTED_SLO = "predicted to miss its TTFT deadline"
+PROBE_TOKENS = 1024   # the prompt whose lone prefill prices the SLO order's prefill rate
+
+
+def prefill_rate(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> float:
+    """Prompt tokens per second of a lone prefill of PROBE_TOKENS, as the executor prices it."""
+    probe = Request("probe", 0.0, PROBE_TOKENS, 1)
+    plan = StepPlan(prefills=[PlanItem(probe, PROBE_TOKENS, 0, Phase.PREFILL, True)])
+    return PROBE_TOKENS / make_executor(model, gpu, layout).run(plan)
+
+
+def engine_for(system: System, model: ModelSpec, gpu: GPUSpec, memory=None,
+               layout: Layout = SINGLE_GPU, **options) -> Engine:
+    """The system's engine on the general loop (no fast-forward), the SLO order's prefill rate
+    priced on the GPU unless the system gives one."""
+    config = system.scheduler_config()
+    if config.order.name == "slo" and config.order.prefill_rate is None:
+        config = replace(config, order=replace(config.order, prefill_rate=prefill_rate(model, gpu, layout)))
+    memory = system.memory_manager(model, gpu, layout) if memory is None else memory
+    return Engine(config, system.with_host_work(make_executor(model, gpu, layout)), memory,
+                  max_context=model.max_context, fast_forward=False, **options)
 
 
 def run_dependent(engine: Engine, requests: list[Request],

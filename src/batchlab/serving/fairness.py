@@ -9,21 +9,18 @@ comparison is the same traffic served by the same steps but for the order. `tena
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.engine import Engine
-from batchlab.executor.costed import make_executor
 from batchlab.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics
 from batchlab.metrics.programs import program_figures, program_latencies
 from batchlab.metrics.tenants import service_curves, tenant_rows
-from batchlab.request import Phase, Request
-from batchlab.scheduler.plan import PlanItem, StepPlan
-from batchlab.serving.dependent import run_dependent
+from batchlab.request import Request
+from batchlab.serving.dependent import engine_for, run_dependent
 from batchlab.serving.run import build_requests, run_figures, usage_figures
 from batchlab.serving.systems import System
 from batchlab.trace import Trace
@@ -32,7 +29,6 @@ from batchlab.workload.context import limit_context
 from batchlab.workload.programs import Programs, programs_from_workload
 from batchlab.workload.tenants import with_tenants
 
-PROBE_TOKENS = 1024   # the prompt whose lone prefill prices the SLO order's prefill rate
 # The traffic of `knobs fairness`: a heavy tenant sending three requests for each of a light
 # one's; the light one's are interactive (vLLM priority 0), the heavy one's batch (priority 1).
 TENANT_MIX = "heavy:3:1,light:1:0"
@@ -63,25 +59,6 @@ class CallsResult:
 
     def programs(self) -> dict:
         return program_figures(program_latencies(self.trace, self.program_of, self.calls_of), len(self.calls_of))
-
-
-def prefill_rate(model: ModelSpec, gpu: GPUSpec) -> float:
-    """Prompt tokens per second of a lone prefill of PROBE_TOKENS, as the executor prices it."""
-    probe = Request("probe", 0.0, PROBE_TOKENS, 1)
-    plan = StepPlan(prefills=[PlanItem(probe, PROBE_TOKENS, 0, Phase.PREFILL, True)])
-    return PROBE_TOKENS / make_executor(model, gpu).run(plan)
-
-
-def engine_for(system: System, model: ModelSpec, gpu: GPUSpec, memory=None,
-               layout: Layout = SINGLE_GPU, **options) -> Engine:
-    """The system's engine on the general loop (no fast-forward), the SLO order's prefill rate
-    priced on the GPU unless the system gives one."""
-    config = system.scheduler_config()
-    if config.order.name == "slo" and config.order.prefill_rate is None:
-        config = replace(config, order=replace(config.order, prefill_rate=prefill_rate(model, gpu)))
-    memory = system.memory_manager(model, gpu, layout) if memory is None else memory
-    return Engine(config, system.with_host_work(make_executor(model, gpu, layout)), memory, max_context=model.max_context,
-                  fast_forward=False, **options)
 
 
 @gc_paused()

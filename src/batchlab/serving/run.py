@@ -132,8 +132,7 @@ def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec,
         check_block_size((c.unit for c in workload.content if c is not None), system.block_size)
     memory = system.memory_manager(model, gpu, layout)
     if system.scheduler_config().order.stepwise:   # its queue hears of every step: the dependent driver
-        from batchlab.serving.dependent import run_dependent
-        from batchlab.serving.fairness import engine_for
+        from batchlab.serving.dependent import engine_for, run_dependent
         engine = engine_for(system, model, gpu, memory, layout=layout, check_memory=check_memory,
                             record_rounds=record_rounds)
         trace = run_dependent(engine, build_requests(workload, system, seed))

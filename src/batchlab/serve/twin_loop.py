@@ -1,0 +1,244 @@
+"""The twin's engine loop: the real server's engine steps on the event loop, each lasting its price.
+
+The real server computes a step in a thread; a twin only prices it (microseconds), so its steps
+run on the event loop itself, and one process can host many twins (`--replicas`) with no thread
+per engine. Each step: arrivals up to its start join the queue, the plan is priced
+(`TwinExecutor`), the loop sleeps until the step's end on the wall clock (start + price: the CPU
+time spent planning is part of the step, not added to it), then the step is committed and its
+tokens go to their clients.
+
+While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
+idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay
+the prices, exactly, and a late wake-up delays what clients see for a step or two, as the loop
+catches up, without shifting every later step. Requests read during that lag arrived after the step's start, so
+they wait for the next step, as the simulator has them. Only when the loop falls more than
+`CHAIN_LATE_S` behind (a starved CPU) does the next step start at the wall clock's now; those
+steps are counted (`batchlab:twin_late_steps`).
+
+Everything else is the real server's engine loop (`EngineLoop`): adding and aborting requests,
+handing tokens off, stops, metrics, KV books.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import threading
+import time
+
+from batchlab.serve.loop import EngineLoop, Job, deliver
+
+CHAIN_LATE_S = 0.05   # how far behind a step's end the loop may wake and still chain the next
+
+
+class WallTimer:
+    """Wakes event-loop sleepers at their deadlines (`time.perf_counter`), from one thread.
+
+    An event loop's own timers wake up to a millisecond late (epoll's timeout is in whole
+    milliseconds, rounded up); a step of 6 ms would show clients 10-20% of jitter. A thread
+    sleeping on a condition wakes within tens of microseconds and hands the wake-up to the event
+    loop through its self-pipe. One thread serves every twin of the process."""
+
+    def __init__(self) -> None:
+        self._heap: list = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._count = 0
+
+    def sleep_until(self, deadline: float) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, self._count, loop, future))
+            self._count += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="batchlab-twin-timer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return future
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                wait = self._heap[0][0] - time.perf_counter()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                _, _, loop, future = heapq.heappop(self._heap)
+                try:
+                    loop.call_soon_threadsafe(_wake, future)
+                except RuntimeError:   # its event loop has closed
+                    pass
+
+
+def _wake(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+TIMER = WallTimer()
+
+
+class TwinLoop(EngineLoop):
+    """`EngineLoop` driven by an asyncio task instead of a thread; `faults` slow or stop it.
+    Tokens go to their clients at each step's end, so the server's token pump is not needed."""
+
+    needs_pump = False
+
+    def __init__(self, *args, twin_metrics, faults=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.faults, self.twin_metrics = faults, twin_metrics
+        self._stopping: asyncio.Event | None = None
+        self._deferred: list[Job] = []   # read after the running step's start: for the next one
+        self._step_start = float("inf")  # the running step's start (inf: none is running)
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self.late_steps = 0
+        self.chain_late_s = CHAIN_LATE_S
+
+    # -- the event loop's side ------------------------------------------------------------
+
+    def start(self) -> None:
+        self._aloop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._task = self._aloop.create_task(self._run_async())
+
+    def stop(self) -> None:
+        """From another thread (the server's shutdown): stop after the running step; wait."""
+        self.inbox.put(("stop", None))
+        self._aloop.call_soon_threadsafe(self._wake.set)
+        self._aloop.call_soon_threadsafe(self._stopping.set)
+        asyncio.run_coroutine_threadsafe(self._join(), self._aloop).result()
+
+    async def _join(self) -> None:
+        await asyncio.shield(self._task)
+
+    def submit(self, job: Job) -> None:
+        super().submit(job)
+        self._wake.set()
+
+    def abort(self, request_id: str) -> None:
+        super().abort(request_id)
+        self._wake.set()
+
+    def cut(self, request_id: str, reason: str) -> None:
+        super().cut(request_id, reason)
+        self._wake.set()
+
+    def waiting(self) -> int:
+        return super().waiting() + len(self._deferred)
+
+    # -- the engine's side (on the event loop) --------------------------------------------
+
+    def _add(self, job: Job) -> None:
+        if job.arrival > self._step_start:
+            self.drained += 1            # read, and counted as waiting while deferred
+            self._deferred.append(job)   # it arrived after this step began
+        else:
+            super()._add(job)
+
+    def _abort(self, request_id: str) -> None:
+        for job in self._deferred:   # its client left before it reached the engine
+            if job.id == request_id or any(s.id == request_id for s in job.samples):
+                self._deferred.remove(job)
+                return
+        super()._abort(request_id)
+
+    def _cut(self, request_id: str, reason: str) -> None:
+        for job in self._deferred:   # cut before its first step: it ends as the others do
+            if job.id == request_id:
+                self._deferred.remove(job)
+                self.drained -= 1
+                super()._add(job)
+                break
+        super()._cut(request_id, reason)
+
+    async def _run_async(self) -> None:
+        engine = self.engine
+        chained: float | None = None   # the last step's end while the engine stays busy
+        while True:
+            if engine.idle and not self._deferred and self.inbox.empty():
+                chained = None
+                self._wake.clear()
+                await self._wake.wait()
+            now = self.now()
+            slipped = False
+            if chained is None:   # an idle engine's step starts at its first arrival
+                self._step_start = -math.inf   # every request read now waits in `_deferred`
+                if not self._drain(block=False):
+                    break
+                first = min((job.arrival for job in self._deferred), default=now)
+                start = first if now - first <= self.chain_late_s else now
+            else:
+                slipped = now - chained > self.chain_late_s
+                start = now if slipped else chained
+            if not self._admit(start):
+                break
+            if engine.idle and self._deferred:   # nothing runs until the first of them arrived
+                start = min(job.arrival for job in self._deferred)
+                if not self._admit(start):
+                    break
+            self._step_start = float("inf")
+            self._maybe_reset()
+            if engine.idle:
+                self._publish()
+                chained = None
+                continue
+            if self.faults is not None:
+                if self.faults.hung(start):
+                    await self._stopping.wait()
+                    break
+                self.executor.slowdown = self.faults.slowdown(start)
+            if slipped:
+                self.late_steps += 1
+                self.twin_metrics.late_steps.inc()
+            try:
+                out = engine.begin(start)
+            except Exception as exc:   # a bug: fail what is in flight, refuse what comes
+                self._fail_all(f"engine failure: {exc}")
+                deliver(self.outbox)
+                continue
+            if out.end > self.now():
+                await TIMER.sleep_until(self.t0 + out.end)
+            late = self.now() - out.end
+            engine.commit(out)
+            chained = out.end
+            self._hand_off(out.emitted)
+            deliver(self.outbox)
+            self._publish()
+            self._account(out, late)
+        for job in self._deferred:
+            self.drained -= 1
+            super()._add(job)
+        self._deferred = []
+        self._fail_all("the server stopped", broken=False)
+        deliver(self.outbox)
+
+    def _admit(self, start: float) -> bool:
+        """Requests that arrived by `start` join the engine, the earlier deferred ones first;
+        later ones wait in `_deferred`. False at the stop command."""
+        self._step_start = start
+        held, self._deferred = self._deferred, []
+        for job in held:
+            self.drained -= 1   # read once: `_add` counts it again
+            self._add(job)
+        return self._drain(block=False)
+
+    def _account(self, out, late: float) -> None:
+        m, plan = self.metrics, out.plan
+        duration = out.end - out.start
+        m.busy.inc(duration)
+        m.executor.inc(duration)
+        m.step_duration.observe(duration)
+        self.twin_metrics.lateness.observe(max(late, 0.0))
+        m.batch_size.observe(len(plan.items))
+        m.iteration_tokens.observe(plan.prefill_tokens + len(plan.decodes))
+        m.generation_tokens.inc(len(out.emitted))
+        if plan.preempted:
+            m.preemptions.inc(len(plan.preempted))

@@ -46,10 +46,12 @@ def test_can_admit_is_fits_of_room_and_need_at_every_moment(steps):
                 if memory.grow(probe, probe.known_tokens - probe.computed):
                     probe.computed = probe.known_tokens
                 running.append(probe)
-            elif op == "grow" and running:
-                if memory.grow_each(running):
-                    for r in running:
+            elif op == "grow" and running:   # a decode for each request with output still to come
+                growing = [r for r in running if r.computed < r.prompt_tokens + r.output_tokens - 1]
+                if memory.grow_each(growing):
+                    for r in growing:
                         r.computed += 1
+                        r.emitted += 1
             elif op in ("finish", "preempt") and running:
                 r = running.pop(shared % len(running))
                 r.status = Status.FINISHED if op == "finish" else Status.WAITING

@@ -149,6 +149,11 @@ def _compute_twin(args, cfg, info: dict) -> dict:
 
     from batchlab.calibrate.twin_check import validate_twin
     from batchlab.calibrate.validate import dataset
+    from batchlab.errors import InputError
+
+    for flag, given in (("--device", args.device is not None), ("--no-refit", not args.refit)):
+        if given:   # a twin prices its steps as the replay does: there is no device to fit
+            raise InputError(f"field '{flag}' does not apply to a twin ({args.base_url} is one)")
 
     dataset(cfg, math.inf)   # a bad dataset fails before anything runs
     with tempfile.TemporaryDirectory() as directory:

@@ -134,6 +134,7 @@ case("fleet-requests-memory", ["fleet", "--requests", "10000000", "--rate", "1"]
 case("fleet-num-prompts-memory", ["fleet", "--num-prompts", "5000000", "--rate", "1"], "--num-prompts")
 case("fleet-gpu-memory", [*FLEET, "--gpu", "spec-huge-memory.toml"], "--gpu")
 case("fleet-gpu-memory-disaggregated", [*DISAGG, "--gpu", "spec-huge-memory.toml"], "--gpu")
+case("fleet-gpu-slow-link", [*DISAGG, "--gpu", "spec-slow-link.toml"], "--gpu")
 for k, (flag, value) in enumerate((("--result-filename", ""), ("--result-filename", " "), ("--result-filename", "a/"),
                                    ("--result-filename", "."), ("--result-filename", ".."), ("--result-dir", ""),
                                    ("--result-filename", "adir"), ("--result-dir", "afile"),
@@ -164,6 +165,7 @@ case("plan-gpus-deep", [*PLAN, "--gpus", "deep.json"], "deep.json")
 case("plan-gpu-memory", [*PLAN, "--gpu", "spec-huge-memory.toml"], "--gpu")
 for k, value in enumerate(("0", "-1", "x", "4097", HUGE)):
     case(f"plan-max-replicas-{k}", [*PLAN, "--max-replicas", value], "--max-replicas")
+case("plan-gpu-slow-link", [*PLAN, "--disaggregated", "--gpu", "spec-slow-link.toml"], "--gpu")
 case("plan-max-replicas-time", [*PLAN, "--disaggregated", "--max-replicas", "4096"], "--max-replicas")
 for k, value in enumerate(("0", "-1", "nan", "1e-9", "x")):
     case(f"plan-rate-{k}", ["plan", *ONE, "--rate", value], "--rate")
@@ -371,6 +373,7 @@ SHARED = {
     "deep.json": DEEP,
     "binary.csv": bytes(range(128, 256)) * 4,
     "spec-huge-memory.toml": '[gpu]\nbase = "H100-SXM"\nmemory = 1e20\n',
+    "spec-slow-link.toml": '[gpu]\nbase = "H100-SXM"\np2p_bandwidth = 1\n',
 }
 FIFOS = ("fifo",)
 

@@ -146,12 +146,11 @@ def run(args: argparse.Namespace) -> int:
 
     plan = _check(args)
     workload = load_requests(plan["spec"])
-    if plan["spec"].is_trace:
-        from batchlab import limits
-        limits.check_memory(int(workload.prompt.sum()) * limits.BENCH_BYTES_PER_PROMPT_TOKEN
-                            + int(workload.output.sum()) * limits.BENCH_BYTES_PER_OUTPUT_TOKEN,
-                            "--dataset-path" if plan["spec"].name == "trace" else "--num-prompts",
-                            f"{len(workload):,} requests of {int(workload.prompt.sum()):,} prompt tokens in all")
+    from batchlab import limits   # the lengths drawn: a workload's own distribution or a trace's
+    limits.check_memory(int(workload.prompt.sum()) * limits.BENCH_BYTES_PER_PROMPT_TOKEN
+                        + int(workload.output.sum()) * limits.BENCH_BYTES_PER_OUTPUT_TOKEN,
+                        "--dataset-path" if plan["spec"].name == "trace" else "--num-prompts",
+                        f"{len(workload):,} requests of {int(workload.prompt.sum()):,} prompt tokens in all")
     model = asyncio.run(first_model(plan["base_url"], args.model, args.connect_timeout))
     bodies = encode_bodies(workload, plan["kind"], model, args.prompt_format, args.seed, args.vocab_size,
                            args.ignore_eos, plan["extra"])

@@ -196,7 +196,7 @@ def test_the_whole_of_vidurs_run_is_in_the_lane(lane_steps):
         assert lane_steps[0] == trace.n_steps > 40
         lane_steps[0] = 0
         stepped_engine = run(rows, SchedulerConfig(), memory, fast=False)[2]
-        assert engine.memory.free_list == stepped_engine.memory.free_list
+        assert engine.memory.pool.free == stepped_engine.memory.pool.free
         # every request ran start to finish in the lane: without token lists, each keeps its first
         lean, lean_requests, _ = run(rows, SchedulerConfig(), memory, fast=True, token_lists=False)
         assert [r.token_times for r in lean_requests] == [[t] for t in trace.token_times[trace.token_offsets[:-1]]]
@@ -218,7 +218,7 @@ def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_step
         trace, engine = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
     assert lane_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
     stepped_engine = run(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0), fast=False)[2]
-    assert engine.memory.free_list == stepped_engine.memory.free_list
+    assert engine.memory.pool.free == stepped_engine.memory.pool.free
 
 
 def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(lane_steps):

@@ -476,6 +476,12 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
         assert [by_id[rid] for rid in replay["ids"]] == list(zip(replay["prompt"],
                                                                  replay["output"]))
         assert len(run["samples"]["measured"]["ttft"]) == len(run["samples"]["predicted"]["ttft"])
+        # The error split on the server's own steps: its requests found in its saved trace.
+        split = run["split"]
+        assert set(split["scheduling"]) == set(split["cost"]) == {
+            "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms"}
+        assert split["server"]["median_ttft_ms"] > 0 and split["on_steps"]["median_ttft_ms"] > 0
+    assert (tmp_path / "steps.csv").read_text().startswith("start,duration,batch\n")
     assert {(s["load"], s["key"]) for s in out["spread"]} == {
         ("4 req/s", k) for k in AIMS}
     assert out["probe_noise"]["pairs"] == sum(len(r["fit"]["probe_drift"]) for r in out["runs"])
@@ -483,7 +489,8 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
     # the aims with the probes' noise under them.
     from batchlab.commands.validate import _tables
 
-    run_table, aims = _tables(out)
+    run_table, split_table, aims = _tables(out)
+    assert "scheduling" in split_table.title
     noise = out["probe_noise"]
     assert "the same probes after the run against before" in run_table.caption
     assert (f"moved more than 10% in {noise['beyond_p50_aim']} of {noise['pairs']} pairs"

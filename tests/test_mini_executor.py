@@ -38,8 +38,14 @@ class OnDemandMemory(MemoryManager):
         need = request.prompt_tokens + request.output_tokens - 1
         return None if need <= self.capacity_tokens else f"needs {need} tokens"
 
+    def room(self):
+        return self.capacity_tokens - self.held_tokens()
+
+    def need(self, request):
+        return request.known_tokens - request.computed
+
     def can_admit(self, request):
-        return self.held_tokens() + request.known_tokens - request.computed <= self.capacity_tokens
+        return self.fits(self.room(), self.need(request), self.holding())
 
     def _take(self, request):
         self._held[id(request)] = (request, request.computed)

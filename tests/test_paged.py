@@ -26,7 +26,7 @@ class CheckedPaged(PagedMemory):
 
     def grow(self, request, n_tokens):
         ok = super().grow(request, n_tokens)
-        self.peak = max(self.peak, self.total_blocks - len(self.free_list))
+        self.peak = max(self.peak, self.pool.used())
         return ok
 
 
@@ -134,6 +134,6 @@ def test_integrity_check_catches_a_double_owned_block():
     for r in (a, b):
         r.status = Status.RUNNING
         assert memory.try_admit(r)
-    memory.tables[id(b)][0] = memory.tables[id(a)][0]
+    b.kv.blocks[0] = a.kv.blocks[0]
     with pytest.raises(IntegrityError):
         memory.check_integrity()

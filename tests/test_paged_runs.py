@@ -49,4 +49,4 @@ def test_grow_run_takes_the_blocks_one_grow_after_another_takes(state, n_tokens)
     for r in others:
         other.grow(r, n_tokens)
     assert [memory.block_table(r) for r in requests] == [other.block_table(r) for r in others]
-    assert memory.free_list == other.free_list
+    assert memory.pool.free == other.pool.free

@@ -54,7 +54,7 @@ def test_fork_shares_every_block_and_copies_the_partial_one_on_write():
         assert memory.fork(leader, child)
         child.status, child.computed = Status.RUNNING, 6
         assert memory.block_table(child) == [b0, b1]
-    assert memory.ref[b0] == memory.ref[b1] == 3
+    assert memory.pool.ref[b0] == memory.pool.ref[b1] == 3
     assert memory.held_tokens() == 2 * 4      # three samples of 6 tokens in two blocks, not six
     assert memory.shared_tokens() == 2 * 4 + 2 * 2   # the full block and the 2 tokens, counted twice more
     memory.check_integrity()
@@ -63,14 +63,14 @@ def test_fork_shares_every_block_and_copies_the_partial_one_on_write():
     memory.observe(1.0)
     assert memory.grow(leader, 1)
     c1 = memory.block_table(leader)[1]
-    assert c1 not in (b0, b1) and memory.copies == [(b1, c1)] and memory.ref[b1] == 2
+    assert c1 not in (b0, b1) and memory.copies == [(b1, c1)] and memory.pool.ref[b1] == 2
     first, second = leader.samples
     assert memory.grow(first, 1)
     c2 = memory.block_table(first)[1]
-    assert memory.copies == [(b1, c1), (b1, c2)] and memory.ref[b1] == 1
+    assert memory.copies == [(b1, c1), (b1, c2)] and memory.pool.ref[b1] == 1
     assert memory.grow(second, 1)              # the last holder writes in place: no copy
     assert memory.block_table(second) == [b0, b1] and len(memory.copies) == 2
-    assert memory.ref[b0] == 3
+    assert memory.pool.ref[b0] == 3
     assert memory.held_tokens() == 4 * 4      # P's 2 blocks + n − 1 = 2 copies
     assert memory.shared_tokens() == 2 * 4    # only the full block is held three times now
     for r in (leader, first, second):
@@ -108,9 +108,9 @@ def test_copy_on_write_fails_cleanly_without_a_free_block():
     child = leader.samples[0]
     memory.fork(leader, child)
     child.status, child.computed = Status.RUNNING, 6
-    before = (list(memory.block_table(child)), list(memory.ref))
+    before = (list(memory.block_table(child)), list(memory.pool.ref))
     assert not memory.grow(child, 1)           # False and no change: the scheduler preempts
-    assert (memory.block_table(child), memory.ref) == before and memory.copies == []
+    assert (memory.block_table(child), memory.pool.ref) == before and memory.copies == []
     memory.check_integrity()
 
 

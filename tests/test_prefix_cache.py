@@ -92,15 +92,15 @@ def test_a_shared_prefix_is_stored_once_and_only_the_rest_is_computed():
     assert m.reused_tokens(b) == 8                      # two full blocks of 4 in common
     shared = m.block_table(a)[:2]
     assert m.block_table(b)[:2] == shared
-    assert [m.ref[x] for x in shared] == [2, 2]
+    assert [m.pool.ref[x] for x in shared] == [2, 2]
     assert m.held_tokens() == (3 + 1) * 4               # a: 3 blocks, b: 1 own block beyond the shared
     assert m.shared_tokens() == 8                       # b's 11 computed tokens count the 8 shared again
     assert a.computed + b.computed - m.shared_tokens() == 10 + 3   # what the step log stores
     finish(m, a)
     assert m.shared_tokens() == 0
-    assert [m.ref[x] for x in shared] == [1, 1]
+    assert [m.pool.ref[x] for x in shared] == [1, 1]
     finish(m, b)
-    assert m.empty and list(m.lru) == shared[::-1]     # the two full blocks stay cached, tail first
+    assert m.empty and list(m.pool.idle) == shared[::-1]     # the two full blocks stay cached, tail first
     assert m.held_tokens() == 0
 
 
@@ -119,7 +119,7 @@ def test_no_content_no_sharing():
     a = Request("a", 0.0, 12, 2)
     admit(m, a)
     finish(m, a)
-    assert not m.cached and m.free_blocks() == m.total_blocks
+    assert not m.index.cached and m.free_blocks() == m.total_blocks
 
 
 # --- LRU eviction ---------------------------------------------------------------------------------
@@ -133,10 +133,10 @@ def test_least_recently_freed_is_evicted_first_tail_blocks_before_their_prefix()
     a_full, b_full = m.block_table(a)[:2], m.block_table(b)[:2]
     finish(m, a)                                     # a's blocks queued first: a1, a0
     finish(m, b)                                     # then b1, b0
-    assert list(m.lru) == [a_full[1], a_full[0], b_full[1], b_full[0]]
+    assert list(m.pool.idle) == [a_full[1], a_full[0], b_full[1], b_full[0]]
     c = request("c", range(200, 212), index=2)     # 3 blocks: 2 plain free, then 1 evicted
     admit(m, c)
-    assert m.evictions == 1 and list(m.lru) == [a_full[0], b_full[1], b_full[0]]
+    assert m.evictions == 1 and list(m.pool.idle) == [a_full[0], b_full[1], b_full[0]]
     assert m.cached_tokens(request("a2", range(9), index=3)) == 4     # a's first block survives
     d = request("d", range(300, 304), index=4)
     admit(m, d)
@@ -163,7 +163,7 @@ def test_cache_tokens_bounds_what_is_kept():
     a = request("a", range(13))
     admit(m, a)
     finish(m, a)
-    assert len(m.lru) == 1 and m.evictions == 2      # of 3 full blocks only the first survives
+    assert len(m.pool.idle) == 1 and m.evictions == 2      # of 3 full blocks only the first survives
     assert m.cached_tokens(request("b", range(13), index=1)) == 4
 
 
@@ -176,14 +176,14 @@ def test_an_evicted_block_is_found_in_the_host_tier_and_copied_back():
     admit(m, c)                                          # takes all 4 blocks: a1, then a0 move to host
     b = request("b", [*range(8), 5], index=2)
     a_keys = block_keys(b.content, 4).tolist()
-    assert m.evictions == 2 and list(m.host_cache) == a_keys[::-1]
-    assert not set(a_keys) & set(m.cached)
+    assert m.evictions == 2 and list(m.index.host) == a_keys[::-1]
+    assert not set(a_keys) & set(m.index.cached)
     assert m.cached_tokens(b) == 8                       # found in the host tier
     finish(m, c)
     admit(m, b)
     assert m.reused_tokens(b) == 8 and m.loaded_tokens(b) == 8
     assert m.cache_stats()["prefix_cache_host_hits"] == 8
-    assert [m.cached[k] for k in a_keys] == m.block_table(b)[:2]   # cached on the GPU again
+    assert [m.index.cached[k] for k in a_keys] == m.block_table(b)[:2]   # cached on the GPU again
 
 
 def test_host_hits_are_priced_as_swap_in_through_the_engine():
@@ -199,11 +199,11 @@ def test_integrity_catches_a_corrupt_book():
     a = request("a", range(9))
     admit(m, a)
     finish(m, a)
-    m.free_list.append(m.free_list[-1])               # a block freed twice
+    m.pool.free.append(m.pool.free[-1])               # a block freed twice
     with pytest.raises(AssertionError, match="negative usage"):
         m.check_integrity()
-    m.free_list.pop()
-    m.free_list[-1] = m.free_list[-2]                 # the same, with the counts still adding up
+    m.pool.free.pop()
+    m.pool.free[-1] = m.pool.free[-2]                 # the same, with the counts still adding up
     with pytest.raises(AssertionError, match="freed twice"):
         m.check_integrity()
 
@@ -212,7 +212,7 @@ def test_integrity_catches_a_referenced_block_in_the_lru():
     m = PrefixCacheMemory(64, block_size=4)
     a = request("a", range(9))
     admit(m, a)
-    m.lru[m.block_table(a)[0]] = None
+    m.pool.idle[m.block_table(a)[0]] = None
     with pytest.raises(AssertionError):
         m.check_integrity()
 

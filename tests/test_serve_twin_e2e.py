@@ -90,6 +90,8 @@ def test_the_hung_replica_accepts_connections_and_never_answers(twins):
     (["--simulate", "--fault", "2:slow=2"], "field '--fault': '2:slow=2': replica index 2 is outside"),
     (["--simulate", "--gpu", "nope"], "--gpu"),
     (["--simulate", "--tp", "3"], "field '--tp'"),
+    (["--simulate", "--save-steps", "steps.csv"], "field '--save-steps' applies to the mini server"),
+    (["--save-steps", "/nonexistent-dir/steps.csv"], "--save-steps"),
 ])
 def test_bad_twin_flags_exit_2_with_one_line(cli, flags, message):
     out = cli("serve", "--port", "0", *flags)

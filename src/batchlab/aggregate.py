@@ -107,12 +107,14 @@ class Lane:
     def __init__(self, engine) -> None:
         memory, config = engine.memory, engine.config
         self.engine, self.memory, self.waiting = engine, memory, engine.scheduler.waiting
-        self.books = BOOKS[type(memory)](memory)
-        self.stored_held = self.books.held_is_stored
+        self.grows = memory.grows_in_blocks
+        self.stored_held = memory.held_is_stored
+        # the KV held, where the step log takes it from the manager (unlimited memory's is the
+        # computed tokens the lane keeps, and summing them from the manager would cost a pass)
+        self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
         self.price = engine.executor.affine   # the executor's own price of a step's sums
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
         self.bs = getattr(memory, "block_size", 1)
-        self.tables = getattr(memory, "tables", {})
         # id -> [request, step, computed then, emitted then, index in ends of its first token
         # (-1: it came in running)], in running (admission) order
         self.live: dict[int, list] = {}
@@ -132,7 +134,7 @@ class Lane:
         self.duration = 0.0     # the last step's
         self.begun: tuple | None = None      # the begun step's (end, newcomers)
         self.pending = None   # what begin_next began: a priced run, or what ends it (finish_due, commit)
-        self.held = self.books.held()         # KV held (but on unlimited memory), kept current
+        self.held = self.held_tokens()        # KV held (but on unlimited memory), kept current
 
     @classmethod
     def enter(cls, engine) -> Lane | None:
@@ -209,13 +211,13 @@ class Lane:
         newcomers taken from the queue; None, and nothing changed, if the lane cannot run it."""
         waiting, batch = self.waiting, len(self.live)
         if waiting.heap:
-            planned = _newcomers(waiting, len(waiting.heap), self.books, self.seats - batch, self.chunk,
+            planned = _newcomers(waiting, len(waiting.heap), self.memory, self.seats - batch, self.chunk,
                                  self.budget - batch)
             if planned is None:
                 return None
             newcomers, prompt_sum, attn, room = planned
         else:
-            newcomers, prompt_sum, attn, room = [], 0, 0, self.books.room()
+            newcomers, prompt_sum, attn, room = [], 0, 0, self.memory.room()
         grow = self.crossings.get(self.s)
         if (not batch and not newcomers) or batch + prompt_sum > self.budget \
                 or (grow is not None and len(grow) > room):   # stuck, chunked, or a preemption
@@ -235,15 +237,13 @@ class Lane:
             r.admitted_at = t
         if grow is not None:
             del self.crossings[self.s]
-            free_list = memory.free_list
-            for table in grow:
-                table.append(free_list.pop())
+            memory.append_blocks(grow)   # plan checked the room
         # the executor's price of these sums: decodes read their cached tokens, prompts start from none
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
         duration = self.price.step(n_new, computed, emits, 2 * computed + 2 * batch + attn)
         end = t + duration
         if newcomers or grow is not None:
-            self.held = self.books.held()
+            self.held = self.held_tokens()
         held = computed if self.stored_held else self.held
         self.rows.append((t, duration, emits, prompt_sum, batch, held, computed, emits))
         if len(self.rows) == FLUSH_ROWS:   # to the step log as a matrix: long runs have many
@@ -281,7 +281,7 @@ class Lane:
             self.computed -= r.computed
             self.engine.finish(r)
         if single:
-            self.held = self.books.held()
+            self.held = self.held_tokens()
 
     def decode(self, t: float, until: float) -> float | None:
         """Steps of pure decodes from `t` while nobody waits: plan and begin's work for that
@@ -289,8 +289,7 @@ class Lane:
         rest in one piece, or the lane cannot go on; the last one's end (its finishes wait for
         finish_due), or None, and nothing changed, if the lane cannot run the first."""
         live, finishing, crossings, bs = self.live, self.finishing, self.crossings, self.bs
-        free_list = getattr(self.memory, "free_list", None)   # paged memory's (decodes grow there alone)
-        total_blocks = getattr(self.memory, "total_blocks", 0)
+        append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
         price = self.price
         compute_rate, memory_rate, overhead = price.compute_rate, price.memory_rate, price.overhead
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
@@ -302,13 +301,11 @@ class Lane:
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
-                if len(grow) > len(free_list):   # a preemption: the general loop's
+                after = append_blocks(grow)
+                if after < 0:   # a preemption: the general loop's
                     crossings[s] = grow
                     break
-                for table in grow:
-                    table.append(free_list.pop())
-                # _PagedBooks.held, inline: most steps of a paged lane take a block
-                held = (total_blocks - len(free_list)) * bs
+                held = after
             # RooflinePrice.seconds, inline: a call per step measured slower
             compute_s = float(flops) / compute_rate
             memory_s = float(nbytes) / memory_rate
@@ -364,15 +361,15 @@ class Lane:
         durations = durations[1:]
         if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
             steps = min(steps, 1 + int(ends[:steps - 1].searchsorted(next_t, side="left")))
-        if self.books.grows:
-            if batch * (steps // self.bs + 1) <= len(self.memory.free_list):
+        if self.grows:
+            if batch * (steps // self.bs + 1) <= self.memory.room():
                 held = None   # no decode can miss its block: the KV held is counted from what it takes when applied
             else:
                 steps, held = self._growth(steps)
-        elif self.books.held_is_stored:   # unlimited memory holds what is stored
+        elif self.stored_held:   # unlimited memory holds what is stored
             held = affine_range(computed, batch, steps)
         else:   # reservations do not change while requests decode
-            held = np.full(steps, float(self.books.held()))
+            held = np.full(steps, float(self.memory.held_tokens()))
         if not steps:
             return None
         if steps < len(ends):
@@ -383,7 +380,7 @@ class Lane:
         """The steps of a run from lane step s that find every new block they need (the free
         list only shrinks in a run), and the KV held during each."""
         s, crossings = self.s, self.crossings
-        free = len(self.memory.free_list)
+        free = self.memory.room()
         at, taken = [], []   # the run's steps that take blocks, and how many
         for k in self._booked(steps):
             grow = crossings[k]
@@ -393,7 +390,7 @@ class Lane:
             free -= len(grow)
             at.append(k - s)
             taken.append(len(grow))
-        held0 = self.memory.total_blocks - len(self.memory.free_list)
+        held0 = self.memory.held_tokens() // self.bs
         return steps, BlockGrowth(held0, self.bs, at, taken).held(steps)
 
     def held_during(self, run: Stretch) -> Stretch:
@@ -417,13 +414,12 @@ class Lane:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch, held = self.s, len(self.live), run.held
-        if self.books.grows:
-            crossings, free_list = self.crossings, self.memory.free_list
-            held0, at, taken = self.memory.total_blocks - len(free_list), [], []
+        if self.grows:
+            crossings, append_blocks = self.crossings, self.memory.append_blocks
+            held0, at, taken = self.memory.held_tokens() // self.bs, [], []
             for k in self._booked(steps):
                 grow = crossings.pop(k)
-                for table in grow:
-                    table.append(free_list.pop())
+                append_blocks(grow)   # price_run found the room
                 at.append(k - s)
                 taken.append(len(grow))
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
@@ -441,7 +437,7 @@ class Lane:
             if len(self.ends) >= ENDS_CHUNK:
                 self.ends_done.append(self.ends)
                 self.ends = array("d")
-        self.held = self.books.held()
+        self.held = self.held_tokens()
         self.duration = float(durations[-1])
         self.decoded += batch * steps
         self.computed += batch * steps
@@ -460,9 +456,9 @@ class Lane:
             heapq.heappush(self.finish_steps, last)
             self.finishing[last] = []
         self.finishing[last].append(r)
-        if not self.books.grows:
+        if not self.grows:
             return
-        bs, crossings, table = self.bs, self.crossings, self.tables[id(r)]
+        bs, crossings, table = self.bs, self.crossings, self.memory.block_table(r)
         at = step + len(table) * bs - computed   # its blocks are full at that step's start
         while at <= last:   # the table itself: it stays the request's while the lane runs it
             crossings.setdefault(at, []).append(table)
@@ -489,7 +485,7 @@ class Lane:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
             self.engine.finish(r)
-        self.held = self.books.held()
+        self.held = self.held_tokens()
 
     def bring_up(self, entry: list, token_times: bool = True) -> Request:
         """Write a running request's counters and (unless told not to) token times as of the
@@ -537,18 +533,22 @@ class Lane:
             self.sliced = []
 
 
-def _newcomers(waiting, n_waiting: int, books, seats: float, chunk: float, budget: float):
+def _nothing_held() -> int:
+    return 0
+
+
+def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budget: float):
     """Whom the scheduler admits now: from the queue's head while `seats` and the memory take
     them (taken out of the queue), with their prompt tokens, attention units and the memory room
     left; None, and the queue as it was, if one of them is not fresh or would not prefill its
     whole prompt in this step (`chunk`, and the `budget` the decodes leave)."""
     newcomers: list[Request] = []
-    room, holds = books.room(), books.holds()
+    room, holding = memory.room(), memory.holding()
     prompt_sum = attn = 0
     while len(newcomers) < n_waiting and len(newcomers) < seats:
         r = waiting.head()
-        need = books.need(r)
-        if not books.fits(room, need, holds):
+        need = memory.need(r)
+        if not memory.fits(room, need, holding):
             break   # it waits, and everyone behind it: admission never skips the head
         p = r.prompt_tokens
         if r.admitted_at is not None or r.emitted or r.samples or p > chunk or prompt_sum + p > budget:
@@ -557,85 +557,7 @@ def _newcomers(waiting, n_waiting: int, books, seats: float, chunk: float, budge
             return None
         newcomers.append(waiting.pop_head())
         room -= need
-        holds = True
+        holding = True
         prompt_sum += p
         attn += p * (p + 1)
     return newcomers, prompt_sum, attn, room
-
-
-class _PagedBooks:
-    """Paged memory as the lane counts it: free blocks, as PagedMemory.can_admit does."""
-
-    grows = True             # decodes take blocks as they fill theirs
-    held_is_stored = False
-
-    def __init__(self, memory: PagedMemory) -> None:
-        self.memory = memory
-
-    def room(self) -> int:
-        return len(self.memory.free_list)
-
-    def holds(self) -> bool:
-        return bool(self.memory.tables)
-
-    def need(self, r: Request) -> int:
-        return self.memory.blocks_for(r.known_tokens)
-
-    def fits(self, room: int, need: int, holds: bool) -> bool:
-        return room - need >= (self.memory.watermark_blocks if holds else 0)
-
-    def held(self) -> int:
-        return (self.memory.total_blocks - len(self.memory.free_list)) * self.memory.block_size
-
-
-class _ReservationBooks:
-    """Reservation memory: a request's whole reservation at admission, nothing as it grows."""
-
-    grows = False
-    held_is_stored = False
-
-    def __init__(self, memory: ReservationMemory) -> None:
-        self.memory = memory
-
-    def room(self) -> int:
-        return self.memory.capacity_tokens - self.memory.held_tokens()
-
-    def holds(self) -> bool:
-        return True
-
-    def need(self, r: Request) -> int:
-        return self.memory.reservation(r)
-
-    def fits(self, room: int, need: int, holds: bool) -> bool:
-        return need <= room
-
-    def held(self) -> int:
-        return self.memory.held_tokens()
-
-
-class _UnlimitedBooks:
-    """Unlimited memory: everyone fits; what it holds is what the running requests store."""
-
-    grows = False
-    held_is_stored = True
-
-    def __init__(self, memory: UnlimitedMemory) -> None:
-        self.memory = memory
-
-    def room(self) -> int:
-        return 0
-
-    def holds(self) -> bool:
-        return True
-
-    def need(self, r: Request) -> int:
-        return 0
-
-    def fits(self, room: int, need: int, holds: bool) -> bool:
-        return True
-
-    def held(self) -> int:
-        return 0   # not used: the step log takes the stored tokens
-
-
-BOOKS = {PagedMemory: _PagedBooks, ReservationMemory: _ReservationBooks, UnlimitedMemory: _UnlimitedBooks}

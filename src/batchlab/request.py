@@ -15,6 +15,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from batchlab.memory.block_table import BlockTable
     from batchlab.workload.content import Content
 
 
@@ -77,6 +78,7 @@ class Request:
     in_flight: bool = False  # in a pipelined batch that has not returned yet
     reject_reason: str | None = None
     token_times: list[float] = field(default_factory=list)
+    kv: BlockTable | None = None   # its blocks, as the paged manager holding it keeps them
 
     @property
     def known_tokens(self) -> int:

@@ -62,7 +62,7 @@ class NumpyExecutor:
         self.clock = clock
         # A paged manager's block tables decide where each request's KV lives; without one the
         # cache keeps its own tables.
-        self.paged = memory if hasattr(memory, "block_table") else None
+        self.paged = memory if memory is not None and memory.grows_in_blocks else None
         self._running: dict[str, Request] = {}
         tables = (lambda rid: self.paged.block_table(self._running[rid])) if self.paged else None
         block_size = getattr(self.paged, "block_size", DEFAULT_BLOCK_SIZE)

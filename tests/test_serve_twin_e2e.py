@@ -113,3 +113,9 @@ def test_validate_reads_the_twin_and_replays_what_bench_sent_on_its_engine(twins
     assert run["twin_ttft_ms"]["measured"] > 0 and run["twin_ttft_ms"]["predicted"] > 0
     assert run["steps"]["measured"]["count"] > 0 and run["steps"]["predicted"]["count"] > 0
     assert {row["key"] for row in result["spread"]} == {"median_ttft_ms", "median_tpot_ms", "p99_ttft_ms", "p99_tpot_ms"}
+
+
+def test_validate_refuses_device_flags_for_a_twin(twins, cli):
+    _, (url, _, _) = twins
+    out = cli("validate", "--base-url", url, "--no-refit", "--rates", "1", "--num-prompts", "1")
+    assert out.returncode == 2 and "field '--no-refit' does not apply to a twin" in out.stderr

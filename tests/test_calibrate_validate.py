@@ -517,15 +517,28 @@ def test_validate_replays_exactly_the_requests_sent(validated):
         assert len(run["samples"]["measured"]["ttft"]) == len(run["samples"]["predicted"]["ttft"])
 
 
-def test_validate_prints_the_fit_and_the_aims_with_the_probes_noise(validated):
-    """The tables as the command prints them: the run's fit line with its probes' drift, then
-    the aims with the probes' noise under them."""
+def test_validate_splits_the_error_on_the_servers_own_steps(validated):
+    """The error split into scheduling and cost, on the server's own steps: its requests found
+    in the trace it saved."""
+    out, tmp_path, _ = validated
+    for run in out["runs"]:
+        split = run["split"]
+        assert set(split["scheduling"]) == set(split["cost"]) == {
+            "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms"}
+        assert split["server"]["median_ttft_ms"] > 0 and split["on_steps"]["median_ttft_ms"] > 0
+    assert (tmp_path / "steps.csv").read_text().startswith("start,duration,batch\n")
+
+
+def test_validate_prints_the_fit_the_split_and_the_aims_with_the_probes_noise(validated):
+    """The tables as the command prints them: the run's fit line with its probes' drift, the
+    error split, then the aims with the probes' noise under them."""
     from batchlab.calibrate.validate import AIMS
     from batchlab.commands.validate import _tables
 
     out, _, _ = validated
     assert {(s["load"], s["key"]) for s in out["spread"]} == {("4 req/s", k) for k in AIMS}
-    run_table, aims = _tables(out)
+    run_table, split_table, aims = _tables(out)
+    assert "scheduling" in split_table.title
     noise = out["probe_noise"]
     assert "the same probes after the run against before" in run_table.caption
     assert (f"moved more than 10% in {noise['beyond_p50_aim']} of {noise['pairs']} pairs"

@@ -94,14 +94,15 @@ class Probe:
 
 @contextlib.contextmanager
 def mini_server(model: str, system: str, kv_cache_tokens: int, seed: int,
-                base_url: str | None = None):
-    """The base URL of a `batchlab serve` started for the run (or `base_url` as it is)."""
+                base_url: str | None = None, extra: tuple[str, ...] = ()):
+    """The base URL of a `batchlab serve` started for the run (or `base_url` as it is);
+    `extra` flags go to the server started."""
     if base_url is not None:
         yield base_url.rstrip("/")
         return
     try:
         server = ServeProcess("--model", model, "--system", system, "--kv-cache-tokens",
-                              str(kv_cache_tokens), "--seed", str(seed))
+                              str(kv_cache_tokens), "--seed", str(seed), *extra)
     except ServeFailed as exc:
         raise InputError(f"validate: the mini server {exc}") from None
     with server:

@@ -56,6 +56,9 @@ def register(subparsers) -> None:
                         help="run the memory manager's integrity check after every step")
     parser.add_argument("--save-trace", metavar="PATH",
                         help="write per-request records (CSV, or JSON for .json) at shutdown")
+    parser.add_argument("--save-steps", metavar="PATH",
+                        help="write the engine's step log (CSV: start, duration, batch) at shutdown, "
+                             "for `batchlab validate`'s replay on the server's own steps")
     parser.add_argument("--drain-timeout", type=flagtypes.real(ge=0), default=DEFAULT_DRAIN_S, metavar="S",
                         help="at SIGTERM, how long requests in flight may run before they are cut; the "
                              "server answers 503 meanwhile (default: %(default)s)")
@@ -96,8 +99,12 @@ def run(args) -> int:
                                  ("--twin-output", args.twin_output, "seeded")):
         if value != default:
             raise InputError(f"field '{flag}' applies to a twin only (add --simulate)")
+    from batchlab.io_checks import check_output_file
     from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_SYSTEM
     from batchlab.serve.server import ServeConfig, serve
+
+    if args.save_steps:
+        check_output_file(args.save_steps, "--save-steps")   # before serving, not at shutdown
 
     config = ServeConfig(model="mini" if args.model is None else args.model,
                          system=DEFAULT_SYSTEM if args.system is None else args.system,
@@ -106,12 +113,16 @@ def run(args) -> int:
                          kv_cache_tokens=(DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None
                                           else args.kv_cache_tokens),
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
-                         save_trace=args.save_trace)
+                         save_trace=args.save_trace, save_steps=args.save_steps)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
 
 
 def _run_twin(args) -> int:
+    from batchlab.errors import InputError
     from batchlab.serve.faults import parse_fault
+
+    if args.save_steps:
+        raise InputError("field '--save-steps' applies to the mini server (a twin's steps are its prices)")
     from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM, TwinConfig, serve_twins
 
     faults = tuple(parse_fault(text, args.replicas) for text in args.fault)

@@ -127,6 +127,11 @@ def _compute_twin(args, cfg, info: dict) -> dict:
 
     from batchlab.calibrate.twin_check import validate_twin
     from batchlab.calibrate.validate import dataset
+    from batchlab.errors import InputError
+
+    for flag, given in (("--device", args.device is not None), ("--no-refit", not args.refit)):
+        if given:   # a twin prices its steps as the replay does: there is no device to fit
+            raise InputError(f"field '{flag}' does not apply to a twin ({args.base_url} is one)")
 
     dataset(cfg, math.inf)   # a bad dataset fails before anything runs
     with tempfile.TemporaryDirectory() as directory:
@@ -231,6 +236,9 @@ def _tables(out: dict):
             t.add_row(f"{row['metric']} ({row['unit']})", _num(row["measured"]),
                       _num(row["predicted"]), _pct(row["error"]))
         tables.append(t)
+    split = _split_table(out)
+    if split is not None:
+        tables.append(split)
     t = Table(title="Against the aims: predicted / measured - 1, per repeat",
               caption=_noise_caption(out["probe_noise"]))
     for col in ("load", "figure", "aim", *(f"repeat {i}" for i in range(1, out["repeats"] + 1)),
@@ -243,6 +251,34 @@ def _tables(out: dict):
                   "yes" if row["met"] else "no")
     tables.append(t)
     return tables
+
+
+def _split_table(out: dict):
+    """Each run's error split on the server's own steps (`step_replay`), if it was made."""
+    from rich.table import Table
+
+    from batchlab.calibrate.step_replay import SCHEDULING_AIM, SPLIT_FIGURES
+
+    runs = [r for r in out["runs"] if r.get("split")]
+    if not runs:
+        return None
+    t = Table(title="The error split, on the server's arrivals: scheduling = a replay on the "
+                    "server's own step times / the server's latencies - 1; cost = the cost "
+                    "model's replay / that replay - 1",
+              caption=f"Aim: the scheduling part within {100 * SCHEDULING_AIM:.0f}% at every figure. "
+                      + (_noise_caption(out["probe_noise"]) or ""))
+    t.add_column("load")
+    t.add_column("part")
+    for key in SPLIT_FIGURES:
+        t.add_column(key.removesuffix("_ms").replace("median", "p50").replace("_", " "), justify="right")
+    t.add_column("met", justify="right")
+    for run in runs:
+        sp = run["split"]
+        which = f" (repeat {run['repeat']})" if out["repeats"] > 1 else ""
+        t.add_row(run["load"] + which, "scheduling", *(_pct(sp["scheduling"][k]) for k in SPLIT_FIGURES),
+                  "yes" if sp["scheduling_met"] else "no")
+        t.add_row("", "cost", *(_pct(sp["cost"][k]) for k in SPLIT_FIGURES), "")
+    return t
 
 
 def _num(v) -> str:

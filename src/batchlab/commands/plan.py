@@ -87,6 +87,36 @@ def choices_from_flags(args: argparse.Namespace):
     return model, [Choice(g, layout, mode) for g in gpus for layout in layouts for mode in modes]
 
 
+def search_runs(max_replicas: int, disaggregated: bool) -> int:
+    """Fleets one choice's search may simulate: doubling then bisection over the replica count;
+    a disaggregated count n tries its n - 1 splits."""
+    steps = 2 * max(max_replicas - 1, 1).bit_length() + 1
+    return steps * (max_replicas if disaggregated else 1)
+
+
+def check_sizes(args: argparse.Namespace, model, system, choices, workload) -> None:
+    """Refuse a search that cannot fit in memory or finish (`batchlab.limits`), before it starts."""
+    from batchlab import limits
+    from batchlab.errors import InputError
+    from batchlab.fleet import ReplicaSpec
+    from batchlab.fleet.specs import MAX_REPLICAS, books
+
+    if args.max_replicas > MAX_REPLICAS:
+        raise InputError(f"field '--max-replicas': at most {MAX_REPLICAS} replicas, got {args.max_replicas}")
+    from batchlab.plan.search import infeasible
+
+    choices = [c for c in choices if infeasible(model, c) is None]   # the search skips the rest
+    if not choices:
+        return
+    flag = "--gpus" if args.gpus else "--gpu"
+    largest = max(books(ReplicaSpec(system, model, c.gpu, c.layout), flag) for c in choices) * args.max_replicas
+    limits.check_memory(largest, "--max-replicas", f"a fleet of {args.max_replicas:,} replicas' KV cache books")
+    requests, tokens = len(workload), int(workload.output.sum())
+    limits.simulation(requests, tokens, options.flag(args, "requests", "--num-prompts"), books=largest)
+    runs = sum(search_runs(args.max_replicas, c.disaggregated) for c in choices)
+    limits.simulation(requests, tokens, "--max-replicas", runs=runs, at_once=options.jobs(args), books=largest)
+
+
 def run(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
     from batchlab.fleet import make_router
@@ -102,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
         system = parse_system(args.system)
     make_router(args.router, args.seed, "--router")
     slo = options.slo(args)
+    options.check_request_count(args)
     workload = options.workload(args)
+    check_sizes(args, model, system, choices, workload)
     problem = PlanProblem(workload, model, system, slo, args.slo_target, args.router, seed=args.seed,
                           context_mode=args.context_mode, max_replicas=args.max_replicas)
     run_on = runner(args.backend)

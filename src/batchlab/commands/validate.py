@@ -9,6 +9,7 @@ import math
 from batchlab.commands import flagtypes
 from batchlab.commands.bench import add_dataset_flags, random_given
 from batchlab.commands.bench import dataset_spec as bench_dataset_spec
+from batchlab.limits import MAX_REPEATS
 
 # validate's random dataset: short requests, so three loads take about a minute here.
 RANDOM = {"input": 64, "output": 32, "ratio": 0.5}
@@ -36,7 +37,7 @@ def register(subparsers) -> None:
     parser.add_argument("--system", default="paged:max_bs=64", metavar="SPEC",
                         help="scheduler and memory manager, as `batchlab serve --system` "
                              "(default: %(default)s)")
-    parser.add_argument("--kv-cache-tokens", type=int, default=65536, metavar="N",
+    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, default=65536, metavar="N",
                         help="the server's KV capacity in tokens (default: %(default)s)")
     parser.add_argument("--device", metavar="SPEC.toml",
                         help="the device spec to predict with (`batchlab calibrate --mini --out`); "
@@ -48,12 +49,12 @@ def register(subparsers) -> None:
     g = parser.add_argument_group("dataset (as `batchlab bench` takes it; each rate is its "
                                   "--request-rate)")
     add_dataset_flags(g, num_prompts=60, per="per rate", random=RANDOM)
-    g.add_argument("--burstiness", type=float, default=1.0,
+    g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     parser.add_argument("--base-url", metavar="URL",
                         help="a running mini server to measure instead of starting one (its "
                              "--model, --system and --kv-cache-tokens must match these)")
-    parser.add_argument("--repeats", type=flagtypes.count, default=1, metavar="N",
+    parser.add_argument("--repeats", type=flagtypes.integer(ge=1, le=MAX_REPEATS), default=1, metavar="N",
                         help="run the whole sequence of rates N times on the same server and "
                              "show the spread of the errors (default: %(default)s)")
     parser.add_argument("--no-refit", dest="refit", action="store_false",
@@ -98,22 +99,43 @@ def dataset_spec(args):
     return bench_dataset_spec(args, RANDOM)
 
 
+def check_sizes(args, cfg, mini, system) -> None:
+    """Refuse what cannot fit or finish before a server starts: the served model with a full KV
+    cache, a KV cache below one block, the requests, and the time the rates given will take."""
+    from batchlab import limits
+    from batchlab.commands.bench import check_prompt_memory
+
+    limits.mini_model(mini, "--model", kv_tokens=cfg.kv_cache_tokens)
+    limits.kv_capacity(system, cfg.kv_cache_tokens, "--kv-cache-tokens")
+    check_prompt_memory(cfg.dataset)
+    spec = cfg.dataset
+    limits.simulation(spec.num_prompts, spec.num_prompts, "--num-prompts")
+    if cfg.rates is not None:
+        seconds = args.repeats * sum(spec.num_prompts / rate for rate in cfg.rates)
+        limits.check_time(seconds, "--rates", f"sending {spec.num_prompts:,} requests at each rate "
+                                              f"{args.repeats} time(s)")
+
+
 def compute(args) -> dict:
     from batchlab.calibrate.validate import ValidateConfig, dataset, served_model, validate
 
     cfg = ValidateConfig(model=args.model, system=args.system, kv_cache_tokens=args.kv_cache_tokens,
                          dataset=dataset_spec(args), rates=_rates(args.rates),
                          base_url=args.base_url)
+    if args.base_url is not None:
+        from batchlab.commands.bench import _base_url
+        _base_url(args.base_url)
     if args.base_url:
         from batchlab.calibrate.twin_check import twin_info
 
         info = twin_info(args.base_url.rstrip("/"))
         if info is not None:   # a twin: its own model, GPU and system, replayed as they are
             return _compute_twin(args, cfg, info)
-    _, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
+    mini, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
     from batchlab.serving.systems import parse_system
 
-    parse_system(cfg.system, "--system")
+    system = parse_system(cfg.system, "--system")
+    check_sizes(args, cfg, mini, system)
     dataset(cfg, math.inf)            # so does a bad dataset (a missing trace file, ...)
     gpu, device = _device(args, cfg)
     out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)

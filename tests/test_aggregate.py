@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
-from test_fast_forward_identity import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
 
 from batchlab import aggregate
 from batchlab.hardware import cost as roofline_cost
@@ -30,6 +29,8 @@ from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
 from batchlab.trace import BlockGrowth, StepLog, Trace
+
+from helpers import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
 
 GPU = resolve_gpu("A100-80GB")
 

@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 from conftest import ROOT
-from test_layout import imported_modules
+from helpers import imported_modules
 
 from batchlab.engine import Engine, Pipeline
 

@@ -42,7 +42,7 @@ def load(chromium, page: Path, tmp_path: Path) -> tuple[list[str], Path]:
 
 def distinct_colours(png: Path) -> int:
     import matplotlib.image as mpimg
-    from test_plots import count_colours
+    from helpers import count_colours
     return count_colours(mpimg.imread(png))
 
 

@@ -443,3 +443,14 @@ def test_json_cases_are_hostile_json():
     # the nested --extra-body really is deeper than the parser's recursion limit
     with pytest.raises(RecursionError):
         json.loads(DEEP)
+
+
+@pytest.mark.parametrize("command", [["simulate", "--system", "paged"], ["goodput", "--system", "paged"],
+                                     ["compare", "--systems", "paged", "--rates", "1", "--no-goodput"]])
+def test_a_kv_cache_too_large_to_track_is_refused_by_every_simulating_command(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.toml").write_text(SHARED["spec-huge-memory.toml"])
+    code = main([*command, *ONE[:-2], "--gpu", "g.toml"])
+    out, err = capsys.readouterr()
+    lines = err.strip("\n").splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and "'--gpu'" in lines[0] and "blocks of 16" in lines[0]

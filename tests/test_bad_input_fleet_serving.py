@@ -333,7 +333,8 @@ for k, (argv, needle) in enumerate((
         (["--base-url", "http://127.0.0.1:99999"], "--base-url"),
         (["--plot", ""], "--plot"), (["--plot", "afile"], "--plot"),
         (["--device", "nope.toml"], "nope.toml"),
-        (["--dataset-name", "bogus"], "--dataset-name"))):
+        (["--dataset-name", "bogus"], "--dataset-name"),
+        (["--dataset-name", "trace", "--dataset-path", "huge-tokens.csv"], "--dataset-path"))):
     case(f"validate-{k}", ["validate", *argv], needle)
 
 # -- serve (every case fails before the server listens) --------------------------------------

@@ -60,6 +60,8 @@ def _app() -> web.Application:
             return web.Response(body=DEEP.encode(), content_type="application/json")
         if mode == "models-huge-id":
             return web.json_response({"data": [{"id": "m" * 100_000}]})
+        if mode == "models-nul-id":
+            return web.json_response({"data": [{"id": "a\x00b/../c"}]})
         if mode == "models-garbage":
             return web.Response(body=bytes(range(256)), content_type="application/json")
         return web.json_response({"data": [{"id": "stub"}]})
@@ -137,7 +139,7 @@ def test_a_sane_answer_still_succeeds(stub_url, capsys):
     assert result["completed"] == 2 and result["failed"] == 0
 
 
-@pytest.mark.parametrize("mode", ["models-deep", "models-huge-id", "models-garbage"])
+@pytest.mark.parametrize("mode", ["models-deep", "models-huge-id", "models-garbage", "models-nul-id"])
 def test_a_garbage_model_listing_is_one_line_naming_model(stub_url, capsys, mode):
     code = main(_bench(f"{stub_url}/{mode}"))
     out, err = capsys.readouterr()

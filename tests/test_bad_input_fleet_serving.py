@@ -293,6 +293,8 @@ for k, (argv, needle, files) in enumerate((
         ([*CAL, "--out", "afile/x.toml"], "--out", {"p.csv": _plain()}),
         ([*CAL, "--hold-out", "x"], "--hold-out", {"p.csv": _plain()}),
         ([*CAL, "--hold-out", "op=qkv"], "--hold-out", {"p.csv": _plain()}),
+        ([*CAL, "--hold-out", "tokens=" + "9" * 5000], "--hold-out", {"p.csv": _plain()}),
+        ([*CAL, "--hold-out", "op=up"], "--hold-out", {"p.csv": _plain()}),
         (["calibrate", "p.csv", "p.csv", "--gpu", "H100-SXM", "--model", "Llama-3-8B"], "PROFILE", {"p.csv": _plain()}),
         (["calibrate", "p.csv", "--gpu", "bogus", "--model", "Llama-3-8B"], "--gpu", {"p.csv": _plain()}),
         (["calibrate", "p.csv", "--gpu", "H100-SXM", "--model", "bogus"], "--model", {"p.csv": _plain()}),

@@ -486,7 +486,7 @@ def add_jobs(p: argparse.ArgumentParser) -> None:
 
 def jobs(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
-    from batchlab.serving.experiments import default_jobs
+    from batchlab.experiments.experiments import default_jobs
 
     n = args.jobs if args.jobs is not None else default_jobs()
     if n < 1:

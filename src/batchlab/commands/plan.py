@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.fleet import make_router
     from batchlab.io_checks import named
     from batchlab.plan import PlanProblem, plan_fleet
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
     from batchlab.sweep.backends import runner
 
     if args.rate is None:

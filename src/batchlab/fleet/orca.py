@@ -21,8 +21,8 @@ from batchlab.hardware.parallel import Layout
 from batchlab.metrics import find_goodput
 from batchlab.metrics.latency import RequestLatencies, TokenTimes, request_latencies
 from batchlab.metrics.normalized import normalized_figures, normalized_latency
-from batchlab.serving.run import build_requests
-from batchlab.serving.systems import System, parse_system
+from batchlab.experiments.run import build_requests
+from batchlab.experiments.systems import System, parse_system
 from batchlab.trace import Trace
 from batchlab.workload import Workload
 
@@ -90,7 +90,7 @@ def best_rate(setting: OrcaSetting, spec: str) -> dict:
 
 def orca_comparison(setting: OrcaSetting, systems=ORCA_SYSTEMS, jobs: int = 1, runner=None) -> dict:
     """Every system's row, and Orca's throughput over the best static one's."""
-    from batchlab.serving.experiments import run_tasks
+    from batchlab.experiments.experiments import run_tasks
 
     rows = run_tasks([(best_rate, (setting, spec)) for spec in systems], jobs)
     iteration = [r for r in rows if parse_system(r["system"]).batching != "static"]

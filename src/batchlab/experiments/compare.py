@@ -19,8 +19,8 @@ from batchlab.experiments.experiments import Setting, goodput, overload_point, p
 from batchlab.experiments.systems import System
 
 DEFAULT_RATES = (1.0, 4.0, 16.0, 32.0, 64.0)
-OVERLOAD_RATE = 128.0    # seed L02 §5.4
-FLEET_RATE = 100.0       # seed L02 §5.3: GPUs needed to serve 100 req/s
+OVERLOAD_RATE = 128.0    # seed L02
+FLEET_RATE = 100.0       # seed L02: GPUs needed to serve 100 req/s
 
 
 @dataclass(frozen=True, slots=True)

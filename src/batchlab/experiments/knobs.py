@@ -33,10 +33,10 @@ from batchlab.experiments.experiments import Setting, point, run_tasks
 from batchlab.experiments.fairness import program_point, tenant_point
 from batchlab.experiments.systems import System, parse_system
 
-# Seed L02 §5.2's SLO for the chat experiments; §6.1 relaxes TTFT to 2 s for long prompts.
+# Seed L02's SLO for the chat experiments; its long-prompt experiment relaxes TTFT to 2 s.
 CHAT_SLO = (1.0, 0.050)
 LONG_SLO = (2.0, 0.050)
-AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md §6.3
+AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md
 HOST_CPU_MS = (4.0, 16.0)   # below and above a chat decode step's GPU time (~7 ms): see docs/host.md
 PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's watermark is 1%)
 

@@ -32,7 +32,7 @@ PAPER_ORCA_RPS = 6.81         # Orca's (req/s): 36.9x
 MEDIAN = 0.5
 # The baseline as the paper ran it: FasterTransformer behind a request-level scheduler taking at
 # most max_bs requests, each reserving KV for the longest sequence; the paper's best settings
-# were max_bs 1 and 8. Orca reserves each request's max tokens too (seed L02 §4.3).
+# were max_bs 1 and 8. Orca reserves each request's max tokens too (seed L02).
 ORCA_SYSTEMS = ("orca-max", "static:memory=reservation-max:max_bs=1",
                 "static:memory=reservation-max:max_bs=8", "static:memory=reservation-max:max_bs=32")
 

@@ -1,4 +1,4 @@
-"""Programs of calls: arrivals that wait for their parent (serving/dependent.py), PLAS and
+"""Programs of calls: arrivals that wait for their parent (experiments/dependent.py), PLAS and
 Parrot orders (scheduler/programs.py), program workloads (workload/programs.py)."""
 
 import numpy as np

@@ -172,8 +172,7 @@ def fleet_from_flags(args: argparse.Namespace):
     model, gpu = options.hardware(args)
 
     def gpu_named(name: str):
-        from batchlab.commands.plan import gpu_named as resolve
-        return resolve(args, name, "gpu")
+        return options.gpu_named(args, name, "gpu")
 
     def model_named(name: str):
         from batchlab.hardware import resolve_model

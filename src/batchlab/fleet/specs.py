@@ -20,7 +20,7 @@ from batchlab.fleet.simulate import ReplicaSpec
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import Layout, check_layout
 from batchlab.io_checks import brief
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 KEYS = ("count", "system", "model", "gpu", "tp", "pp", "role")
 ROLES = ("colocated", "prefill", "decode")

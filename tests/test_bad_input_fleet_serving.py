@@ -134,6 +134,7 @@ case("fleet-requests-memory", ["fleet", "--requests", "10000000", "--rate", "1"]
 case("fleet-num-prompts-memory", ["fleet", "--num-prompts", "5000000", "--rate", "1"], "--num-prompts")
 case("fleet-gpu-memory", [*FLEET, "--gpu", "spec-huge-memory.toml"], "--gpu")
 case("fleet-gpu-memory-disaggregated", [*DISAGG, "--gpu", "spec-huge-memory.toml"], "--gpu")
+case("fleet-gpu-slow-link", [*DISAGG, "--gpu", "spec-slow-link.toml"], "--gpu")
 for k, (flag, value) in enumerate((("--result-filename", ""), ("--result-filename", " "), ("--result-filename", "a/"),
                                    ("--result-filename", "."), ("--result-filename", ".."), ("--result-dir", ""),
                                    ("--result-filename", "adir"), ("--result-dir", "afile"),
@@ -164,6 +165,7 @@ case("plan-gpus-deep", [*PLAN, "--gpus", "deep.json"], "deep.json")
 case("plan-gpu-memory", [*PLAN, "--gpu", "spec-huge-memory.toml"], "--gpu")
 for k, value in enumerate(("0", "-1", "x", "4097", HUGE)):
     case(f"plan-max-replicas-{k}", [*PLAN, "--max-replicas", value], "--max-replicas")
+case("plan-gpu-slow-link", [*PLAN, "--disaggregated", "--gpu", "spec-slow-link.toml"], "--gpu")
 case("plan-max-replicas-time", [*PLAN, "--disaggregated", "--max-replicas", "4096"], "--max-replicas")
 for k, value in enumerate(("0", "-1", "nan", "1e-9", "x")):
     case(f"plan-rate-{k}", ["plan", *ONE, "--rate", value], "--rate")
@@ -291,6 +293,8 @@ for k, (argv, needle, files) in enumerate((
         ([*CAL, "--out", "afile/x.toml"], "--out", {"p.csv": _plain()}),
         ([*CAL, "--hold-out", "x"], "--hold-out", {"p.csv": _plain()}),
         ([*CAL, "--hold-out", "op=qkv"], "--hold-out", {"p.csv": _plain()}),
+        ([*CAL, "--hold-out", "tokens=" + "9" * 5000], "--hold-out", {"p.csv": _plain()}),
+        ([*CAL, "--hold-out", "op=up"], "--hold-out", {"p.csv": _plain()}),
         (["calibrate", "p.csv", "p.csv", "--gpu", "H100-SXM", "--model", "Llama-3-8B"], "PROFILE", {"p.csv": _plain()}),
         (["calibrate", "p.csv", "--gpu", "bogus", "--model", "Llama-3-8B"], "--gpu", {"p.csv": _plain()}),
         (["calibrate", "p.csv", "--gpu", "H100-SXM", "--model", "bogus"], "--model", {"p.csv": _plain()}),
@@ -331,7 +335,8 @@ for k, (argv, needle) in enumerate((
         (["--base-url", "http://127.0.0.1:99999"], "--base-url"),
         (["--plot", ""], "--plot"), (["--plot", "afile"], "--plot"),
         (["--device", "nope.toml"], "nope.toml"),
-        (["--dataset-name", "bogus"], "--dataset-name"))):
+        (["--dataset-name", "bogus"], "--dataset-name"),
+        (["--dataset-name", "trace", "--dataset-path", "huge-tokens.csv"], "--dataset-path"))):
     case(f"validate-{k}", ["validate", *argv], needle)
 
 # -- serve (every case fails before the server listens) --------------------------------------
@@ -371,6 +376,7 @@ SHARED = {
     "deep.json": DEEP,
     "binary.csv": bytes(range(128, 256)) * 4,
     "spec-huge-memory.toml": '[gpu]\nbase = "H100-SXM"\nmemory = 1e20\n',
+    "spec-slow-link.toml": '[gpu]\nbase = "H100-SXM"\np2p_bandwidth = 1\n',
 }
 FIFOS = ("fifo",)
 
@@ -440,3 +446,14 @@ def test_json_cases_are_hostile_json():
     # the nested --extra-body really is deeper than the parser's recursion limit
     with pytest.raises(RecursionError):
         json.loads(DEEP)
+
+
+@pytest.mark.parametrize("command", [["simulate", "--system", "paged"], ["goodput", "--system", "paged"],
+                                     ["compare", "--systems", "paged", "--rates", "1", "--no-goodput"]])
+def test_a_kv_cache_too_large_to_track_is_refused_by_every_simulating_command(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.toml").write_text(SHARED["spec-huge-memory.toml"])
+    code = main([*command, *ONE[:-2], "--gpu", "g.toml"])
+    out, err = capsys.readouterr()
+    lines = err.strip("\n").splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and "'--gpu'" in lines[0] and "blocks of 16" in lines[0]

@@ -60,6 +60,8 @@ def _app() -> web.Application:
             return web.Response(body=DEEP.encode(), content_type="application/json")
         if mode == "models-huge-id":
             return web.json_response({"data": [{"id": "m" * 100_000}]})
+        if mode == "models-nul-id":
+            return web.json_response({"data": [{"id": "a\x00b/../c"}]})
         if mode == "models-garbage":
             return web.Response(body=bytes(range(256)), content_type="application/json")
         return web.json_response({"data": [{"id": "stub"}]})
@@ -78,7 +80,12 @@ def _app() -> web.Application:
         await response.write_eof()
         return response
 
+    async def metrics(request):
+        # a server that says it is a twin (batchlab serve --simulate) and answers garbage
+        return web.Response(text='batchlab:twin_info{model="m",gpu="g",tp="x",system="s",kv_cache_tokens="1"} 1\n')
+
     app = web.Application(client_max_size=1 << 20)
+    app.router.add_get("/{mode}/metrics", metrics)
     app.router.add_get("/{mode}/v1/models", models)
     app.router.add_post("/{mode}/v1/completions", completions)
     return app
@@ -132,8 +139,15 @@ def test_a_sane_answer_still_succeeds(stub_url, capsys):
     assert result["completed"] == 2 and result["failed"] == 0
 
 
-@pytest.mark.parametrize("mode", ["models-deep", "models-huge-id", "models-garbage"])
+@pytest.mark.parametrize("mode", ["models-deep", "models-huge-id", "models-garbage", "models-nul-id"])
 def test_a_garbage_model_listing_is_one_line_naming_model(stub_url, capsys, mode):
     code = main(_bench(f"{stub_url}/{mode}"))
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "'--model'" in err
+
+
+@pytest.mark.parametrize("mode", ["models-deep", "models-garbage", "sane"])
+def test_validate_against_a_server_claiming_to_be_a_twin_is_one_line(stub_url, capsys, mode):
+    code = main(["validate", "--base-url", f"{stub_url}/{mode}", "--num-prompts", "2"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "'--base-url'" in err and "twin" in err

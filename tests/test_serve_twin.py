@@ -275,3 +275,27 @@ def test_kv_pressure_preempts_in_the_twin_as_in_the_simulator():
     assert all(len(got) == 150 for got in out)
     assert state.metrics.registry.get_sample_value(
         "vllm:num_preemptions_total", {"model_name": "Llama-3.1-8B"}) == int(sim.preemptions.sum())
+
+
+def test_a_failing_step_fails_the_requests_in_flight_and_refuses_later_ones():
+    state, _ = build_twin(TwinConfig(system=SYSTEM))
+
+    def broken(plan):
+        raise ValueError("a pricing bug")
+
+    state.loop.executor.pricer.run = broken
+
+    async def run():
+        loop = state.loop
+        loop.start()
+        first = Job("r0", _generation(state, {"prompt": [1, 2]}), loop.now())
+        loop.submit(first)
+        failed = await asyncio.wait_for(first.tokens.get(), 10)
+        later = Job("r1", _generation(state, {"prompt": [1, 2]}), loop.now())
+        loop.submit(later)
+        refused = await asyncio.wait_for(later.tokens.get(), 10)
+        await asyncio.to_thread(loop.stop)
+        return failed, refused
+
+    failed, refused = asyncio.run(run())
+    assert failed == refused == "engine failure: a pricing bug"

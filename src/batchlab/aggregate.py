@@ -67,9 +67,7 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     # engine.run checked every request before the first was added: each is accepted as it is
-    add, queued = engine.add, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
-    plan_step, begin, commit, decode = lane.plan, lane.begin, lane.commit, lane.decode
-    live, finishing = lane.live, lane.finishing
+    add, begin_next, finish_pending = engine.add, lane.begin_next, lane.finish_pending
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -81,30 +79,16 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        if not queued:   # pure decodes: a run of them in one numpy piece, or one step
-            if not live:
-                if next_arrival == n_pending:
-                    break
-                t = max(t, next_t)   # idle: the clock jumps to the next arrival
-                continue
-            if t + RUN_MIN * lane.duration <= next_t and lane.s + RUN_MIN <= lane.next_finish():
-                run = lane.price_run(t, next_t)
-                if run is not None:
-                    t = lane.apply_run(run, len(run.ends))
-                    lane.finish_due()
-                    continue
-            end = decode(t, next_t)
-            if end is None:
+        if lane.idle:
+            if next_arrival == n_pending:
                 break
-            t = end
-            if lane.s - 1 in finishing:
-                lane.finish_due()
+            t = max(t, next_t)   # idle: the clock jumps to the next arrival
             continue
-        plan = plan_step()
-        if plan is None:
+        end = begin_next(t, next_t, next_t)
+        if end is None:
             break
-        t = begin(t, plan)
-        commit()
+        finish_pending()
+        t = end
     lane.hand_back()
     return t, next_arrival, lane.s
 
@@ -149,6 +133,7 @@ class Lane:
         self.decoded = self.prefilled = 0    # work not yet in the engine's counts
         self.duration = 0.0     # the last step's
         self.begun: tuple | None = None      # the begun step's (end, newcomers)
+        self.pending = None   # what begin_next began: a priced run, or what ends it (finish_due, commit)
         self.held = self.held_tokens()        # KV held (but on unlimited memory), kept current
 
     @classmethod
@@ -167,6 +152,57 @@ class Lane:
     @property
     def idle(self) -> bool:
         return not self.live and not self.waiting.heap   # the heap: a truth value without a call
+
+    # -- what a driver runs: the next piece, under way until its end ----------------------
+
+    def begin_next(self, now: float, until: float, run_until: float = math.inf) -> float | None:
+        """Begin what comes next at `now`: while nobody waits, a run of pure decodes up to the
+        next finish priced in one piece (ending by `run_until`, when it has room for RUN_MIN
+        steps before it) or else decode steps up to the first that ends at or after `until`;
+        otherwise one step. Its end; what began is under way until `finish_pending` (a run may
+        be `cut` first). None, and nothing changed, where the general loop must step."""
+        if not self.waiting.heap:
+            if now + RUN_MIN * self.duration <= run_until and self.s + RUN_MIN <= self.next_finish():
+                run = self.price_run(now, run_until)
+                if run is not None:
+                    self.pending = run
+                    return run.end
+            end = self.decode(now, until)
+            if end is not None:
+                self.pending = self.finish_due
+            return end
+        plan = self.plan()
+        if plan is None:
+            return None
+        self.pending = self.commit
+        return self.begin(now, plan)
+
+    def finish_pending(self) -> None:
+        """The end of what began: a run applied and its last step's finishes, decode steps'
+        finishes, or a step's commit."""
+        pending, self.pending = self.pending, None
+        if isinstance(pending, Stretch):
+            self.apply_run(pending, len(pending.ends))
+            self.finish_due()
+        elif pending is not None:
+            pending()
+
+    def cut(self, now: float) -> float | None:
+        """Something reaches the engine at `now` while a run is under way: its steps up to the
+        one under way at `now` are applied; that one's end is returned, its finishes left to
+        `finish_pending` if it is the run's last (None: no run is under way)."""
+        run = self.pending
+        if not isinstance(run, Stretch):
+            return None
+        steps = min(int(run.ends.searchsorted(now, side="right")) + 1, len(run.ends))
+        end = self.apply_run(run, steps)
+        self.pending = self.finish_due if steps == len(run.ends) else None
+        return end
+
+    def held_at(self, now: float) -> float | None:
+        """KV held at `now` while a run is under way (None: none is)."""
+        run = self.pending
+        return self.held_during(run).held_at(now) if isinstance(run, Stretch) else None
 
     # -- one step ------------------------------------------------------------------------
 

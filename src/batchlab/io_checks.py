@@ -185,6 +185,8 @@ def _not_empty(path: str | Path, field: str) -> Path:
     # Path("") is ".", the working directory: an empty name is a mistake, not a place to write.
     if not str(path).strip():
         raise _fail(field, "an empty path: name the file or directory to write")
+    if "\x00" in str(path):   # no file system takes it; os calls would raise ValueError
+        raise _fail(field, f"a path with a NUL character: {brief(str(path))}")
     return Path(path)
 
 

@@ -43,6 +43,7 @@ async def first_model(base_url: str, model: str | None, timeout_s: float) -> str
             listing = None
     data = listing.get("data") if isinstance(listing, dict) else None
     if status != 200 or not isinstance(data, list) or not data or not isinstance(data[0], dict) \
-            or not isinstance(data[0].get("id"), str) or not 0 < len(data[0]["id"].strip()) <= MODEL_NAME_LIMIT:
+            or not isinstance(data[0].get("id"), str) or not 0 < len(data[0]["id"].strip()) <= MODEL_NAME_LIMIT \
+            or not data[0]["id"].isprintable():
         raise InputError(f"field '--model' is not given and {url} lists no model (HTTP {status}); pass --model")
     return data[0]["id"]

@@ -31,6 +31,7 @@ import numpy as np
 
 from batchlab.calibrate.profiles import ProfilePoint
 from batchlab.errors import InputError
+from batchlab.io_checks import brief
 from batchlab.hardware.opcost import (
     OP_CLASS,
     ClassParams,
@@ -317,6 +318,12 @@ def fit(points: list[ProfilePoint], base: GPUSpec, hold_out=(), name: str | None
     """Fit `base`'s parameters to `points` (minus the held-out ones) and predict every point."""
     if not points:
         raise InputError("calibrate: the profiles hold no points")
+    for field, values in hold_out:   # a value no point has holds nothing out: a typo
+        seen = {str(getattr(p, field)) for p in points}
+        missing = sorted(values - seen)
+        if missing:
+            raise InputError(f"field '--hold-out': no point has {field} = {brief(missing[0])} "
+                             f"({len(seen):,} distinct values in the profiles)")
     skipped = [(p, "cross-node collective (not modelled)") for p in points if not p.intra_node]
     used = [p for p in points if p.intra_node]
     train = [p for p in used if not _held(p, hold_out)]

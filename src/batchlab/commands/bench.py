@@ -146,12 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = _check(args)
     workload = load_requests(plan["spec"])
-    if plan["spec"].is_trace:
-        from batchlab import limits
-        limits.check_memory(int(workload.prompt.sum()) * limits.BENCH_BYTES_PER_PROMPT_TOKEN
-                            + int(workload.output.sum()) * limits.BENCH_BYTES_PER_OUTPUT_TOKEN,
-                            "--dataset-path" if plan["spec"].name == "trace" else "--num-prompts",
-                            f"{len(workload):,} requests of {int(workload.prompt.sum()):,} prompt tokens in all")
+    check_drawn_memory(workload, plan["spec"])
     model = asyncio.run(first_model(plan["base_url"], args.model, args.connect_timeout))
     bodies = encode_bodies(workload, plan["kind"], model, args.prompt_format, args.seed, args.vocab_size,
                            args.ignore_eos, plan["extra"])
@@ -319,3 +314,13 @@ def check_prompt_memory(spec, extra_chars: int = 0) -> None:
     limits.check_memory(spec.num_prompts * (longest * limits.BENCH_BYTES_PER_PROMPT_TOKEN + extra_chars
                                             + out * limits.BENCH_BYTES_PER_OUTPUT_TOKEN),
                         flag, f"{spec.num_prompts:,} requests of up to {longest:,} prompt and {out:,} output tokens")
+
+
+def check_drawn_memory(workload, spec) -> None:
+    """The requests as drawn (a workload's own lengths, a trace's) fit, encoded, in memory."""
+    from batchlab import limits
+
+    limits.check_memory(int(workload.prompt.sum()) * limits.BENCH_BYTES_PER_PROMPT_TOKEN
+                        + int(workload.output.sum()) * limits.BENCH_BYTES_PER_OUTPUT_TOKEN,
+                        "--dataset-path" if spec.name == "trace" else "--num-prompts",
+                        f"{len(workload):,} requests of {int(workload.prompt.sum()):,} prompt tokens in all")

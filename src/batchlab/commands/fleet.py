@@ -130,11 +130,19 @@ def check_sizes(args: argparse.Namespace, fleet, link, workload, runs: int = 1) 
                           runs=runs, books=held)
     if link is None or not len(workload):
         return
-    longest = int(workload.prompt.max()) + 1
-    model = fleet.entry[0].model
+    flag = "--kv-link-latency" if args.kv_link_latency is not None and link.latency_s > limits.MAX_EVENT_S / 2 \
+        else "--kv-link-bandwidth" if args.kv_link_bandwidth is not None else "--gpu"
+    check_link(link, int(workload.prompt.max()) + 1, fleet.entry[0].model, flag)
+
+
+def check_link(link, longest: int, model, flag: str) -> None:
+    """InputError naming `flag` when the KV of the longest request (`longest` tokens) would take
+    longer to cross `link` than one event may last on a run's clock."""
+    from batchlab import limits
+    from batchlab.errors import InputError
+
     seconds = link.transfer_s(longest, model)
     if not seconds <= limits.MAX_EVENT_S:
-        flag = "--kv-link-latency" if link.latency_s > limits.MAX_EVENT_S / 2 else "--kv-link-bandwidth"
         raise InputError(f"field '{flag}': moving the KV of the longest request ({longest:,} tokens, "
                          f"{longest * model.kv_bytes_per_token / 1e9:.3g} GB) would take "
                          f"{limits.time_text(seconds)}, more than the {limits.time_text(limits.MAX_EVENT_S)} "

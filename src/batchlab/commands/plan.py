@@ -109,6 +109,13 @@ def check_sizes(args: argparse.Namespace, model, system, choices, workload) -> N
     if not choices:
         return
     flag = "--gpus" if args.gpus else "--gpu"
+    if len(workload) and any(c.disaggregated for c in choices):
+        from batchlab.commands.fleet import check_link
+        from batchlab.fleet import KVLink
+
+        for c in choices:
+            if c.disaggregated:
+                check_link(KVLink.of_gpu(c.gpu), int(workload.prompt.max()) + 1, model, flag)
     largest = max(books(ReplicaSpec(system, model, c.gpu, c.layout), flag) for c in choices) * args.max_replicas
     limits.check_memory(largest, "--max-replicas", f"a fleet of {args.max_replicas:,} replicas' KV cache books")
     requests, tokens = len(workload), int(workload.output.sum())

@@ -136,7 +136,8 @@ def compute(args) -> dict:
 
     system = parse_system(cfg.system, "--system")
     check_sizes(args, cfg, mini, system)
-    dataset(cfg, math.inf)            # so does a bad dataset (a missing trace file, ...)
+    from batchlab.commands.bench import check_drawn_memory
+    check_drawn_memory(dataset(cfg, math.inf), cfg.dataset)   # so does a bad dataset (a missing trace file, ...)
     gpu, device = _device(args, cfg)
     out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)
     out["device"] = device

@@ -32,10 +32,6 @@ class Replica:
     routed: list[int] = field(default_factory=list)   # input positions of the requests sent here
     pipeline: Pipeline | None = None      # Orca's pipelined iterations (the engine's config), else None
     lane: aggregate.Lane | None = None    # the running set as sums, while the lane holds
-    run: Stretch | None = None            # a priced run of the lane's decodes under way
-    lane_step: bool = False               # a begun lane step under way
-    lane_decode: bool = False             # a lane step of decodes only (or a cut run's last one)
-                                          # under way: its finishes come at its end
     lane_pause: int = 0                   # begins left to the general loop
     lane_ok: bool | None = None           # the engine's configuration allows a lane (None: not asked)
     settled: float | None = None          # the end of the step under way where `settle` cut, until start
@@ -50,7 +46,7 @@ class Replica:
     def clear(self) -> None:
         self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
         self.pipeline = Pipeline(self.engine) if self.engine.config.max_in_flight > 1 else None
-        self.lane, self.run, self.lane_step, self.lane_decode, self.lane_pause = None, None, False, False, 0
+        self.lane, self.lane_pause = None, 0
         self.lane_ok, self.settled = None, None
 
     def start(self, now: float, horizon: float = -math.inf) -> list[float]:
@@ -98,22 +94,10 @@ class Replica:
             self.lane = aggregate.Lane.enter(self.engine)
             if self.lane is None:
                 return None
-        lane = self.lane
-        if not lane.waiting.heap:   # pure decodes: up to the next finish in one numpy piece, or one step
-            if lane.s + aggregate.RUN_MIN <= lane.next_finish():
-                self.run = lane.price_run(now, math.inf)
-                if self.run is not None:
-                    return self.run.end
-            end = lane.decode(now, horizon)
-            if end is not None:
-                self.lane_decode = True
-                return end
-        else:
-            plan = lane.plan()
-            if plan is not None:
-                self.lane_step = True
-                return lane.begin(now, plan)
-        lane.hand_back()
+        end = self.lane.begin_next(now, horizon)
+        if end is not None:
+            return end
+        self.lane.hand_back()
         self.lane, self.lane_pause = None, LANE_PAUSE
         return None
 
@@ -139,17 +123,8 @@ class Replica:
         if self.pipeline is not None:
             return self.pipeline.finish(now)
         step, self.in_flight, self.busy = self.in_flight, None, False
-        lane = self.lane
-        if self.run is not None:
-            lane.apply_run(self.run, len(self.run.ends))
-            lane.finish_due()
-            self.run = None
-        elif self.lane_decode:
-            lane.finish_due()
-            self.lane_decode = False
-        elif self.lane_step:
-            lane.commit()
-            self.lane_step = False
+        if self.lane is not None:
+            self.lane.finish_pending()
         if step is not None:
             return [self.engine.commit(step)]
         if self.stretch is not None:
@@ -166,11 +141,8 @@ class Replica:
         end (requests unfinished, KV held during it, the queue, cached prefixes) is the same
         either way. The last step of a stretch goes on as a begun step, committed at its end.
         """
-        if self.run is not None:   # a lane run: as a stretch, its last step's finishes at its end
-            run = self.run
-            steps = min(int(run.ends.searchsorted(now, side="right")) + 1, len(run.ends))
-            end = self.lane.apply_run(run, steps)
-            self.run, self.lane_decode = None, steps == len(run.ends)
+        end = self.lane.cut(now) if self.lane is not None else None
+        if end is not None:   # a lane run: as a stretch, its last step's finishes at its end
             self.version += 1
             return end
         stretch = self.stretch
@@ -192,8 +164,9 @@ class Replica:
         """KV tokens held at `now`, a stretch under way included."""
         if self.stretch is not None:
             return self.stretch.held_at(now)
-        if self.run is not None:
-            return self.lane.held_during(self.run).held_at(now)
+        held = self.lane.held_at(now) if self.lane is not None else None
+        if held is not None:
+            return held
         return self.engine.memory.held_tokens()
 
     def kv_demand_share(self, now: float) -> float:

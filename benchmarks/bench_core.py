@@ -31,8 +31,12 @@ HERE = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, resource, sys, time
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import PRESETS, parse_system
+try:
+    from batchlab.experiments.run import simulate
+    from batchlab.experiments.systems import PRESETS, parse_system
+except ImportError:   # a checkout from before serving/ was named experiments/
+    from batchlab.serving.run import simulate
+    from batchlab.serving.systems import PRESETS, parse_system
 from batchlab.workload import make_workload
 case, n = sys.argv[1], int(sys.argv[2])
 if case == "vidur":
@@ -41,10 +45,10 @@ if case == "vidur":
 elif case == "million":
     from batchlab.fleet import ReplicaSpec, simulate_fleet
     try:
+        from batchlab.runtime.allocator import keep_freed_memory
+    except ImportError:   # a checkout from before the helpers moved under runtime/
         from batchlab.allocator import keep_freed_memory
-        keep_freed_memory()
-    except ImportError:
-        pass
+    keep_freed_memory()
     workload = make_workload("chat", n, 64 * 20.0, seed=0)
     spec = ReplicaSpec(PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"])
     run = lambda: simulate_fleet(workload, [spec] * 64, "round-robin")

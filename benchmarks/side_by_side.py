@@ -44,8 +44,8 @@ CASES = {
 CHILD = """
 import json, sys, time
 from batchlab.hardware import resolve_gpu, resolve_model
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import make_workload
 kind, n, rate, system, model = json.loads(sys.argv[1])
 w = make_workload(kind, n, rate, seed=0)

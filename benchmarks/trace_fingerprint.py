@@ -24,8 +24,8 @@ import numpy as np
 from batchlab.fleet.report import fleet_figures
 from batchlab.fleet.simulate import ReplicaSpec, simulate_fleet
 from batchlab.hardware import resolve_gpu, resolve_model
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import PRESETS, parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import PRESETS, parse_system
 from batchlab.workload import make_workload
 
 MODEL, GPU = "Llama-3-8B", "H100-SXM"

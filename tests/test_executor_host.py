@@ -14,7 +14,7 @@ from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.request import Phase, Request
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import PlanItem, StepPlan
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 MODEL, GPU = resolve_model("llama-3-8b"), resolve_gpu("h100-sxm")
 
@@ -93,7 +93,7 @@ def test_decode_runs_price_the_cpu_as_single_steps(lens, max_bs, cpu_s, overlapp
 
 
 def test_the_knob_reaches_a_simulated_run():
-    from batchlab.serving.run import simulate
+    from batchlab.experiments.run import simulate
     from batchlab.workload import make_workload
 
     w = make_workload("chat", 60, 8.0, 0)

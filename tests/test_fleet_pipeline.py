@@ -16,8 +16,8 @@ from batchlab.metrics.normalized import normalized_latency
 from batchlab.request import Request
 from batchlab.scheduler import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
-from batchlab.serving.run import build_requests, simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import build_requests, simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.trace import StepLog, Trace
 from batchlab.workload import make_workload
 

@@ -12,7 +12,7 @@ from helpers import imported_modules
 SRC = ROOT / "src" / "batchlab"
 # What the mini transformer must not know: the engine and everything it runs on or produces.
 ENGINE_SIDE = ("batchlab.engine", "batchlab.scheduler", "batchlab.memory", "batchlab.executor",
-               "batchlab.serving", "batchlab.mini", "batchlab.trace", "batchlab.request")
+               "batchlab.experiments", "batchlab.mini", "batchlab.trace", "batchlab.request")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 

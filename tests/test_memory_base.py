@@ -102,8 +102,8 @@ FIGURES = {"name", "block_size", "total_blocks", "capacity_tokens", "swap_out", 
 ALLOWED = {n for n in dir(MemoryManager) if not n.startswith("_")} | FIGURES
 MANAGER_NAMES = {"memory", "mem", "paged"}   # what the code calls a manager it holds
 INTERNALS = {"pool", "free_list", "kv", "extra_refs", "key_of", "host_used", "take_free",
-             "evict_oldest", "BOOKS"}
-NOT_A_MANAGER = {"serving/systems.py"}   # System.memory there is the manager's name, a string
+             "evict_oldest", "MEMORY_VIEWS"}
+NOT_A_MANAGER = {"experiments/systems.py"}   # System.memory there is the manager's name, a string
 
 
 def _names_read(path: Path):

@@ -71,8 +71,8 @@ def test_tick_json_rounds_carry_seats():
 
 def test_static_chat_wastes_most_seats_and_continuous_none():
     from batchlab.hardware import resolve_gpu, resolve_model
-    from batchlab.serving.run import simulate
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import simulate
+    from batchlab.experiments.systems import parse_system
     from batchlab.workload import make_workload
 
     model, gpu = resolve_model("llama-3-8b"), resolve_gpu("h100-sxm")

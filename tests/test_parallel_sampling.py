@@ -20,8 +20,8 @@ from batchlab.model import init_model, tiny_config
 from batchlab.model.decoding import random_prompt
 from batchlab.request import Request, Status
 from batchlab.scheduler.config import SchedulerConfig
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload.content import Content
 from batchlab.workload.registry import make_workload
 

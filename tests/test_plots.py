@@ -10,8 +10,8 @@ from batchlab import plots
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import SLO
 from batchlab.plots.figure import DPI
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.tick import parse_case, run_case
 from batchlab.workload import make_workload
 
@@ -189,8 +189,8 @@ def test_latency_cdfs_zoom_to_the_data(sim_trace):
 @pytest.fixture(scope="module")
 def knobs_report():
     """The reservation, max_bs and order experiments, shrunk to a few runs of 60 requests."""
-    from batchlab.serving.experiments import Setting
-    from batchlab.serving.knobs import Overrides, run_knobs, select
+    from batchlab.experiments.experiments import Setting
+    from batchlab.experiments.knobs import Overrides, run_knobs, select
 
     plan = []
     for e in select(["reservation", "max_bs", "order"], Overrides(rates=(8.0, 24.0))):

@@ -10,7 +10,7 @@ from batchlab.executor.unit import UnitExecutor
 from batchlab.memory.reservation import ReservationMemory
 from batchlab.request import Request
 from batchlab.scheduler.config import SchedulerConfig
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 
 def blocked_head_case(admission: str):
@@ -44,7 +44,7 @@ def test_the_field_has_one_spelling_and_refuses_others():
 
 def test_skip_blocked_is_the_same_run_when_nothing_blocks():
     from batchlab.hardware import resolve_gpu, resolve_model
-    from batchlab.serving.run import simulate
+    from batchlab.experiments.run import simulate
     from batchlab.workload import make_workload
 
     model, gpu = resolve_model("llama-3-8b"), resolve_gpu("h100-sxm")

@@ -168,7 +168,7 @@ def test_slo_never_admits_a_predicted_miss_while_a_predicted_meet_waits(rows, sl
 
 
 def test_slo_reject_drops_the_hopeless_and_the_rest_meet_their_deadline():
-    from batchlab.serving.dependent import REJECTED_SLO, run_dependent
+    from batchlab.experiments.dependent import REJECTED_SLO, run_dependent
 
     # one seat, 10-tick requests all at once: only the first few can start within 25 ticks
     requests = [Request(f"r{i}", 0.0, 1, 10, index=i) for i in range(8)]

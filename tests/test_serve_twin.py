@@ -22,8 +22,8 @@ from batchlab.serve.protocol import ApiError
 from batchlab.serve.twin import (BYTES_PER_TOKEN, PRINTABLE_LO, PRINTABLE_N, estimate_prompt,
                                  seeded_token)
 from batchlab.serve.twin_server import TwinConfig, build_twin, twin_app
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import Workload
 
 with warnings.catch_warnings():   # Starlette 1.x prefers httpx2; httpx still works

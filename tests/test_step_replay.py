@@ -9,7 +9,7 @@ from batchlab.engine import Engine
 from batchlab.executor.costed import make_executor
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.request import Request
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 MODEL, GPU = resolve_model("Llama-3.1-8B"), resolve_gpu("L4")
 SYSTEM = parse_system("paged:max_bs=4")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import math
 import os
@@ -158,6 +159,34 @@ def reading(source: str) -> Iterator[None]:
         raise
 
 
+# A settings file (a spec, a fleet file) of more than this is not one: /dev/zero, a log.
+MAX_SETTINGS_BYTES = 16 * 2**20
+# One line of a trace: a Mooncake record with its hash ids is a few kB.
+MAX_LINE_CHARS = 2**20
+
+
+def read_limited(path: str | Path, source: str, limit: int = MAX_SETTINGS_BYTES) -> bytes:
+    """The bytes of `path`, read at most `limit` + 1 of them: a device or a FIFO that never
+    ends is refused instead of read into all the memory there is. OSError is the caller's."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{source}: larger than {limit // 2**20} MB, which no such file is")
+    return data
+
+
+def bounded_lines(stream, source: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """The lines of a text stream, each read at most `limit` + 1 characters at a time: a line
+    longer than that (a file with no line ends, /dev/zero) is an InputError, not a memory fill."""
+    for number in itertools.count(1):
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit:
+            raise InputError(f"{source}: line {number} is longer than {limit:,} characters")
+        yield line
+
+
 def load_json(text: str, source: str):
     """json.loads, with every failure an InputError naming `source` (the file or the flag)."""
     with reading(source):
@@ -256,6 +285,10 @@ def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
     import tempfile   # only writers need it; most runs only print
 
     path = check_output_file(path, field)
+    descriptor = _descriptor(path)
+    if descriptor is not None:
+        _write_to_descriptor(descriptor, path, data, field)
+        return path
     if _special(path):
         _write_through(path, data, field)
         return path
@@ -281,6 +314,35 @@ def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
             raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
         raise
     return path
+
+
+_DESCRIPTOR = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _descriptor(path: Path) -> int | None:
+    """The open file descriptor `path` names (/dev/stdout, /dev/stderr, /dev/fd/N,
+    /proc/self/fd/N), or None: the command's output goes on there after what the process
+    already wrote, through the descriptor itself, as a shell's `>&N` would."""
+    text = str(path)
+    if text in ("/dev/stdout", "/dev/stderr"):
+        return 1 if text == "/dev/stdout" else 2
+    match = _DESCRIPTOR.fullmatch(text)
+    return int(match.group(1)) if match else None
+
+
+def _write_to_descriptor(fd: int, path: Path, data: str | bytes, field: str) -> None:
+    import sys
+
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    for stream in (sys.stdout, sys.stderr):   # what was printed comes first
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def _write_through(path: Path, data: str | bytes, field: str) -> None:

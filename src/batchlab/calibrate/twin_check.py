@@ -66,8 +66,8 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.hardware.parallel import Layout
     from batchlab.metrics import compute_metrics
-    from batchlab.serving.run import build_requests
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import build_requests
+    from batchlab.experiments.systems import parse_system
 
     model, gpu = resolve_model(info["model"]), resolve_gpu(info["gpu"])
     system = parse_system(info["system"], "--system")

@@ -140,8 +140,8 @@ def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front: FrontEnd
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.metrics import compute_metrics
-    from batchlab.serving.run import build_requests
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import build_requests
+    from batchlab.experiments.systems import parse_system
 
     system = parse_system(cfg.system, "--system")
     memory = system.memory_for_capacity(cfg.kv_cache_tokens, model.max_context)
@@ -261,7 +261,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
     of their own, never from the requests compared. Without `cfg.rates`, the server's
     throughput with every request at once sets the three loads."""
     from batchlab.metrics.vllm import vllm_result
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise InputError(f"field '--repeats' must be a whole number >= 1, got {repeats!r}")
@@ -365,7 +365,7 @@ def split_runs(replays: list, paths, cfg: ValidateConfig, model) -> None:
     import json
 
     from batchlab.calibrate.step_replay import match_block, read_steps, split_run
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     trace_path, steps_path = paths
     if not replays or not trace_path.exists() or not steps_path.exists():

@@ -172,8 +172,7 @@ def fleet_from_flags(args: argparse.Namespace):
     model, gpu = options.hardware(args)
 
     def gpu_named(name: str):
-        from batchlab.commands.plan import gpu_named as resolve
-        return resolve(args, name, "gpu")
+        return options.gpu_named(args, name, "gpu")
 
     def model_named(name: str):
         from batchlab.hardware import resolve_model
@@ -238,7 +237,7 @@ def _orca(args: argparse.Namespace) -> int:
     from batchlab.fleet.orca import ORCA_SYSTEMS, OrcaSetting, orca_comparison
     from batchlab.hardware.parallel import Layout, check_layout
     from batchlab.io_checks import named
-    from batchlab.serving.systems import parse_systems
+    from batchlab.experiments.systems import parse_systems
 
     for flag, value in (("--replicas", args.replicas), ("--replica", args.replica),
                         ("--fleet-config", args.fleet_config), ("--prefill-replicas", args.prefill_replicas),
@@ -286,7 +285,7 @@ def _check_orca_sizes(args, workload, systems, model, gpu, layout) -> None:
     from batchlab import limits
     from batchlab.fleet import ReplicaSpec
     from batchlab.fleet.specs import books
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     held = max(books(ReplicaSpec(parse_system(name), model, gpu, layout), "--gpu") for name in systems)
     limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),

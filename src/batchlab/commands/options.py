@@ -99,6 +99,16 @@ def hardware(args: argparse.Namespace):
     return precision(model, args), gpu
 
 
+def gpu_named(args: argparse.Namespace, name: str, flag: str):
+    """The GPU `name` with the hardware flags' overrides; an error names `flag`, not --gpu."""
+    from batchlab.errors import InputError
+
+    try:
+        return hardware(argparse.Namespace(**{**vars(args), "gpu": name}))[1]
+    except InputError as exc:
+        raise InputError(str(exc).replace("field '--gpu'", f"field '{flag}'", 1)) from None
+
+
 def add_layout(p: argparse.ArgumentParser) -> None:
     """vLLM's parallelism flags: the GPUs one replica runs on."""
     g = p.add_argument_group("parallelism")
@@ -486,7 +496,7 @@ def add_jobs(p: argparse.ArgumentParser) -> None:
 
 def jobs(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
-    from batchlab.serving.experiments import default_jobs
+    from batchlab.experiments.experiments import default_jobs
 
     n = args.jobs if args.jobs is not None else default_jobs()
     if n < 1:

@@ -57,16 +57,6 @@ def _ints(text: str, flag: str) -> list[int]:
     return values
 
 
-def gpu_named(args: argparse.Namespace, name: str, flag: str):
-    """The GPU `name` with the hardware flags' overrides; an error names `flag`, not --gpu."""
-    from batchlab.errors import InputError
-
-    try:
-        return options.hardware(argparse.Namespace(**{**vars(args), "gpu": name}))[1]
-    except InputError as exc:
-        raise InputError(str(exc).replace("field '--gpu'", f"field '{flag}'", 1)) from None
-
-
 def choices_from_flags(args: argparse.Namespace):
     """(ModelSpec, [Choice]) of --gpus x --tp x --pp (and --disaggregated), each checked."""
     from batchlab.hardware.parallel import Layout
@@ -77,7 +67,7 @@ def choices_from_flags(args: argparse.Namespace):
     if args.gpus:
         gpus = []
         for name in args.gpus.split(","):
-            gpus.append(gpu_named(args, name.strip(), "--gpus"))
+            gpus.append(options.gpu_named(args, name.strip(), "--gpus"))
     layouts = []
     for tp in _ints(args.tp, "--tp"):
         for pp in _ints(args.pp, "--pp"):
@@ -129,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.fleet import make_router
     from batchlab.io_checks import named
     from batchlab.plan import PlanProblem, plan_fleet
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
     from batchlab.sweep.backends import runner
 
     if args.rate is None:

@@ -127,7 +127,7 @@ def check_flags(args) -> None:
     from batchlab import limits
     from batchlab.errors import InputError
     from batchlab.serve.model_spec import parse_model
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     name = args.served_model_name
     if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):

@@ -132,7 +132,7 @@ def compute(args) -> dict:
         if info is not None:   # a twin: its own model, GPU and system, replayed as they are
             return _compute_twin(args, cfg, info)
     mini, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     system = parse_system(cfg.system, "--system")
     check_sizes(args, cfg, mini, system)

@@ -20,7 +20,7 @@ from batchlab.fleet.simulate import ReplicaSpec
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import Layout, check_layout
 from batchlab.io_checks import brief
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 KEYS = ("count", "system", "model", "gpu", "tp", "pp", "role")
 ROLES = ("colocated", "prefill", "decode")
@@ -131,11 +131,12 @@ def load_fleet_file(path: str, defaults: Defaults, flag: str = "--fleet-config")
     """The `[[replica]]` tables of a TOML file, in order."""
     import tomllib   # only a fleet file needs it
 
-    from batchlab.io_checks import reading
+    from batchlab.io_checks import read_limited, reading
 
     try:
-        with open(path, "rb") as f, reading(path):
-            data = tomllib.load(f)
+        raw = read_limited(path, path)
+        with reading(path):
+            data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise InputError(f"field '{flag}': cannot read {path!r}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from batchlab.engine import Engine
-from batchlab.step import StepOutput
+from batchlab.engine.step import StepOutput
 from batchlab.executor.numpy_exec import NumpyExecutor
 from batchlab.memory.base import IntegrityError
 from batchlab.request import Request, Status, StopRule

@@ -59,7 +59,7 @@ def build_state(config: ServeConfig):
     from batchlab.serve.model_spec import parse_model
     from batchlab.serve.protocol import Limits
     from batchlab.serve.tokenizer import EOS
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     mini = parse_model(config.model)
     max_len = config.max_model_len or mini.max_context

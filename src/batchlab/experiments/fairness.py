@@ -1,7 +1,7 @@
 """Runs of multi-tenant traffic and of programs of calls, with their own figures.
 
 `simulate_calls` serves a workload (with tenants and priorities, if it has them) or a set of
-programs through the dependent driver (`serving/dependent.py`), on the general loop: the fair,
+programs through the dependent driver (`experiments/dependent.py`), on the general loop: the fair,
 SLO-aware and program-level orders hear of every step. FCFS goes through the same loop, so a
 comparison is the same traffic served by the same steps but for the order. `tenant_point` and
 `program_point` are the rows of `batchlab knobs fairness` and `knobs programs`.
@@ -13,16 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.gc_pause import gc_paused
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics
 from batchlab.metrics.programs import program_figures, program_latencies
 from batchlab.metrics.tenants import service_curves, tenant_rows
 from batchlab.request import Request
-from batchlab.serving.dependent import engine_for, run_dependent
-from batchlab.serving.run import build_requests, run_figures, usage_figures
-from batchlab.serving.systems import System
+from batchlab.experiments.dependent import engine_for, run_dependent
+from batchlab.experiments.run import build_requests, run_figures, usage_figures
+from batchlab.experiments.systems import System
 from batchlab.trace import Trace
 from batchlab.workload import Workload
 from batchlab.workload.context import limit_context

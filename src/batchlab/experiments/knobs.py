@@ -1,7 +1,7 @@
 """The knobs of continuous batching (seed L02 §6) as data: each experiment a set of runs.
 
 An experiment names a workload, an SLO, the arrival rates and the systems it compares (spec
-strings of `batchlab.serving.systems`, each with a short label); every run is one
+strings of `batchlab.experiments.systems`, each with a short label); every run is one
 `experiments.point`, so the rows are those of `compare` and the figure helpers draw them.
 Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own choice.
 
@@ -17,7 +17,7 @@ Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own 
   memory as the cost-free reference.
 - fairness: two tenants, heavy (3 of 4 requests, priority 1) and light (priority 0), on chat
   traffic with max_bs 64; FCFS vs VTC vs priority vs SLO-aware admission (defer, reject):
-  each tenant's TTFT and SLO attainment (`serving/fairness.py`).
+  each tenant's TTFT and SLO attainment (`experiments/fairness.py`).
 - programs: chains of calls (four on average) with tool waits between them, max_bs 16; FCFS vs
   PLAS vs Parrot (with a prefix cache, as is FCFS beside it): programs' end-to-end latency.
 """
@@ -29,14 +29,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from batchlab.errors import InputError
-from batchlab.serving.experiments import Setting, point, run_tasks
-from batchlab.serving.fairness import program_point, tenant_point
-from batchlab.serving.systems import System, parse_system
+from batchlab.experiments.experiments import Setting, point, run_tasks
+from batchlab.experiments.fairness import program_point, tenant_point
+from batchlab.experiments.systems import System, parse_system
 
-# Seed L02 §5.2's SLO for the chat experiments; §6.1 relaxes TTFT to 2 s for long prompts.
+# Seed L02's SLO for the chat experiments; its long-prompt experiment relaxes TTFT to 2 s.
 CHAT_SLO = (1.0, 0.050)
 LONG_SLO = (2.0, 0.050)
-AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md §6.3
+AGING_RATE = 200.0   # output tokens of priority per second waited; see docs/knobs.md
 HOST_CPU_MS = (4.0, 16.0)   # below and above a chat decode step's GPU time (~7 ms): see docs/host.md
 PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's watermark is 1%)
 
@@ -223,13 +223,13 @@ def _config(e: Experiment, setting: Setting) -> dict:
     if e.unit != "req/s":
         out["rate_unit"] = e.unit
     if e.runner is tenant_point:
-        from batchlab.serving.fairness import TENANT_MIX
+        from batchlab.experiments.fairness import TENANT_MIX
         out["tenants"] = "the workload's own" if w.tenants is not None else TENANT_MIX
     if e.runner is program_point and setting.programs is not None:
         p = setting.programs
         out.update(workload=p.name, requests=len(p), programs={"trace": p.name, "programs": len(p.programs)})
     elif e.runner is program_point:
-        from batchlab.serving.fairness import PROGRAM_CALLS, PROGRAM_PREFIX, PROGRAM_TOOL_WAIT
+        from batchlab.experiments.fairness import PROGRAM_CALLS, PROGRAM_PREFIX, PROGRAM_TOOL_WAIT
         out["programs"] = {"mean_calls": PROGRAM_CALLS, "shape": "chain", "tool_wait_s": PROGRAM_TOOL_WAIT,
                            "shared_prefix": PROGRAM_PREFIX}
     return out

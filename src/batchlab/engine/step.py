@@ -11,15 +11,15 @@ from batchlab.scheduler.plan import StepPlan
 
 
 @dataclass(slots=True)
-class Stretch:
-    """Decode steps of the whole running set, priced from `start`, not yet applied (a lane's
+class DecodeRun:
+    """Decode steps of the whole running set, priced from `start`, not yet applied (a fast path's
     run may lose requests at its last step; a stretch's are identical to its end)."""
 
     start: float
     durations: np.ndarray   # [steps] each step's duration
     ends: np.ndarray        # [steps] each step's end
-    held: np.ndarray | None   # [steps] KV tokens held during each step (None: a lane run whose
-                              # blocks are counted as it is applied, Lane.held_during)
+    held: np.ndarray | None   # [steps] KV tokens held during each step (None: a fast path run whose
+                              # blocks are counted as it is applied, FastPath.held_during)
 
     @property
     def end(self) -> float:

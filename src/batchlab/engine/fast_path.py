@@ -1,18 +1,18 @@
-"""Aggregate stepping: the simulator's steps advanced from running sums while nothing is decided.
+"""The fast path: the simulator's steps advanced from running sums while nothing is decided.
 
 While every request admitted starts with its whole prompt in one step and every decode finds the
 KV block it needs, each plan is fixed by counts: every running request decodes one token and the
 newcomers (the queue's head onward, while seats and memory take them) prefill. A step's price
 then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
 is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
-block. The lane runs such steps with no work per running request in between; a request's
-counters and token times are written when it finishes, and everyone's when the lane hands back
+block. The fast path runs such steps with no work per running request in between; a request's
+counters and token times are written when it finishes, and everyone's when the fast path hands back
 to the general loop, at the first step where a prompt would be chunked, a decode would find no
 block (a preemption) or a request that is not fresh would be admitted.
 
 The result is the general loop's, bit for bit: the same plans in the same order, the same
 blocks taken from the same free list, the same prices from the executor's own formula, the same
-step log and work counts (tests/test_aggregate.py checks it against the general loop).
+step log and work counts (tests/test_fast_path.py checks it against the general loop).
 
 It applies to the simulator's loop with paged (no prefix cache), reservation or unlimited memory,
 the roofline executor, continuous batching in arrival order and one batch in flight; requests
@@ -33,21 +33,21 @@ from batchlab.memory.paged import PagedMemory
 from batchlab.memory.reservation import ReservationMemory
 from batchlab.memory.unlimited import UnlimitedMemory
 from batchlab.request import Request, Status
-from batchlab.step import Stretch
+from batchlab.engine.step import DecodeRun
 from batchlab.trace import BlockGrowth
 
 MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: no subclass
 # Pure-decode steps below which a run is stepped one at a time in plain Python rather than
 # priced in one numpy piece (numpy's set-up costs about as much as this many Python steps).
 RUN_MIN = 24
-# Step-log rows the lane keeps as tuples before handing them to the step log, which packs them.
+# Step-log rows the fast path keeps as tuples before handing them to the step log, which packs them.
 FLUSH_ROWS = 4096
-# Lane step ends kept in one C array before the next (no token lists: Lane.ends).
+# FastPath step ends kept in one C array before the next (no token lists: FastPath.ends).
 ENDS_CHUNK = 1 << 16
 
 
 def applies(engine) -> bool:
-    """Whether `engine`'s configuration is one the lane reproduces exactly."""
+    """Whether `engine`'s configuration is one the fast path reproduces exactly."""
     c = engine.config
     return (engine.fast_forward and not engine.check_memory and not engine.record_rounds
             and type(engine.memory) in MEMORIES and type(engine.executor) is RooflineExecutor
@@ -56,18 +56,18 @@ def applies(engine) -> bool:
 
 
 def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tuple[float, int, int]:
-    """The simulator's loop in the lane from `t`: (the clock, the next pending arrival, steps run).
+    """The simulator's loop in the fast path from `t`: (the clock, the next pending arrival, steps run).
 
     Arrivals up to each step's start are added to `engine` as the general loop adds them; on
     return every request, the memory, the step log and the work counts are as after stepping.
     """
-    lane = Lane.enter(engine)
-    if lane is None:
+    fast = FastPath.enter(engine)
+    if fast is None:
         return t, next_arrival, 0
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     # engine.run checked every request before the first was added: each is accepted as it is
-    add, begin_next, finish_pending = engine.add, lane.begin_next, lane.finish_pending
+    add, begin_next, finish_pending = engine.add, fast.begin_next, fast.finish_pending
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -79,7 +79,7 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        if lane.idle:
+        if fast.idle:
             if next_arrival == n_pending:
                 break
             t = max(t, next_t)   # idle: the clock jumps to the next arrival
@@ -89,11 +89,11 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
             break
         finish_pending()
         t = end
-    lane.hand_back()
-    return t, next_arrival, lane.s
+    fast.leave()
+    return t, next_arrival, fast.s
 
 
-class Lane:
+class FastPath:
     """An engine's running set kept as sums, with what is due at which step (module docstring).
 
     A step is planned (`plan`: nothing changes unless it holds), begun (`begin`: admissions, new
@@ -101,7 +101,7 @@ class Lane:
     While nobody waits, `decode` runs steps of pure decodes one after another with the sums in
     local variables, and a longer run of them is priced in one numpy piece (`price_run`) and
     applied (`apply_run`, whole or its first steps); finishes come by `finish_due`.
-    `hand_back` writes every request as after stepping.
+    `leave` writes every request as after stepping.
     """
 
     def __init__(self, engine) -> None:
@@ -110,7 +110,7 @@ class Lane:
         self.grows = memory.grows_in_blocks
         self.stored_held = memory.held_is_stored
         # the KV held, where the step log takes it from the manager (unlimited memory's is the
-        # computed tokens the lane keeps, and summing them from the manager would cost a pass)
+        # computed tokens the fast path keeps, and summing them from the manager would cost a pass)
         self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
         self.price = engine.executor.affine   # the executor's own price of a step's sums
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
@@ -121,14 +121,14 @@ class Lane:
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
         self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
-        # each lane step's end: Python floats that token lists share, or (no token lists) C
+        # each fast step's end: Python floats that token lists share, or (no token lists) C
         # doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done (no object per step, and
         # no one array growing by copies)
         self.ends: list[float] | array = [] if engine.token_lists else array("d")
         self.ends_done: list[array] = []
         self.rows: list[tuple] = []                     # step-log rows not yet in the step log
         self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
-        self.s = 0              # lane steps run: the index of the next one
+        self.s = 0              # fast steps run: the index of the next one
         self.computed = 0       # KV tokens of the running requests: what a step reads
         self.decoded = self.prefilled = 0    # work not yet in the engine's counts
         self.duration = 0.0     # the last step's
@@ -137,17 +137,17 @@ class Lane:
         self.held = self.held_tokens()        # KV held (but on unlimited memory), kept current
 
     @classmethod
-    def enter(cls, engine) -> Lane | None:
-        """The lane over `engine`'s running set; None unless every running request is decoding."""
+    def enter(cls, engine) -> FastPath | None:
+        """The fast path over `engine`'s running set; None unless every running request is decoding."""
         running = engine.scheduler.running
         for r in running:
             if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
                 return None
-        lane = cls(engine)
+        fast = cls(engine)
         for r in running:
-            lane.start(r, r.computed, r.emitted, 0)
-            lane.computed += r.computed
-        return lane
+            fast.start(r, r.computed, r.emitted, 0)
+            fast.computed += r.computed
+        return fast
 
     @property
     def idle(self) -> bool:
@@ -181,7 +181,7 @@ class Lane:
         """The end of what began: a run applied and its last step's finishes, decode steps'
         finishes, or a step's commit."""
         pending, self.pending = self.pending, None
-        if isinstance(pending, Stretch):
+        if isinstance(pending, DecodeRun):
             self.apply_run(pending, len(pending.ends))
             self.finish_due()
         elif pending is not None:
@@ -192,7 +192,7 @@ class Lane:
         one under way at `now` are applied; that one's end is returned, its finishes left to
         `finish_pending` if it is the run's last (None: no run is under way)."""
         run = self.pending
-        if not isinstance(run, Stretch):
+        if not isinstance(run, DecodeRun):
             return None
         steps = min(int(run.ends.searchsorted(now, side="right")) + 1, len(run.ends))
         end = self.apply_run(run, steps)
@@ -202,13 +202,13 @@ class Lane:
     def held_at(self, now: float) -> float | None:
         """KV held at `now` while a run is under way (None: none is)."""
         run = self.pending
-        return self.held_during(run).held_at(now) if isinstance(run, Stretch) else None
+        return self.held_during(run).held_at(now) if isinstance(run, DecodeRun) else None
 
     # -- one step ------------------------------------------------------------------------
 
     def plan(self) -> tuple | None:
         """The next step's (newcomers, prompt tokens, attention units, decodes taking a block),
-        newcomers taken from the queue; None, and nothing changed, if the lane cannot run it."""
+        newcomers taken from the queue; None, and nothing changed, if the fast path cannot run it."""
         waiting, batch = self.waiting, len(self.live)
         if waiting.heap:
             planned = _newcomers(waiting, len(waiting.heap), self.memory, self.seats - batch, self.chunk,
@@ -286,8 +286,8 @@ class Lane:
     def decode(self, t: float, until: float) -> float | None:
         """Steps of pure decodes from `t` while nobody waits: plan and begin's work for that
         case, one step after another until one ends at or after `until`, a run would price the
-        rest in one piece, or the lane cannot go on; the last one's end (its finishes wait for
-        finish_due), or None, and nothing changed, if the lane cannot run the first."""
+        rest in one piece, or the fast path cannot go on; the last one's end (its finishes wait for
+        finish_due), or None, and nothing changed, if the fast path cannot run the first."""
         live, finishing, crossings, bs = self.live, self.finishing, self.crossings, self.bs
         append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
         price = self.price
@@ -339,7 +339,7 @@ class Lane:
 
     # -- runs of pure decodes ------------------------------------------------------------
 
-    def price_run(self, t: float, next_t: float) -> Stretch | None:
+    def price_run(self, t: float, next_t: float) -> DecodeRun | None:
         """Pure-decode steps from `t` up to the next finish, while they start before `next_t`
         and every decode finds its block, priced in one numpy piece; None if too few.
 
@@ -374,10 +374,10 @@ class Lane:
             return None
         if steps < len(ends):
             durations, ends, held = durations[:steps], ends[:steps], None if held is None else held[:steps]
-        return Stretch(t, durations, ends, held)
+        return DecodeRun(t, durations, ends, held)
 
     def _growth(self, steps: int) -> tuple[int, np.ndarray]:
-        """The steps of a run from lane step s that find every new block they need (the free
+        """The steps of a run from fast step s that find every new block they need (the free
         list only shrinks in a run), and the KV held during each."""
         s, crossings = self.s, self.crossings
         free = self.memory.room()
@@ -393,7 +393,7 @@ class Lane:
         held0 = self.memory.held_tokens() // self.bs
         return steps, BlockGrowth(held0, self.bs, at, taken).held(steps)
 
-    def held_during(self, run: Stretch) -> Stretch:
+    def held_during(self, run: DecodeRun) -> DecodeRun:
         """`run` with the KV held during each of its steps, counted now if pricing left it to
         the run's application (a router that reads a replica's KV asks mid-run)."""
         if run.held is None:
@@ -401,16 +401,16 @@ class Lane:
         return run
 
     def _booked(self, steps: int) -> list[int]:
-        """Those of the next `steps` lane steps at which decodes take blocks, in order: the
+        """Those of the next `steps` fast steps at which decodes take blocks, in order: the
         steps found among the booked ones (a set intersection, looked up in C), or the booked
-        ones in range when they are fewer (every booked step is still ahead: the lane takes them
+        ones in range when they are fewer (every booked step is still ahead: the fast path takes them
         as it passes them)."""
         s, crossings = self.s, self.crossings
         if steps <= len(crossings):
             return sorted(crossings.keys() & range(s, s + steps))
         return sorted(k for k in crossings if k < s + steps)
 
-    def apply_run(self, run: Stretch, steps: int) -> float:
+    def apply_run(self, run: DecodeRun, steps: int) -> float:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch, held = self.s, len(self.live), run.held
@@ -444,11 +444,11 @@ class Lane:
         self.s = s + steps
         return float(ends[-1])
 
-    # -- the books -----------------------------------------------------------------------
+    # -- the running set, request by request ----------------------------------------------
 
     def start(self, r: Request, computed: int, emitted: int, step: int, first: int = -1) -> None:
-        """`r` decodes from lane step `step` on, with `computed` cached tokens and `emitted`
-        outputs (from ends[first] on if all are this lane's): when it finishes and, on paged
+        """`r` decodes from fast step `step` on, with `computed` cached tokens and `emitted`
+        outputs (from ends[first] on if all are this fast path's): when it finishes and, on paged
         memory, the steps at which it takes a block."""
         self.live[id(r)] = [r, step, computed, emitted, first]
         last = step + r.output_tokens - emitted - 1
@@ -460,12 +460,12 @@ class Lane:
             return
         bs, crossings, table = self.bs, self.crossings, self.memory.block_table(r)
         at = step + len(table) * bs - computed   # its blocks are full at that step's start
-        while at <= last:   # the table itself: it stays the request's while the lane runs it
+        while at <= last:   # the table itself: it stays the request's while the fast path runs it
             crossings.setdefault(at, []).append(table)
             at += bs
 
     def next_finish(self) -> float:
-        """The first lane step, from the next on, in which someone finishes (inf: none)."""
+        """The first fast step, from the next on, in which someone finishes (inf: none)."""
         heap = self.finish_steps
         while heap and heap[0] < self.s:
             heapq.heappop(heap)
@@ -479,15 +479,15 @@ class Lane:
         token_lists = self.engine.token_lists
         for r in due:
             entry = self.live.pop(id(r))
-            sliced = entry[4] >= 0   # its token times, whole, are a slice of this lane's step ends
-            self.bring_up(entry, token_lists or not sliced)
+            sliced = entry[4] >= 0   # its token times, whole, are a slice of this fast path's step ends
+            self.write_back(entry, token_lists or not sliced)
             if sliced:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
             self.engine.finish(r)
         self.held = self.held_tokens()
 
-    def bring_up(self, entry: list, token_times: bool = True) -> Request:
+    def write_back(self, entry: list, token_times: bool = True) -> Request:
         """Write a running request's counters and (unless told not to) token times as of the
         steps run."""
         r, step, computed, emitted, _ = entry
@@ -495,13 +495,13 @@ class Lane:
         r.computed = r.peak_computed = computed + k
         r.emitted = emitted + k
         if token_times:
-            back = self.s - step   # its steps in this lane: the last `back` ends
+            back = self.s - step   # its steps in this fast path: the last `back` ends
             n = len(self.ends)
             r.token_times.extend(self.ends[n - back:] if back <= n else self.ends_since(step))
         return r
 
     def ends_since(self, step: int) -> list[float]:
-        """The ends of lane steps `step` onward, across chunks (Lane.ends)."""
+        """The ends of fast steps `step` onward, across chunks (FastPath.ends)."""
         out, first = [], 0
         for chunk in (*self.ends_done, self.ends):
             if first + len(chunk) > step:
@@ -510,7 +510,7 @@ class Lane:
         return out
 
     def all_ends(self) -> np.ndarray:
-        """Every lane step's end, in order."""
+        """Every fast step's end, in order."""
         if type(self.ends) is list:
             return np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
         return np.concatenate([np.frombuffer(chunk, dtype=np.float64) for chunk in (*self.ends_done, self.ends)])
@@ -519,11 +519,11 @@ class Lane:
         self.engine.steps.add_rows(self.rows)
         self.rows = []
 
-    def hand_back(self) -> None:
-        """Write everything the lane has run into the engine: it may step on its own again."""
+    def leave(self) -> None:
+        """Write everything the fast path has run into the engine: it may step on its own again."""
         engine = self.engine
         if self.s:
-            engine.scheduler.running = [self.bring_up(entry) for entry in self.live.values()]
+            engine.scheduler.running = [self.write_back(entry) for entry in self.live.values()]
             self.flush_rows()
             engine.work["decode"] += self.decoded
             engine.work["prefill"] += self.prefilled

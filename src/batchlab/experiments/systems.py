@@ -21,8 +21,8 @@ from batchlab.scheduler import QueueOrder, SchedulerConfig
 from batchlab.scheduler.order import AGING_ORDERS, PREDICTING_ORDERS, canonical_order
 
 MEMORY_KINDS = ("unlimited", "reservation-max", "reservation-pow2", "reservation-oracle", "paged")
-DEFAULT_MAX_BS = 256   # seed L02 §6.4 and exercise 5 run Orca with max_bs = 256
-STATIC_BATCH = 128     # seed L02 §5.2: static batching with B = 128
+DEFAULT_MAX_BS = 256   # seed L02 and exercise 5 run Orca with max_bs = 256
+STATIC_BATCH = 128     # seed L02: static batching with B = 128
 
 
 @dataclass(frozen=True, slots=True)

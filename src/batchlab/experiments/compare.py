@@ -3,7 +3,7 @@
 The experiment of seed L02 §5: the §5.2 table (latency, throughput, SLO attainment and mean
 batch per rate), §5.3 the largest rate meeting the SLO (`max_goodput_rate`) and the GPUs it
 takes to serve a target rate, and §5.4 overall vs steady throughput under overload with its
-accounting (`batchlab.serving.accounting`): the share of the ideal decode-only throughput each
+accounting (`batchlab.experiments.accounting`): the share of the ideal decode-only throughput each
 system reaches, and the share of its busy time that prefill alone would take.
 """
 
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
-from batchlab.serving.accounting import decode_bound, shares
-from batchlab.serving.experiments import Setting, goodput, overload_point, point, run_tasks
-from batchlab.serving.systems import System
+from batchlab.experiments.accounting import decode_bound, shares
+from batchlab.experiments.experiments import Setting, goodput, overload_point, point, run_tasks
+from batchlab.experiments.systems import System
 
 DEFAULT_RATES = (1.0, 4.0, 16.0, 32.0, 64.0)
-OVERLOAD_RATE = 128.0    # seed L02 §5.4
-FLEET_RATE = 100.0       # seed L02 §5.3: GPUs needed to serve 100 req/s
+OVERLOAD_RATE = 128.0    # seed L02
+FLEET_RATE = 100.0       # seed L02: GPUs needed to serve 100 req/s
 
 
 @dataclass(frozen=True, slots=True)

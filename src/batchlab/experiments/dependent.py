@@ -23,7 +23,7 @@ from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.request import Phase, Request
 from batchlab.scheduler.plan import PlanItem, StepPlan
-from batchlab.serving.systems import System
+from batchlab.experiments.systems import System
 from batchlab.trace import Trace
 
 REJECTED_SLO = "predicted to miss its TTFT deadline"

@@ -17,25 +17,27 @@ Runs of identical pure-decode steps (nobody can be admitted, nobody finishes bef
 them) are fast-forwarded in one vectorised piece when the executor can price them; the result
 is the same, bit for bit, as stepping one at a time (tested), only faster. In the simulator,
 steps whose plans are fixed by counts (every arrival starts at once, every decode finds its
-block) are advanced from running sums (`aggregate.py`), again bit for bit.
+block) are advanced from running sums (`engine/fast_path.py`), again bit for bit.
 """
 
 from __future__ import annotations
 
 import heapq
+
 import numpy as np
 
-from batchlab import aggregate
+import batchlab.engine.fast_path as fast_path   # (the module: tests swap its parts)
+from batchlab.engine.pipelined import Pipeline
+from batchlab.engine.step import DecodeRun, StepOutput
 from batchlab.errors import InputError
 from batchlab.executor.base import DecodeRunPricer, Executor
-from batchlab.gc_pause import gc_paused
 from batchlab.memory.base import MemoryManager
 from batchlab.memory.unlimited import UnlimitedMemory
 from batchlab.request import Request, Status, arrival_order, computed_of
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.plan import StepPlan
 from batchlab.scheduler.policy import Scheduler
-from batchlab.step import StepOutput, Stretch
 from batchlab.trace import RoundRecord, StepLog, Trace
 
 
@@ -63,8 +65,8 @@ class Engine:
         self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
                              and config.admission == "stop-at-head" and isinstance(executor, DecodeRunPricer)
                              and not config.order.stepwise)
-        # False: a request that runs start to finish in the aggregate lane keeps only its first
-        # token time in its own list; the trace takes them all from the lane's step ends (for a
+        # False: a request that runs start to finish in the fast path keeps only its first
+        # token time in its own list; the trace takes them all from the fast path's step ends (for a
         # caller that reads the trace, never the requests: a fleet holds every replica's lists)
         self.token_lists = token_lists
         self.time_unit = time_unit
@@ -80,8 +82,8 @@ class Engine:
         self._ids: set[str] = set()
         self.unfinished = 0
         self.steps = StepLog()
-        # an aggregate lane's step ends, and (index, first, stop) of the requests whose token
-        # times are ends[first:stop]: the trace gathers those in numpy (aggregate.py)
+        # an fast path's step ends, and (index, first, stop) of the requests whose token
+        # times are ends[first:stop]: the trace gathers those in numpy (fast_path.py)
         self.token_slices: list[tuple[np.ndarray, np.ndarray]] = []
         self.rounds: list[RoundRecord] = []
         self.work = {"prefill": 0, "decode": 0, "recomputed": 0, "swapped_out": 0, "swapped_in": 0}
@@ -230,7 +232,7 @@ class Engine:
         if self.config.max_in_flight > 1:
             return self._run_pipelined(pending)
         next_arrival, t = 0, 0.0
-        lane = aggregate.applies(self)
+        fast = fast_path.applies(self)
         while self.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
                 self._accept(pending[next_arrival])   # check_fresh checked them all
@@ -240,8 +242,8 @@ class Engine:
                     break  # the last arrivals were all rejected: nothing is left to run or wait for
                 t = max(t, pending[next_arrival].arrival)
                 continue
-            if lane:   # steps whose plans are fixed by counts, advanced from sums
-                t, next_arrival, ran = aggregate.advance(self, t, pending, next_arrival)
+            if fast:   # steps whose plans are fixed by counts, advanced from sums
+                t, next_arrival, ran = fast_path.advance(self, t, pending, next_arrival)
                 if ran or self.idle:
                     continue
             if self.fast_forward:
@@ -436,21 +438,21 @@ class Engine:
                 steps = left
         return self.memory.decode_run_room(running, steps)
 
-    def begin_stretch(self, now: float) -> Stretch | None:
+    def begin_decode_run(self, now: float) -> DecodeRun | None:
         """A fast-forwardable run of decode steps from `now`, priced but not applied; None if
-        there is none. For engines that others observe (a fleet's router): `settle_stretch`
-        cuts it where something arrives, `apply_stretch` runs it whole at its end."""
+        there is none. For engines that others observe (a fleet's router): `cut_decode_run`
+        cuts it where something arrives, `apply_decode_run` runs it whole at its end."""
         if not self.fast_forward or self.idle:
             return None
         steps, held = self._fast_forward_steps()
-        return self._stretch(now, steps, held) if steps else None
+        return self._price_decode_run(now, steps, held) if steps else None
 
-    def settle_stretch(self, stretch: Stretch, now: float) -> StepOutput | None:
+    def cut_decode_run(self, stretch: DecodeRun, now: float) -> StepOutput | None:
         """Cut a stretch at `now`: the steps that ended by then are applied; the one under way
         at `now`, if any, becomes a begun step to commit at its end (as if stepped)."""
         done = int(np.searchsorted(stretch.ends, now, side="right"))
         if done:
-            self.apply_stretch(stretch, done)
+            self.apply_decode_run(stretch, done)
         if done == len(stretch.ends):
             return None
         running = self.scheduler.running
@@ -461,10 +463,10 @@ class Engine:
         self._log_step(plan, start, float(stretch.durations[done]))
         return StepOutput(start, float(stretch.ends[done]), plan, [])
 
-    def _stretch(self, t: float, steps: int, held: np.ndarray) -> Stretch:
+    def _price_decode_run(self, t: float, steps: int, held: np.ndarray) -> DecodeRun:
         durations = self.executor.decode_run(list(map(computed_of, self.scheduler.running)), steps)
         ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
-        return Stretch(t, durations, ends, held)
+        return DecodeRun(t, durations, ends, held)
 
     def _fast_forward(self, t: float, steps: int, held: np.ndarray, upcoming: float | None) -> float:
         """Run decode steps until the first finish, or until an arrival could be admitted.
@@ -473,14 +475,14 @@ class Engine:
         order may put the newcomer ahead of a head that does not fit (every order but fcfs).
         """
         sched = self.scheduler
-        stretch = self._stretch(t, steps, held)
+        stretch = self._price_decode_run(t, steps, held)
         newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
         if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
             # the arrival joins at the first step boundary at or after it
             steps = min(steps, 1 + int(np.searchsorted(stretch.ends[:steps - 1], upcoming, side="left")))
-        return self.apply_stretch(stretch, steps)
+        return self.apply_decode_run(stretch, steps)
 
-    def apply_stretch(self, stretch: Stretch, steps: int | None = None) -> float:
+    def apply_decode_run(self, stretch: DecodeRun, steps: int | None = None) -> float:
         """Apply the first `steps` steps of a stretch (all by default); the end of the last."""
         sched, memory = self.scheduler, self.memory
         steps = len(stretch.ends) if steps is None else steps
@@ -510,66 +512,6 @@ class Engine:
         if self.check_memory:
             memory.check_integrity()
         return times[-1]
-
-
-class Pipeline:
-    """Orca's pipelined iterations over an engine: up to `max_in_flight` batches in the
-    pipeline at once, for any clock (the simulator's, a fleet's).
-
-    A batch enters when the first stage is free (its interval after the last one entered)
-    and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
-    after it entered. Requests of a batch under way are not scheduled again until it returns.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.slots = engine.config.max_in_flight
-        self.batches: list[tuple[float, int, StepOutput]] = []   # heap of (end, entered, step)
-        self.entered = 0
-        self.next_entry = 0.0   # when the first stage takes the next batch
-
-    def finish(self, now: float) -> list[StepOutput]:
-        """Commit the batches that returned by `now`, in the order they return."""
-        done, batches = [], self.batches
-        while batches and batches[0][0] <= now:
-            done.append(self.engine.commit(heapq.heappop(batches)[2]))
-        return done
-
-    def enter(self, now: float) -> StepOutput | None:
-        """A batch enters at `now` if a slot is open and the first stage is free."""
-        engine = self.engine
-        if len(self.batches) >= self.slots or now < self.next_entry or engine.idle:
-            return None
-        plan = engine.scheduler.plan(now)
-        if not plan and not plan.preempted:
-            return None
-        run_stages = getattr(engine.executor, "run_stages", None)
-        if not plan:
-            interval = latency = 0.0
-        elif run_stages is not None:
-            interval, latency = run_stages(plan)
-        else:
-            interval = latency = engine.executor.run(plan)
-        for r in plan.decodes:
-            r.in_flight = True
-        for item in plan.prefills:
-            item.request.in_flight = True
-        # the step log's duration is the time the batch holds the pipeline's entry
-        engine._log_step(plan, now, interval)
-        step = StepOutput(now, now + latency, plan, [])
-        heapq.heappush(self.batches, (step.end, self.entered, step))
-        self.entered += 1
-        self.next_entry = now + interval
-        return step
-
-    def next_entry_wake(self, now: float) -> float | None:
-        """When the pipeline next needs the clock for an entry: a slot is open, the first stage
-        frees later, and someone could be scheduled then (None: it does not)."""
-        if len(self.batches) < self.slots and self.next_entry > now:
-            sched = self.engine.scheduler
-            if sched.waiting or any(not r.in_flight for r in sched.running):
-                return self.next_entry
-        return None
 
 
 def check_fresh(requests: list[Request]) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from batchlab.engine import Engine
 from batchlab.executor.costed import make_executor
-from batchlab.gc_pause import gc_paused
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics, none_if_nan, time_weighted_mean
@@ -16,7 +16,7 @@ from batchlab.metrics.normalized import normalized_figures
 from batchlab.metrics.seats import seat_figures
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES, METRICS, vllm_result
 from batchlab.request import Request
-from batchlab.serving.systems import System
+from batchlab.experiments.systems import System
 from batchlab.trace import Trace
 from batchlab.workload import Workload
 from batchlab.workload.content import Content
@@ -132,7 +132,7 @@ def simulate(workload: Workload, system: System, model: ModelSpec, gpu: GPUSpec,
         check_block_size((c.unit for c in workload.content if c is not None), system.block_size)
     memory = system.memory_manager(model, gpu, layout)
     if system.scheduler_config().order.stepwise:   # its queue hears of every step: the dependent driver
-        from batchlab.serving.dependent import engine_for, run_dependent
+        from batchlab.experiments.dependent import engine_for, run_dependent
         engine = engine_for(system, model, gpu, memory, layout=layout, check_memory=check_memory,
                             record_rounds=record_rounds)
         trace = run_dependent(engine, build_requests(workload, system, seed))

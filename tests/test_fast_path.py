@@ -1,7 +1,7 @@
-"""Aggregate stepping against the general loop: the same Trace and the same books, bit for bit.
+"""The fast path against the general loop: the same Trace and the same books, bit for bit.
 
 The simulator advances steps from running sums while every arrival starts at once with its whole
-prompt and every decode finds its block (batchlab/aggregate.py), and hands back to the general
+prompt and every decode finds its block (batchlab/engine/fast_path.py), and hands back to the general
 loop at the first step where that fails. Every knob that decides where it must hand back is
 drawn here (seats, token budget and chunk, memory and its watermark, block size, outputs of one
 token, context rejections, a request with parallel samples), and each run is compared with the
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from batchlab import aggregate
+from batchlab.engine import fast_path
 from batchlab.hardware import cost as roofline_cost
 from batchlab import trace as trace_module
 from batchlab.engine import Engine
@@ -36,17 +36,17 @@ GPU = resolve_gpu("A100-80GB")
 
 
 @pytest.fixture
-def lane_steps(monkeypatch):
+def fast_path_steps(monkeypatch):
     """Steps run in the lane, counted: proof the lane ran (or did not)."""
     counted = [0]
-    advance = aggregate.advance
+    advance = fast_path.advance
 
     def counting(*args):
         out = advance(*args)
         counted[0] += out[2]
         return out
 
-    monkeypatch.setattr(aggregate, "advance", counting)
+    monkeypatch.setattr(fast_path, "advance", counting)
     return counted
 
 
@@ -151,7 +151,7 @@ def test_aggregate_stepping_equals_the_general_loop_with_a_queue_behind_reservat
 def covered(case) -> None:
     rows, config, memory, max_context, sampled = case
     ran, runs = [0], [0]
-    advance, apply_run = aggregate.advance, aggregate.Lane.apply_run
+    advance, apply_run = fast_path.advance, fast_path.FastPath.apply_run
 
     def counting(*args):
         out = advance(*args)
@@ -162,12 +162,12 @@ def covered(case) -> None:
         runs[0] += 1
         return apply_run(lane, run, steps)
 
-    with mock.patch.object(aggregate, "advance", counting), \
-            mock.patch.object(aggregate.Lane, "apply_run", counting_runs):
+    with mock.patch.object(fast_path, "advance", counting), \
+            mock.patch.object(fast_path.FastPath, "apply_run", counting_runs):
         fast, fast_engine = check(rows, config, memory, max_context=max_context, sampled=sampled)
     # without token lists (and the lane's step ends in chunks of one run): the same trace; a
     # request's own list is whole, or holds its first token
-    with mock.patch.object(aggregate, "ENDS_CHUNK", 1):
+    with mock.patch.object(fast_path, "ENDS_CHUNK", 1):
         lean, _, lean_engine = run(rows, config, memory, fast=True, max_context=max_context, sampled=sampled,
                                    token_lists=False)
     assert_same_trace(lean, fast)
@@ -188,47 +188,47 @@ AMPLE = ("paged", 1 << 20, 16, 0.0)
 STEP = ROOFLINE_STEP_S
 
 
-def test_the_whole_of_vidurs_run_is_in_the_lane(lane_steps):
+def test_the_whole_of_vidurs_run_is_in_the_lane(fast_path_steps):
     # 512-token prompts arriving one at a time, ample memory: every step is one the lane runs,
     # and it takes the same blocks in the same order as stepping
     rows = [(k * 8 * STEP, 512, 64) for k in range(40)]
     for memory in (AMPLE, ("paged", 40_000, 4, 0.1)):
         trace, engine = check(rows, SchedulerConfig(), memory)
-        assert lane_steps[0] == trace.n_steps > 40
-        lane_steps[0] = 0
+        assert fast_path_steps[0] == trace.n_steps > 40
+        fast_path_steps[0] = 0
         stepped_engine = run(rows, SchedulerConfig(), memory, fast=False)[2]
         assert engine.memory.pool.free == stepped_engine.memory.pool.free
         # every request ran start to finish in the lane: without token lists, each keeps its first
         lean, lean_requests, _ = run(rows, SchedulerConfig(), memory, fast=True, token_lists=False)
         assert [r.token_times for r in lean_requests] == [[t] for t in trace.token_times[trace.token_offsets[:-1]]]
         assert_same_trace(lean, trace)
-        lane_steps[0] = 0
+        fast_path_steps[0] = 0
 
 
-def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(lane_steps):
+def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(fast_path_steps):
     # sparse arrivals and long outputs: most steps are pure decodes far from any event
     rows = [(0.0, 40, 300), (5 * STEP, 3, 90), (400 * STEP, 100, 250), (401 * STEP, 17, 1)]
     runs = []
-    apply_run = aggregate.Lane.apply_run
+    apply_run = fast_path.FastPath.apply_run
 
     def recording(lane, run, steps):
         runs.append(steps)
         return apply_run(lane, run, steps)
 
-    with mock.patch.object(aggregate.Lane, "apply_run", recording):
+    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
         trace, engine = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
-    assert lane_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
+    assert fast_path_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
     stepped_engine = run(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0), fast=False)[2]
     assert engine.memory.pool.free == stepped_engine.memory.pool.free
 
 
-def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(lane_steps):
+def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(fast_path_steps):
     """With room for every block a run could take, pricing leaves the KV held per step to the
     run's application (the step log then equals plain stepping's), and a router asking mid-run
     (held_during) gets the count pricing would have made."""
     rows = [(0.0, 40, 300), (5 * STEP, 3, 90), (400 * STEP, 100, 250)]
     skipped, counted = [], []
-    price_run = aggregate.Lane.price_run
+    price_run = fast_path.FastPath.price_run
 
     def recording(lane, *args):
         out = price_run(lane, *args)
@@ -239,25 +239,25 @@ def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(lane_s
             out.held = None   # as priced: applied without the count
         return out
 
-    with mock.patch.object(aggregate.Lane, "price_run", recording):
+    with mock.patch.object(fast_path.FastPath, "price_run", recording):
         trace, _ = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
-    assert lane_steps[0] == trace.n_steps and skipped and all(skipped) and all(counted)
+    assert fast_path_steps[0] == trace.n_steps and skipped and all(skipped) and all(counted)
 
 
-def test_a_queue_behind_the_seats_waits_in_the_lane(lane_steps):
+def test_a_queue_behind_the_seats_waits_in_the_lane(fast_path_steps):
     # two seats for three requests arriving together: the third waits for a seat and starts
     # in the step after the first finish, all of it in the lane
     rows = [(0.0, 50, 10), (0.0, 60, 30), (0.0, 70, 20), (40 * STEP, 30, 20)]
     trace, _ = check(rows, SchedulerConfig(max_active=2), AMPLE)
-    assert lane_steps[0] == trace.n_steps
+    assert fast_path_steps[0] == trace.n_steps
     assert trace.admitted_at[2] == trace.output_times(0)[-1]   # admitted at the first finish
 
 
-def test_a_block_that_runs_out_is_a_preemption_the_general_loop_makes(lane_steps):
+def test_a_block_that_runs_out_is_a_preemption_the_general_loop_makes(fast_path_steps):
     # 6 blocks of 4 tokens for two requests that each grow to 16 tokens: someone is preempted
     rows = [(0.0, 6, 10), (0.0, 6, 10)]
     trace, _ = check(rows, SchedulerConfig(), ("paged", 24, 4, 0.0))
-    assert trace.preemptions.sum() >= 1 and lane_steps[0] > 0
+    assert trace.preemptions.sum() >= 1 and fast_path_steps[0] > 0
 
 
 def test_chunked_prompts_outputs_of_one_token_and_parallel_samples():
@@ -270,12 +270,12 @@ def test_chunked_prompts_outputs_of_one_token_and_parallel_samples():
             check(rows, config, ("unlimited",), sampled=sampled)
 
 
-def test_other_configurations_keep_the_general_loop(lane_steps):
+def test_other_configurations_keep_the_general_loop(fast_path_steps):
     rows = [(k * STEP, 30, 10) for k in range(6)]
     for config in (SchedulerConfig(order=QueueOrder("sjf")), SchedulerConfig(prefill="prefill_first"),
                    SchedulerConfig(batching="static")):
         check(rows, config, AMPLE)
-    assert lane_steps[0] == 0
+    assert fast_path_steps[0] == 0
 
 
 @pytest.mark.parametrize("gather_tokens", [1, 2, trace_module.GATHER_TOKENS])
@@ -368,7 +368,7 @@ def test_a_runs_affine_range_is_the_int64_range_rounded_once(first, step, n):
 
 
 @pytest.mark.parametrize("bound", ["memory", "compute", "crossing"])
-def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, lane_steps, monkeypatch):
+def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, fast_path_steps, monkeypatch):
     """A run whose first and last steps are both memory-bound (or both compute-bound) prices
     that bound alone; one that crosses the ridge prices both and takes the larger at each step.
     Either way, the trace is plain stepping's, bit for bit."""
@@ -381,7 +381,7 @@ def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, lane_s
     monkeypatch.setattr(sys.modules[__name__], "GPU",
                         dataclasses.replace(GPU, peak_flops=ridge * GPU.memory_rate / GPU.mfu))
     ranges, priced = [0], []
-    affine_range, price_run = roofline_cost.affine_range, aggregate.Lane.price_run
+    affine_range, price_run = roofline_cost.affine_range, fast_path.FastPath.price_run
 
     def counting_ranges(*args):
         ranges[0] += 1
@@ -395,7 +395,7 @@ def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, lane_s
         return out
 
     with mock.patch.object(roofline_cost, "affine_range", counting_ranges), \
-            mock.patch.object(aggregate.Lane, "price_run", recording):
+            mock.patch.object(fast_path.FastPath, "price_run", recording):
         trace, _ = check([(0.0, 40, 300)], SchedulerConfig(), ("paged", 4096, 4, 0.0))
-    assert lane_steps[0] == trace.n_steps and priced
+    assert fast_path_steps[0] == trace.n_steps and priced
     assert set(priced) == ({2} if bound == "crossing" else {1})

@@ -14,8 +14,8 @@ from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, GoodputResult, find_goodput
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import System
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import System
 from batchlab.workload import Workload
 
 GOODPUT_REL_TOL = 0.02
@@ -50,7 +50,7 @@ def point(setting: Setting, system: System, rate: float) -> dict:
 
 def overload_point(setting: Setting, system: System, rate: float) -> dict:
     """`point`, plus the GPU time the served prompts take to prefill alone (seed L02 §5.4)."""
-    from batchlab.serving.accounting import prefill_alone_time
+    from batchlab.experiments.accounting import prefill_alone_time
 
     res = _run(setting, system, rate)
     return {"rate": rate, **res.figures(setting.percentiles),

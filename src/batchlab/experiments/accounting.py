@@ -25,7 +25,7 @@ import numpy as np
 
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_capacity_tokens_on
-from batchlab.serving.systems import System
+from batchlab.experiments.systems import System
 from batchlab.workload import Workload
 
 

@@ -1,9 +1,9 @@
-"""Aggregate stepping against the general loop with its stretches, in one process, same runs.
+"""The fast path against the general loop with its stretches, in one process, same runs.
 
-Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_aggregate.py [--repeats N]
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fast_path.py [--repeats N]
 
 Each case is one `simulate()` (engine, trace and metrics) of Llama-3-8B on a system preset, timed
-with the lane on and with `aggregate.applies` answering False (the general loop: planned steps
+with the lane on and with `fast_path.applies` answering False (the general loop: planned steps
 and fast-forwarded stretches), runs alternating; user CPU medians, and their ratio. The results
 are checked equal (token times and step log) before anything is timed.
 """
@@ -15,10 +15,10 @@ import resource
 import statistics
 from unittest import mock
 
-from batchlab import aggregate
+from batchlab.engine import fast_path
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import PRESETS
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import PRESETS
 from batchlab.workload import make_workload
 
 MODEL = MODEL_PRESETS["Llama-3-8B"]
@@ -43,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"user CPU, medians of {args.repeats}; general = aggregate.applies answering False")
+    print(f"user CPU, medians of {args.repeats}; general = fast_path.applies answering False")
     print(f"{'case':<50} {'general':>9} {'lane':>9} {'ratio':>6}")
     for label, system, kind, n, rate, gpu_name, lengths in CASES:
         prompt, output = lengths or (None, None)
@@ -53,7 +53,7 @@ def main() -> None:
         def run(lane: bool):
             if lane:
                 return simulate(workload, preset, MODEL, gpu)
-            with mock.patch.object(aggregate, "applies", lambda engine: False):
+            with mock.patch.object(fast_path, "applies", lambda engine: False):
                 return simulate(workload, preset, MODEL, gpu)
 
         fast, slow = run(True).trace, run(False).trace

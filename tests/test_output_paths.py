@@ -5,7 +5,8 @@ A rename over /dev/null, run as root, would put a regular file where the device 
 a FIFO or a socket is written through (like a shell's `>`), a full device or a FIFO nobody reads
 is a clean error naming the flag, and a regular file keeps the temporary-file-and-rename path.
 Device nodes are made privately in the test's own folder (`os.mknod`, which needs root), never
-the machine's own; a FIFO works for everyone.
+the machine's own; a FIFO works for everyone. Inputs are bounded the other way: a settings
+file or a trace that never ends (/dev/zero) is refused, not read into all the memory there is.
 """
 
 from __future__ import annotations
@@ -193,3 +194,20 @@ def test_a_result_file_on_a_fifo_nobody_reads_is_one_line(tmp_path, capsys):
                            "--result-filename", "pipe"], capsys)
     assert code == 2 and err.count("\n") == 1 and "'--result-filename'" in err and "no process" in err
     assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode) and sorted(_listing(tmp_path)) == ["pipe"]
+
+
+ZERO_INPUTS = [["fleet", *TINY, "--fleet-config", "z.toml"], ["fleet", "--trace", "z.csv", "--jobs", "1"],
+               ["fleet", "--trace", "z.jsonl", "--jobs", "1"], ["fleet", *TINY, "--gpu", "z.toml"],
+               ["fleet", *TINY, "--model", "z.json"], ["validate", "--device", "z.toml"],
+               ["bench", "--base-url", "http://127.0.0.1:9", "--dataset-name", "trace", "--dataset-path", "z.csv"]]
+
+
+@pytest.mark.parametrize("argv", ZERO_INPUTS, ids=lambda argv: "-".join(argv[:1] + argv[-2:]))
+def test_an_input_that_never_ends_is_refused_not_read_into_memory(tmp_path, monkeypatch, capsys, argv):
+    # /dev/zero behind an ordinary name: no line ends, no end at all
+    monkeypatch.chdir(tmp_path)
+    for name in ("z.toml", "z.csv", "z.jsonl", "z.json"):
+        os.symlink("/dev/zero", name)
+    code, out, err = _cli(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "larger than 16 MB" in err or "longer than 1,048,576 characters" in err

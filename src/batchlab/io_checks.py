@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import math
 import os
@@ -156,6 +157,34 @@ def reading(source: str) -> Iterator[None]:
         if "int_max_str_digits" in str(exc) or "Exceeds the limit" in str(exc):
             raise InputError(f"{source}: a number has more than 4,300 digits") from None
         raise
+
+
+# A settings file (a spec, a fleet file) of more than this is not one: /dev/zero, a log.
+MAX_SETTINGS_BYTES = 16 * 2**20
+# One line of a trace: a Mooncake record with its hash ids is a few kB.
+MAX_LINE_CHARS = 2**20
+
+
+def read_limited(path: str | Path, source: str, limit: int = MAX_SETTINGS_BYTES) -> bytes:
+    """The bytes of `path`, read at most `limit` + 1 of them: a device or a FIFO that never
+    ends is refused instead of read into all the memory there is. OSError is the caller's."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{source}: larger than {limit // 2**20} MB, which no such file is")
+    return data
+
+
+def bounded_lines(stream, source: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """The lines of a text stream, each read at most `limit` + 1 characters at a time: a line
+    longer than that (a file with no line ends, /dev/zero) is an InputError, not a memory fill."""
+    for number in itertools.count(1):
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit:
+            raise InputError(f"{source}: line {number} is longer than {limit:,} characters")
+        yield line
 
 
 def load_json(text: str, source: str):

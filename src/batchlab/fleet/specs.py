@@ -131,11 +131,12 @@ def load_fleet_file(path: str, defaults: Defaults, flag: str = "--fleet-config")
     """The `[[replica]]` tables of a TOML file, in order."""
     import tomllib   # only a fleet file needs it
 
-    from batchlab.io_checks import reading
+    from batchlab.io_checks import read_limited, reading
 
     try:
-        with open(path, "rb") as f, reading(path):
-            data = tomllib.load(f)
+        raw = read_limited(path, path)
+        with reading(path):
+            data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise InputError(f"field '{flag}': cannot read {path!r}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -130,6 +130,19 @@ def test_a_socket_is_refused_not_replaced(tmp_path):
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
+@pytest.mark.parametrize("prefix", ["/dev/fd/", "/proc/self/fd/"])
+def test_a_descriptors_name_writes_on_through_the_descriptor(tmp_path, prefix):
+    # as a shell's `--csv /dev/stdout > out.txt`: after what the process wrote, same file
+    target = tmp_path / "out.txt"
+    with open(target, "wb", buffering=0) as handle:
+        handle.write(b"table\n")
+        inode = os.fstat(handle.fileno()).st_ino
+        write_atomic(f"{prefix}{handle.fileno()}", "csv\n", "--csv")
+        handle.write(b"more\n")
+    assert target.read_bytes() == b"table\ncsv\nmore\n" and os.stat(target).st_ino == inode
+    assert sorted(_listing(tmp_path)) == ["out.txt"]
+
+
 @pytest.mark.parametrize("name", ["", " "])
 def test_an_empty_name_is_refused(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)

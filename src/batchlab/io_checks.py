@@ -285,6 +285,10 @@ def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
     import tempfile   # only writers need it; most runs only print
 
     path = check_output_file(path, field)
+    descriptor = _descriptor(path)
+    if descriptor is not None:
+        _write_to_descriptor(descriptor, path, data, field)
+        return path
     if _special(path):
         _write_through(path, data, field)
         return path
@@ -310,6 +314,35 @@ def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
             raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
         raise
     return path
+
+
+_DESCRIPTOR = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _descriptor(path: Path) -> int | None:
+    """The open file descriptor `path` names (/dev/stdout, /dev/stderr, /dev/fd/N,
+    /proc/self/fd/N), or None: the command's output goes on there after what the process
+    already wrote, through the descriptor itself, as a shell's `>&N` would."""
+    text = str(path)
+    if text in ("/dev/stdout", "/dev/stderr"):
+        return 1 if text == "/dev/stdout" else 2
+    match = _DESCRIPTOR.fullmatch(text)
+    return int(match.group(1)) if match else None
+
+
+def _write_to_descriptor(fd: int, path: Path, data: str | bytes, field: str) -> None:
+    import sys
+
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    for stream in (sys.stdout, sys.stderr):   # what was printed comes first
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def _write_through(path: Path, data: str | bytes, field: str) -> None:

@@ -135,7 +135,7 @@ class EngineLoop:
             executor_before = self.executor.run_seconds
             try:
                 out = engine.step(self.now())
-                self._hand_off(out.emitted, out)
+                self._hand_off(out)
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
                 log.exception("engine step failed")
                 self._fail_all(f"engine failure: {exc}")
@@ -236,24 +236,15 @@ class EngineLoop:
             self.metrics.integrity_failures.inc()
             log.exception("KV memory integrity check failed")
 
-    def _hand_off(self, emitted: list[Request], step: StepOutput | None = None) -> None:
+    def _hand_off(self, step: StepOutput) -> None:
         """Each emitted token to its request's queue: the step's tokens, with those the
         engine's update ended at EOS or a stop token (`StopRule`); stop at a stop string;
-        retire finished requests. Without the step's tokens (an executor that only prices and
-        makes tokens up), they are read from the executor and the stop rule applied here."""
+        retire finished requests."""
         executor, eos, events = self.executor, self.eos, []
         samplers = getattr(executor, "samplers", None)
         reused = getattr(self.engine.memory, "reused_tokens", None)
-        if step is not None and step.tokens is not None:
-            tokens, stopped = step.tokens, {r.id for r in step.stopped}
-        else:
-            tokens, stopped = {r.id: executor.outputs[r.id][-1] for r in emitted}, set()
-            for r in emitted:
-                if r.stop is not None and r.stop.stops(tokens[r.id], r.emitted):
-                    if not r.finished:
-                        self.engine.stop(r.id)
-                    stopped.add(r.id)
-        for r in emitted:
+        tokens, stopped = step.tokens, {r.id for r in step.stopped}
+        for r in step.emitted:
             job = self.jobs[r.id]
             gen = job.generation
             token = tokens[r.id]

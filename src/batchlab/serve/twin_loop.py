@@ -207,7 +207,7 @@ class TwinLoop(EngineLoop):
                     await TIMER.sleep_until(self.t0 + out.end)
                 late = self.now() - out.end
                 engine.commit(out)
-                self._hand_off(out.emitted)
+                self._hand_off(out)
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
                 log.exception("twin step failed")
                 self._fail_all(f"engine failure: {exc}")

@@ -5,7 +5,7 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_core.py --before D
 DIR is another checkout (e.g. `git worktree add /tmp/before <commit>`); each case runs in a child
 process with that checkout's `src` first on the path, then with this one's, taking turns, so the
 machine's load falls on both alike. A child times its own work (user CPU and wall, after its
-imports and the workload's loading) and checks nothing; benchmarks/fingerprint.py checks that
+imports, the workload's loading and a small untimed run of the same kind) and checks nothing; benchmarks/fingerprint.py checks that
 the two give the same results. Cases:
 - Vidur's run: 10,000 requests of 512 prompt and 128 output tokens at 10 req/s, Llama-3-8B on an
   A100-80GB, paged KV (`simulate`);
@@ -31,27 +31,39 @@ HERE = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, resource, sys, time
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import PRESETS, parse_system
+try:
+    from batchlab.experiments.run import simulate
+    from batchlab.experiments.systems import PRESETS, parse_system
+except ImportError:   # a checkout from before serving/ was named experiments/
+    from batchlab.serving.run import simulate
+    from batchlab.serving.systems import PRESETS, parse_system
 from batchlab.workload import make_workload
 case, n = sys.argv[1], int(sys.argv[2])
-if case == "vidur":
-    workload = make_workload("fixed", 10_000, 10.0, 0, prompt=512, output=128)
-    run = lambda: simulate(workload, PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["A100-80GB"])
-elif case == "million":
-    from batchlab.fleet import ReplicaSpec, simulate_fleet
-    try:
-        from batchlab.allocator import keep_freed_memory
-        keep_freed_memory()
-    except ImportError:
-        pass
-    workload = make_workload("chat", n, 64 * 20.0, seed=0)
-    spec = ReplicaSpec(PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"])
-    run = lambda: simulate_fleet(workload, [spec] * 64, "round-robin")
-else:
-    workload = make_workload("mooncake-conv", None, None)
+
+
+def make(size):
+    """The case's run of `size` requests (None: the case's own size)."""
+    if case == "vidur":
+        workload = make_workload("fixed", size or 10_000, 10.0, 0, prompt=512, output=128)
+        return lambda: simulate(workload, PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["A100-80GB"])
+    if case == "million":
+        from batchlab.fleet import ReplicaSpec, simulate_fleet
+        workload = make_workload("chat", size or n, 64 * 20.0, seed=0)
+        spec = ReplicaSpec(PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"])
+        return lambda: simulate_fleet(workload, [spec] * 64, "round-robin")
+    workload = make_workload("mooncake-conv", size, None)
     system = parse_system("paged-prefix:block_size=512")
-    run = lambda: simulate(workload, system, resolve_model("Llama-3.1-8B"), resolve_gpu("H100-SXM"))
+    return lambda: simulate(workload, system, resolve_model("Llama-3.1-8B"), resolve_gpu("H100-SXM"))
+
+
+if case == "million":
+    try:
+        from batchlab.runtime.allocator import keep_freed_memory
+    except ImportError:   # a checkout from before the helpers moved under runtime/
+        from batchlab.allocator import keep_freed_memory
+    keep_freed_memory()
+make(500)()   # a small run first, untimed: the modules a run imports on its way are loaded
+run = make(None)
 u0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime, time.perf_counter()
 run()
 print(json.dumps({"wall": time.perf_counter() - t0, "user": resource.getrusage(resource.RUSAGE_SELF).ru_utime - u0}))

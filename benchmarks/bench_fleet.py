@@ -16,7 +16,7 @@ Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fleet.py [--repeat
 Wall time and user CPU (the machine is shared: user CPU moves less with the load) are medians of
 `--repeats` runs; the Azure trace's fleet, its replicas alone and the two parts of each take
 turns, one run of each at a time. The process keeps the memory its runs free for their next
-arrays, as the `batchlab` program does (batchlab.allocator).
+arrays, as the `batchlab` program does (batchlab.runtime.allocator).
 """
 
 from __future__ import annotations
@@ -34,17 +34,20 @@ from collections.abc import Callable
 import numpy as np
 
 from batchlab.fleet import Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
-from batchlab.gc_pause import gc_paused
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
-from batchlab.serving.run import build_requests, simulate
-from batchlab.serving.systems import PRESETS
+from batchlab.experiments.run import build_requests, simulate
+from batchlab.experiments.systems import PRESETS
 from batchlab.workload import Workload, make_workload
 
 try:
-    from batchlab.allocator import keep_freed_memory
-except ImportError:   # earlier code (PYTHONPATH=.../src) ran on glibc's defaults, as its program did
-    def keep_freed_memory() -> bool:
-        return False
+    from batchlab.runtime.allocator import keep_freed_memory
+except ImportError:
+    try:   # where the helper lived before runtime/
+        from batchlab.allocator import keep_freed_memory
+    except ImportError:   # earlier code (PYTHONPATH=.../src) ran on glibc's defaults, as its program did
+        def keep_freed_memory() -> bool:
+            return False
 
 MODEL, H100 = MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"]
 PAGED = PRESETS["paged"]

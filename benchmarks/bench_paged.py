@@ -19,8 +19,8 @@ import time
 from batchlab.engine import Engine
 from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import resolve_gpu, resolve_model
-from batchlab.serving.run import build_requests
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import build_requests
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import limit_context, make_workload
 
 SYSTEMS = ("orca-oracle", "paged", "unlimited")

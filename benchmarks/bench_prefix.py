@@ -18,8 +18,8 @@ import statistics
 import time
 
 from batchlab.hardware import resolve_gpu, resolve_model
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import make_workload
 
 AIM_S = 10.0

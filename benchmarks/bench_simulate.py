@@ -28,9 +28,9 @@ from batchlab.engine import Engine
 from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.metrics import SLO
-from batchlab.serving.experiments import Setting, goodput
-from batchlab.serving.run import build_requests, simulate
-from batchlab.serving.systems import PRESETS
+from batchlab.experiments.experiments import Setting, goodput
+from batchlab.experiments.run import build_requests, simulate
+from batchlab.experiments.systems import PRESETS
 from batchlab.workload import make_workload
 
 N_REQUESTS = 600

@@ -29,8 +29,12 @@ import numpy as np
 from batchlab.fleet import ReplicaSpec, simulate_fleet
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.hardware.parallel import Layout
-from batchlab.serving.run import build_requests, simulate
-from batchlab.serving.systems import PRESETS, parse_system
+try:
+    from batchlab.experiments.run import build_requests, simulate
+    from batchlab.experiments.systems import PRESETS, parse_system
+except ImportError:   # a checkout from before serving/ was named experiments/
+    from batchlab.serving.run import build_requests, simulate  # type: ignore[no-redef]
+    from batchlab.serving.systems import PRESETS, parse_system  # type: ignore[no-redef]
 from batchlab.workload import make_workload
 from batchlab.workload.registry import workload_kinds
 

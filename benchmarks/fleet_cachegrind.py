@@ -2,7 +2,7 @@
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/fleet_cachegrind.py [--repeats N] [--out DIR]
 (needs valgrind: `apt-get install valgrind`; about five minutes). With PYTHONPATH=DIR/src it
-measures earlier code; code from before batchlab.allocator keeps glibc's defaults, as its
+measures earlier code; code from before batchlab.runtime.allocator keeps glibc's defaults, as its
 program did.
 
 bench_fleet.py times the fleet and its replicas' shares served alone, and on this shared machine
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fleet import AZURE_REPLICAS, H100, MODEL, PAGED, SPEC, keep_freed_memory, share   # noqa: E402
 
 from batchlab.fleet import simulate_fleet   # noqa: E402
-from batchlab.serving.run import simulate   # noqa: E402
+from batchlab.experiments.run import simulate   # noqa: E402
 from batchlab.workload import make_workload   # noqa: E402
 
 MODES = ("setup", "fleet", "alone")

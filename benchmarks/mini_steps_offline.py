@@ -30,8 +30,8 @@ from batchlab.executor.numpy_exec import NumpyExecutor  # noqa: E402
 from batchlab.hardware.loading import resolve_gpu  # noqa: E402
 from batchlab.model import init_model  # noqa: E402
 from batchlab.serve.model_spec import parse_model  # noqa: E402
-from batchlab.serving.run import build_requests  # noqa: E402
-from batchlab.serving.systems import parse_system  # noqa: E402
+from batchlab.experiments.run import build_requests  # noqa: E402
+from batchlab.experiments.systems import parse_system  # noqa: E402
 from batchlab.workload import Workload  # noqa: E402
 
 SYSTEM, KV_TOKENS = "paged:max_bs=64", 65_536   # validate's defaults

@@ -1,4 +1,4 @@
-"""The batchlab program keeps the memory a run frees for its next arrays (batchlab.allocator)."""
+"""The batchlab program keeps the memory a run frees for its next arrays (batchlab.runtime.allocator)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 PROBE = """
 import json, resource, sys
 import numpy as np
-from batchlab.allocator import keep_freed_memory
+from batchlab.runtime.allocator import keep_freed_memory
 
 def refaults():
     np.ones(1 << 20).sum()   # 8 MB, freed
@@ -34,7 +34,8 @@ def test_freed_arrays_are_made_again_without_fresh_pages():
 
 
 def test_the_program_keeps_freed_memory_but_a_server_does_not(monkeypatch):
-    from batchlab import allocator, cli
+    from batchlab import cli
+    from batchlab.runtime import allocator
     from batchlab.commands import serve
 
     calls = []

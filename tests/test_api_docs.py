@@ -46,7 +46,7 @@ def test_a_broken_example_is_caught(tmp_path):
 def test_public_names():
     import batchlab
     from batchlab import SLO, System, compare, load_trace, make_workload, parse_system, simulate
-    from batchlab.serving.systems import System as SystemClass
+    from batchlab.experiments.systems import System as SystemClass
 
     assert System is SystemClass and callable(simulate) and callable(compare)
     assert {"simulate", "compare", "make_workload", "load_trace", "System", "parse_system", "SLO"} <= set(dir(batchlab))

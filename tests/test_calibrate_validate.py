@@ -399,27 +399,37 @@ def test_decode_probes_send_the_spread_prompts_all_at_once(tmp_path):
     assert not (tmp_path / "unused.csv").exists()
 
 
-def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
-    """The real server, tiny model, one light rate: the tables are complete and the simulator
-    ran the very requests bench sent (send times, prompt and output lengths). No timing is
-    asserted: the machine is shared."""
-    import json
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    """The real server, tiny model, one light rate, through the whole of `validate`: its output,
+    the directory of its files and the dataset it sent. No timing is asserted anywhere: the
+    machine is shared."""
+    from batchlab.calibrate.live import Probe
+    from batchlab.calibrate.validate import validate
 
-    from batchlab.calibrate.live import Probe, spread_lengths
-    from batchlab.calibrate.validate import AIMS, validate
-
+    tmp_path = tmp_path_factory.mktemp("validate")
     spec = DatasetSpec(num_prompts=6, random_input_len=16, random_output_len=6,
                        random_range_ratio=0.5, seed=1)
     cfg = ValidateConfig(model="tiny", system="paged:max_bs=8", kv_cache_tokens=4096,
                          dataset=spec, rates=(4.0,))
     probe = Probe(decode_batches=(1, 3), decode_output=16, prefill_lens=(24,), prefill_requests=2,
                   loaded_streams=(3,), loaded_requests=2)
-    out = validate(cfg, CPU, work_dir=tmp_path, probe=probe)
+    return validate(cfg, CPU, work_dir=tmp_path, probe=probe), tmp_path, spec
+
+
+def test_validate_runs_the_rates_given_and_its_output_is_json(validated):
+    import json
+
+    out, _, _ = validated
     json.dumps(out, allow_nan=False)
     assert [r["rate"] for r in out["runs"]] == [4.0] and out["repeats"] == 1
     assert out["saturation"] is None   # rates given: the saturation run is not needed
     assert out["dataset"][:2] == ["--dataset-name", "random"]
-    for i, run in enumerate(out["runs"]):
+
+
+def test_validate_tables_have_every_row_measured_and_predicted(validated):
+    out, _, _ = validated
+    for run in out["runs"]:
         assert [row["key"] for row in run["rows"]][:4] == [
             "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms"]
         assert len(run["rows"]) == 18
@@ -431,34 +441,64 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
                 assert row["error"] is None
         assert all(row["measured"] > 0 for row in run["rows"]
                    if row["key"].endswith(("ttft_ms", "e2el_ms", "throughput")))
+
+
+def test_validate_refits_to_the_probes_on_both_sides_of_each_run(validated):
+    out, _, _ = validated
+    for run in out["runs"]:
         fit = run["fit"]
-        # Fitted to the probes on both sides of the run: the prefill probe of each set (a
-        # tiny model's decode probe may show no step: tokens read at once).
+        # the prefill probe of each set (a tiny model's decode probe may show no step: tokens
+        # read at once)
         assert [p["tokens"] for p in fit["points"]].count(24) == 2
         assert set(fit["slowdown"]) == {"memory", "compute"}
         assert min(fit["slowdown"].values()) > 0 and fit["front_end_ms"] >= 0 and fit["points"]
         assert fit["points"][0]["tokens"] == 24 and fit["server_ttft_ms"] > 0
-        # The same probes of the two sets paired: the prefill's at least, each a ratio - 1.
+        # the same probes of the two sets paired: the prefill's at least, each a ratio - 1
         assert 1 <= len(fit["probe_drift"]) <= len(fit["points"]) // 2
         assert all(d > -1 for d in fit["probe_drift"])
-        # The front end beside 3 streams, where the set's decode probe sized it.
+    assert out["probe_noise"]["pairs"] == sum(len(r["fit"]["probe_drift"]) for r in out["runs"])
+
+
+def test_validate_measures_the_front_end_beside_streams(validated):
+    out, tmp_path, _ = validated
+    for run in out["runs"]:
+        fit = run["fit"]
+        # the front end beside 3 streams, where the set's decode probe sized it
         assert all(p["streams"] == 3 and p["front_end_ms"] >= 0 for p in fit["front_end_loaded"])
         assert fit["front_end_ms"] >= 0 and fit["front_end_ms_per_stream"] >= 0
         if any(p["tokens"] == 1 for p in fit["points"]):
             rows = (tmp_path / "loaded-0-3.csv").read_text().splitlines()[1:]
             sent_at = [float(r.split(",")[0]) for r in rows]
             assert sent_at[:3] == [0.0] * 3 and 0 < sent_at[3] < sent_at[4]
-        # The front end over the run, measured on the server and the client, beside the replay's.
+        # the front end over the run, measured on the server and the client, beside the replay's
         assert run["front_end_ms"]["measured"] > 0 and run["front_end_ms"]["predicted"] >= 0
-        # The server's steps over the run beside the replay's.
+
+
+def test_validate_shows_the_servers_steps_beside_the_replays(validated):
+    out, _, _ = validated
+    for run in out["runs"]:
         measured, predicted = run["steps"]["measured"], run["steps"]["predicted"]
         assert measured["count"] > 0 and measured["mean_ms"] > 0 and measured["mean_batch"] >= 1
         assert predicted["count"] > 0 and predicted["mean_batch"] >= 1
-        # Decode probes spread their prompts as the compared dataset's.
+
+
+def test_validate_decode_probes_spread_their_prompts_as_the_dataset(validated):
+    from batchlab.calibrate.live import spread_lengths
+
+    out, tmp_path, spec = validated
+    for i, _ in enumerate(out["runs"]):
         probe_file = tmp_path / f"decode-{i}-3.csv"   # the sets before and after run 0: -0, -1
         prompts = [int(line.split(",")[1]) for line in probe_file.read_text().splitlines()[1:]]
         assert prompts == spread_lengths(load_requests(spec).prompt, 3)
-        # The bench run that was compared, as the client saved it.
+
+
+def test_validate_replays_exactly_the_requests_sent(validated):
+    """The simulator ran the very requests bench sent: send times, prompt and output lengths,
+    which are the dataset's own, from bench's dataset code."""
+    import json
+
+    out, tmp_path, spec = validated
+    for i, run in enumerate(out["runs"]):
         sent = json.loads((tmp_path / f"bench-1-{i}.json").read_text())
         assert sent["failed"] == 0 and sent["completed"] == 6 and run["refused"] == 0
         order = sorted(range(6), key=lambda k: sent["start_times"][k])
@@ -469,21 +509,36 @@ def test_validate_end_to_end_replays_exactly_the_requests_sent(tmp_path):
             [sent["start_times"][k] - t0 for k in order], abs=1e-12)
         assert replay["prompt"] == [sent["input_lens"][k] for k in order]
         assert replay["output"] == [sent["output_lens"][k] for k in order]
-        # ... which are the dataset's own lengths, from bench's dataset code.
         planned = load_requests(replace(spec, request_rate=run["rate"]))
         by_id = {rid: (int(p), int(o)) for rid, p, o in
                  zip(planned.ids, planned.prompt, planned.output)}
         assert [by_id[rid] for rid in replay["ids"]] == list(zip(replay["prompt"],
                                                                  replay["output"]))
         assert len(run["samples"]["measured"]["ttft"]) == len(run["samples"]["predicted"]["ttft"])
-    assert {(s["load"], s["key"]) for s in out["spread"]} == {
-        ("4 req/s", k) for k in AIMS}
-    assert out["probe_noise"]["pairs"] == sum(len(r["fit"]["probe_drift"]) for r in out["runs"])
-    # The tables as the command prints them: the run's fit line with its probes' drift, then
-    # the aims with the probes' noise under them.
+
+
+def test_validate_splits_the_error_on_the_servers_own_steps(validated):
+    """The error split into scheduling and cost, on the server's own steps: its requests found
+    in the trace it saved."""
+    out, tmp_path, _ = validated
+    for run in out["runs"]:
+        split = run["split"]
+        assert set(split["scheduling"]) == set(split["cost"]) == {
+            "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms"}
+        assert split["server"]["median_ttft_ms"] > 0 and split["on_steps"]["median_ttft_ms"] > 0
+    assert (tmp_path / "steps.csv").read_text().startswith("start,duration,batch\n")
+
+
+def test_validate_prints_the_fit_the_split_and_the_aims_with_the_probes_noise(validated):
+    """The tables as the command prints them: the run's fit line with its probes' drift, the
+    error split, then the aims with the probes' noise under them."""
+    from batchlab.calibrate.validate import AIMS
     from batchlab.commands.validate import _tables
 
-    run_table, aims = _tables(out)
+    out, _, _ = validated
+    assert {(s["load"], s["key"]) for s in out["spread"]} == {("4 req/s", k) for k in AIMS}
+    run_table, split_table, aims = _tables(out)
+    assert "scheduling" in split_table.title
     noise = out["probe_noise"]
     assert "the same probes after the run against before" in run_table.caption
     assert (f"moved more than 10% in {noise['beyond_p50_aim']} of {noise['pairs']} pairs"
@@ -527,7 +582,7 @@ def test_decode_buckets_count_the_groups_the_server_computes_apart():
 def test_a_steps_decode_buckets_are_priced_alike_stepped_and_fast_forwarded():
     """Decodes crossing block boundaries change their buckets from step to step: a stretch
     priced as an array takes them as the steps one at a time do, bit for bit."""
-    from test_fast_forward_identity import assert_same_trace
+    from helpers import assert_same_trace
 
     from batchlab.engine import Engine
     from batchlab.executor.costed import CostExecutor

@@ -11,7 +11,7 @@ from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
 from batchlab.memory import ReservationMemory, UnlimitedMemory
 from batchlab.request import Request, Status
 from batchlab.scheduler import SchedulerConfig
-from batchlab.serving.systems import PRESETS
+from batchlab.experiments.systems import PRESETS
 
 MODEL = MODEL_PRESETS["Llama-3-8B"]
 GPU = GPU_PRESETS["H100-SXM"]

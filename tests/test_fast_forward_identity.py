@@ -14,13 +14,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from hypothesis import Phase, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from batchlab.engine import Engine
 from batchlab.executor.costed import RooflineExecutor
 from batchlab.executor.unit import UnitExecutor
-from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.memory import MemoryManager, PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.memory.prefix import PrefixCacheMemory
 from batchlab.request import Request
@@ -28,14 +27,7 @@ from batchlab.scheduler import QueueOrder, SchedulerConfig
 from batchlab.trace import Trace
 from batchlab.workload.content import Content
 
-MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
-# A small decode step of this model on this GPU lasts about 6 ms; roofline arrivals are drawn in
-# these units so that they fall inside decode stretches as often as unit-time arrivals do.
-ROOFLINE_STEP_S = 0.006
-# The same examples on every run (CI is deterministic); no explain phase, whose extra runs make a
-# failure take minutes to report.
-PROFILE = {"deadline": None, "derandomize": True, "database": None,
-           "phases": (Phase.explicit, Phase.generate, Phase.shrink)}
+from helpers import GPU, MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
 
 
 class Counting:
@@ -178,31 +170,6 @@ def setups(draw, kinds: tuple[str, ...] = ("unlimited", "reservation", "paged", 
 
 
 # -- the comparison ---------------------------------------------------------------------------
-
-def assert_same(x, y, where: str) -> None:
-    assert type(x) is type(y), where
-    if isinstance(x, np.ndarray):
-        assert x.dtype == y.dtype and x.shape == y.shape, where
-        assert x.tobytes() == y.tobytes(), f"{where}: {x.tolist()} != {y.tolist()}"
-    elif isinstance(x, dict):
-        assert x.keys() == y.keys(), where
-        for key in x:
-            assert_same(x[key], y[key], f"{where}[{key!r}]")
-    elif isinstance(x, float):
-        assert x.hex() == y.hex(), f"{where}: {x!r} != {y!r}"
-    elif isinstance(x, (list, tuple)):
-        assert len(x) == len(y), where
-        for k, (a, b) in enumerate(zip(x, y)):
-            assert_same(a, b, f"{where}[{k}]")
-    else:
-        assert x == y, f"{where}: {x!r} != {y!r}"
-
-
-def assert_same_trace(fast: Trace, stepped: Trace) -> None:
-    """Every field of the Trace: token times, step log, work, rejections, preemptions, ..."""
-    for f in dataclasses.fields(Trace):
-        assert_same(getattr(fast, f.name), getattr(stepped, f.name), f.name)
-
 
 def check_identity(setup: Setup) -> tuple[Trace, int, MemoryManager]:
     """Both runs; returns the stepped trace, how many stretches were fast-forwarded, and the

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from batchlab import InputError, aggregate
+from batchlab import InputError
+from batchlab.engine import fast_path
 from batchlab.engine import Engine
 from batchlab.executor import UnitExecutor
 from batchlab.fleet import Handoff, KVLink, Replica, ReplicaSpec, make_router, run_fleet, simulate_fleet
@@ -21,8 +22,8 @@ from batchlab.memory import ReservationMemory, UnlimitedMemory
 from batchlab.memory.paged import PagedMemory
 from batchlab.request import Request
 from batchlab.scheduler import SchedulerConfig
-from batchlab.serving.run import build_requests, simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import build_requests, simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.trace import StepLog, Trace
 from batchlab.workload import make_workload
 
@@ -306,16 +307,16 @@ def test_replicas_in_the_aggregate_lane_equal_the_general_loop(router, system):
     small = dataclasses.replace(GPU, memory=18e9)
     spec = ReplicaSpec(parse_system(system), MODEL, small)
     begun = []
-    lane_begin = aggregate.Lane.begin
+    fast_path_begin = fast_path.FastPath.begin
 
     def counting(lane, t, plan):
         begun.append(t)
-        return lane_begin(lane, t, plan)
+        return fast_path_begin(lane, t, plan)
 
     def run(lanes):
         replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
-        with mock.patch.object(aggregate.Lane, "begin", counting), \
-                mock.patch.object(aggregate, "applies", aggregate.applies if lanes else lambda engine: False):
+        with mock.patch.object(fast_path.FastPath, "begin", counting), \
+                mock.patch.object(fast_path, "applies", fast_path.applies if lanes else lambda engine: False):
             run_fleet(build_requests(workload, spec.system, 0), replicas, make_router(router, 4))
         return replicas
 
@@ -348,18 +349,18 @@ def test_random_fleets_in_the_lane_equal_the_general_loop(rows, n_replicas, rout
         return replicas
 
     begun = [0]
-    lane_begin = aggregate.Lane.begin
+    fast_path_begin = fast_path.FastPath.begin
 
     def counting(lane, t, plan):
         begun[0] += 1
-        return lane_begin(lane, t, plan)
+        return fast_path_begin(lane, t, plan)
 
     def run(lanes: bool) -> list[Replica]:
         requests = [Request(f"q{i}", float(a), p, o, index=i, session=f"s{i % 3}")
                     for i, (a, (_, p, o)) in enumerate(zip(arrivals, rows))]
         replicas = build()
-        with mock.patch.object(aggregate, "applies", aggregate.applies if lanes else lambda engine: False), \
-                mock.patch.object(aggregate.Lane, "begin", counting):
+        with mock.patch.object(fast_path, "applies", fast_path.applies if lanes else lambda engine: False), \
+                mock.patch.object(fast_path.FastPath, "begin", counting):
             run_fleet(requests, replicas, make_router(router, 2))
         return replicas
 

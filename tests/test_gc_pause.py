@@ -8,7 +8,7 @@ import pytest
 
 from batchlab.engine import Engine
 from batchlab.executor.unit import UnitExecutor
-from batchlab.gc_pause import gc_paused
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.memory import UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import SchedulerConfig

@@ -8,7 +8,7 @@ import pytest
 from batchlab.errors import InputError
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.order import QueueOrder
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 
 def test_values_are_spelled_with_dashes_and_underscores_are_read_as_them():

@@ -10,8 +10,8 @@ from batchlab.commands.knobs import EXPERIMENT_NAMES
 from batchlab.errors import InputError
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import SLO
-from batchlab.serving.experiments import Setting
-from batchlab.serving.knobs import EXPERIMENTS, Overrides, identical, run_knobs, select
+from batchlab.experiments.experiments import Setting
+from batchlab.experiments.knobs import EXPERIMENTS, Overrides, identical, run_knobs, select
 from batchlab.workload import make_workload
 
 MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")

@@ -1,38 +1,20 @@
 """The layout's promises, checked statically: the model knows nothing of the engine, and the docs
 link only to files that exist in the repository."""
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from helpers import imported_modules
 
 SRC = ROOT / "src" / "batchlab"
 # What the mini transformer must not know: the engine and everything it runs on or produces.
 ENGINE_SIDE = ("batchlab.engine", "batchlab.scheduler", "batchlab.memory", "batchlab.executor",
-               "batchlab.serving", "batchlab.mini", "batchlab.trace", "batchlab.request")
+               "batchlab.experiments", "batchlab.mini", "batchlab.trace", "batchlab.request")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-
-
-def imported_modules(path: Path, root: Path = SRC.parent) -> set[str]:
-    """Every module a file imports, at the top or inside functions, relative imports resolved
-    (`root` holds the top-level package)."""
-    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parent, base] if base else parent)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
 
 
 def test_imported_modules_sees_every_form(tmp_path):

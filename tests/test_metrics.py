@@ -28,13 +28,8 @@ from batchlab.metrics import (
     write_requests,
 )
 
-# Hand-made trace. Request 0 arrives at 0 and emits tokens at 1, 1.5, 2.5; request 1 arrives at
-# 0.5 and emits one token at 2; request 2 arrives at 1 and emits at 2, 2.25, 2.5, 3; request 3
-# arrives at 1.5 and is rejected.
-ARRIVAL = [0.0, 0.5, 1.0, 1.5]
-OFFSETS = [0, 3, 4, 8, 8]
-TIMES = [1.0, 1.5, 2.5, 2.0, 2.0, 2.25, 2.5, 3.0]
-SERVED = np.array([True, True, True, False])
+from helpers import ARRIVAL, OFFSETS, SERVED, TIMES
+
 
 
 def hand_metrics(slo=None):

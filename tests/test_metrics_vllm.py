@@ -21,9 +21,9 @@ from batchlab.metrics import (
     vllm_result,
 )
 
-# The hand trace of test_metrics.py: request 0 arrives at 0, tokens at 1, 1.5, 2.5; request 1
+# The hand trace of helpers.py (test_metrics.py's): request 0 arrives at 0, tokens at 1, 1.5, 2.5; request 1
 # at 0.5, one token at 2; request 2 at 1, tokens at 2, 2.25, 2.5, 3; request 3 rejected.
-from test_metrics import ARRIVAL, OFFSETS, SERVED, TIMES  # noqa: E402
+from helpers import ARRIVAL, OFFSETS, SERVED, TIMES  # noqa: E402
 
 PROMPT = [10, 20, 30, 40]
 

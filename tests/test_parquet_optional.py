@@ -9,7 +9,7 @@ import pytest
 from batchlab.errors import InputError
 from batchlab.sweep import parse_config, run_sweep
 
-from test_sweep import small
+from helpers import small_sweep as small
 
 
 @pytest.fixture

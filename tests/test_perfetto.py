@@ -8,8 +8,8 @@ import pytest
 
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.perfetto import trace_events
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import make_workload
 
 REQUIRED = ("name", "ph", "ts", "pid", "tid")

@@ -14,8 +14,8 @@ from batchlab.hardware import Layout, resolve_gpu, resolve_model
 from batchlab.metrics import SLO
 from batchlab.plan import Choice, PlanProblem, plan_fleet
 from batchlab.plan.search import search_choice
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.sweep.backends import run_serial
 from batchlab.workload import make_workload
 from batchlab.commands.options import all_at_once

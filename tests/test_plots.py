@@ -10,11 +10,12 @@ from batchlab import plots
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import SLO
 from batchlab.plots.figure import DPI
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.tick import parse_case, run_case
 from batchlab.workload import make_workload
 
+from helpers import count_colours
 from conftest import EXAMPLES
 
 SLO_ = SLO(ttft=1.0, tpot=0.05)
@@ -36,15 +37,6 @@ def png_info(path):
     import matplotlib.image as mpimg
     img = mpimg.imread(path)                      # [height, width, channels] floats in [0, 1]
     return img.shape[1], img.shape[0], count_colours(img)
-
-
-def count_colours(img) -> int:
-    """Distinct pixel colours: each RGB(A) pixel packed into one integer, then counted."""
-    channels = np.round(img * 255).astype(np.uint32)          # [h, w, c]
-    packed = np.zeros(channels.shape[:2], dtype=np.uint32)
-    for c in range(channels.shape[-1]):
-        packed = (packed << 8) | channels[..., c]
-    return len(np.unique(packed))
 
 
 def check_pair(paths, size_in, min_colours=3):
@@ -197,8 +189,8 @@ def test_latency_cdfs_zoom_to_the_data(sim_trace):
 @pytest.fixture(scope="module")
 def knobs_report():
     """The reservation, max_bs and order experiments, shrunk to a few runs of 60 requests."""
-    from batchlab.serving.experiments import Setting
-    from batchlab.serving.knobs import Overrides, run_knobs, select
+    from batchlab.experiments.experiments import Setting
+    from batchlab.experiments.knobs import Overrides, run_knobs, select
 
     plan = []
     for e in select(["reservation", "max_bs", "order"], Overrides(rates=(8.0, 24.0))):

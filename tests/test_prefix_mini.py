@@ -51,10 +51,10 @@ class CheckedExecutor(NumpyExecutor):
         self.works.setdefault(request.id, []).append((n_past, n_new))
         return super()._work(request, n_new, n_past, emits)
 
-    def run(self, plan):
-        duration = super().run(plan)
+    def execute(self, plan):
+        result = super().execute(plan)
         self.check_kept()
-        return duration
+        return result
 
     def check_kept(self) -> None:
         memory, bs = self.paged, self.cache.block_size
@@ -62,7 +62,7 @@ class CheckedExecutor(NumpyExecutor):
         for b in getattr(memory, "handed_out", ()):   # reallocated: its next owner writes it anew
             self.kept = {kb: data for kb, data in self.kept.items() if kb[0] != b}
         getattr(memory, "handed_out", set()).clear()
-        for key, b in memory.cached.items():
+        for key, b in memory.index.cached.items():
             k = self.cache.k[:, b * bs:(b + 1) * bs].copy()
             v = self.cache.v[:, b * bs:(b + 1) * bs].copy()
             before = self.kept.get((b, key))
@@ -157,7 +157,7 @@ def test_release_keeps_the_numbers_of_cached_blocks():
     alone = KVCache(MODEL.config, block_size=4)
     forward_batch(MODEL, [TokenWork("a", np.asarray(prompt), 0)], alone)
     for j in range(5):   # the cached blocks hold a's prompt K and V still, after both finished
-        b = memory.cached[int(memory._keys_of(requests[1])[j])]
+        b = memory.index.cached[int(memory.keys_of(requests[1])[j])]
         got = gen.executor.cache.k[:, b * 4:(b + 1) * 4]
         want = alone.k[:, alone.block_table("a")[j] * 4:(alone.block_table("a")[j] + 1) * 4]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

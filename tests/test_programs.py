@@ -1,4 +1,4 @@
-"""Programs of calls: arrivals that wait for their parent (serving/dependent.py), PLAS and
+"""Programs of calls: arrivals that wait for their parent (experiments/dependent.py), PLAS and
 Parrot orders (scheduler/programs.py), program workloads (workload/programs.py)."""
 
 import numpy as np
@@ -10,7 +10,7 @@ from batchlab.executor.unit import UnitExecutor
 from batchlab.metrics.programs import program_latencies
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
-from batchlab.serving.dependent import run_dependent
+from batchlab.experiments.dependent import run_dependent
 from batchlab.workload import make_workload
 from batchlab.workload.programs import Programs, load_programs, programs_from_workload
 

@@ -22,8 +22,8 @@ from batchlab.serve.protocol import ApiError
 from batchlab.serve.twin import (BYTES_PER_TOKEN, PRINTABLE_LO, PRINTABLE_N, estimate_prompt,
                                  seeded_token)
 from batchlab.serve.twin_server import TwinConfig, build_twin, twin_app
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import Workload
 
 with warnings.catch_warnings():   # Starlette 1.x prefers httpx2; httpx still works
@@ -257,3 +257,45 @@ def test_a_prefix_cache_hits_on_the_prompts_blocks_and_stop_strings_end_made_up_
         r = client.post("/v1/completions", json={"prompt": [1], "max_tokens": 8, "seed": 5,
                                                  "temperature": 1.0, "stop": [text[3:5]]}).json()
         assert r["choices"][0]["text"] == text[:3] and r["choices"][0]["finish_reason"] == "stop"
+
+
+def test_kv_pressure_preempts_in_the_twin_as_in_the_simulator():
+    capacity = 1024
+    state, _ = build_twin(TwinConfig(system="paged:max_bs=8", kv_cache_tokens=capacity))
+    bodies = [{"prompt": list(range(200)), "max_tokens": 150} for _ in range(6)]
+    jobs, out = asyncio.run(_serve(state, bodies))
+    system = parse_system("paged:max_bs=8")
+    engine = Engine(system.scheduler_config(), make_executor(MODEL, GPU),
+                    system.memory_for_capacity(capacity, MODEL.max_context), max_context=MODEL.max_context)
+    sim = engine.run([Request(f"r{k}", 0.0, 200, 150, index=k) for k in range(6)])
+    twin = state.loop.engine.trace()
+    assert int(sim.preemptions.sum()) > 0 and int(twin.preemptions.sum()) == int(sim.preemptions.sum())
+    arrival = jobs[0].request.arrival
+    assert np.allclose(twin.token_times - arrival, sim.token_times, rtol=0, atol=1e-9)
+    assert all(len(got) == 150 for got in out)
+    assert state.metrics.registry.get_sample_value(
+        "vllm:num_preemptions_total", {"model_name": "Llama-3.1-8B"}) == int(sim.preemptions.sum())
+
+
+def test_a_failing_step_fails_the_requests_in_flight_and_refuses_later_ones():
+    state, _ = build_twin(TwinConfig(system=SYSTEM))
+
+    def broken(plan):
+        raise ValueError("a pricing bug")
+
+    state.loop.executor.pricer.run = broken
+
+    async def run():
+        loop = state.loop
+        loop.start()
+        first = Job("r0", _generation(state, {"prompt": [1, 2]}), loop.now())
+        loop.submit(first)
+        failed = await asyncio.wait_for(first.tokens.get(), 10)
+        later = Job("r1", _generation(state, {"prompt": [1, 2]}), loop.now())
+        loop.submit(later)
+        refused = await asyncio.wait_for(later.tokens.get(), 10)
+        await asyncio.to_thread(loop.stop)
+        return failed, refused
+
+    failed, refused = asyncio.run(run())
+    assert failed == refused == "engine failure: a pricing bug"

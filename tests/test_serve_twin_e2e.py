@@ -90,6 +90,8 @@ def test_the_hung_replica_accepts_connections_and_never_answers(twins):
     (["--simulate", "--fault", "2:slow=2"], "field '--fault': '2:slow=2': replica index 2 is outside"),
     (["--simulate", "--gpu", "nope"], "--gpu"),
     (["--simulate", "--tp", "3"], "field '--tp'"),
+    (["--simulate", "--save-steps", "steps.csv"], "field '--save-steps' applies to the mini server"),
+    (["--save-steps", "/nonexistent-dir/steps.csv"], "--save-steps"),
 ])
 def test_bad_twin_flags_exit_2_with_one_line(cli, flags, message):
     out = cli("serve", "--port", "0", *flags)
@@ -111,3 +113,30 @@ def test_validate_reads_the_twin_and_replays_what_bench_sent_on_its_engine(twins
     assert run["twin_ttft_ms"]["measured"] > 0 and run["twin_ttft_ms"]["predicted"] > 0
     assert run["steps"]["measured"]["count"] > 0 and run["steps"]["predicted"]["count"] > 0
     assert {row["key"] for row in result["spread"]} == {"median_ttft_ms", "median_tpot_ms", "p99_ttft_ms", "p99_tpot_ms"}
+
+
+def test_validate_refuses_device_flags_for_a_twin(twins, cli):
+    _, (url, _, _) = twins
+    out = cli("validate", "--base-url", url, "--no-refit", "--rates", "1", "--num-prompts", "1")
+    assert out.returncode == 2 and "field '--no-refit' does not apply to a twin" in out.stderr
+
+
+def test_a_full_waiting_queue_gets_429_from_a_twin_as_from_the_real_server():
+    import asyncio
+
+    flags = ("--simulate", "--gpu", "L4", "--system", "paged:max_bs=1", "--max-waiting", "2",
+             "--max-model-len", "4096")
+    with ServeProcess(*flags, cwd=ROOT) as twin:
+        async def flood():
+            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+                body = {"prompt": list(range(64)), "max_tokens": 40, "ignore_eos": True}
+                return await asyncio.gather(*(client.post(twin.url + "/v1/completions", json=body)
+                                              for _ in range(12)))
+
+        answers = asyncio.run(flood())
+    refused = [r for r in answers if r.status_code == 429]
+    served = [r for r in answers if r.status_code == 200]
+    assert refused and served and len(refused) + len(served) == 12
+    assert all(r.headers["retry-after"].isdigit() and r.json()["error"]["type"] == "rate_limit_error"
+               for r in refused)
+    assert all(r.json()["usage"]["completion_tokens"] == 40 for r in served)

@@ -10,8 +10,8 @@ import pytest
 
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.metrics import SLO
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import PRESETS
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import PRESETS
 from batchlab.workload import make_workload
 from conftest import run_cli
 

@@ -7,10 +7,10 @@ import pytest
 
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
 from batchlab.metrics import SLO
-from batchlab.serving import experiments
-from batchlab.serving.experiments import Setting, goodput
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import PRESETS
+from batchlab.experiments import experiments
+from batchlab.experiments.experiments import Setting, goodput
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import PRESETS
 from batchlab.workload import Workload, make_workload
 
 MODEL = MODEL_PRESETS["Llama-3-8B"]

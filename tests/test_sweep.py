@@ -12,29 +12,9 @@ from batchlab.sweep import parse_config, run_sweep
 from batchlab.sweep.build import build_tasks
 from batchlab.sweep.store import PROGRESS_FILE
 
-SMALL = """
-[workload]
-kind = "chat"
-requests = 50
-seed = 3
+from helpers import small_sweep
 
-[slo]
-ttft = 1.0
-tpot_ms = 50.0
-
-[grid]
-gpu = ["A100-80GB"]
-system = ["static", "orca-oracle"]
-max_bs = [16, 128]
-rate = [4, 16]
-
-[goodput]
-enabled = GOODPUT
-"""
-
-
-def small(goodput: bool = False) -> str:
-    return SMALL.replace("GOODPUT", "true" if goodput else "false")
+small = small_sweep
 
 
 def config(text: str):

@@ -10,7 +10,7 @@ import pytest
 from batchlab.sweep import parse_config, run_sweep
 
 from conftest import need
-from test_sweep import small
+from helpers import small_sweep as small
 
 RAY_CPUS = 2
 

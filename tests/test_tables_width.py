@@ -20,11 +20,11 @@ from batchlab.display.serving_tables import (
 )
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import SLO
-from batchlab.serving.compare import CompareConfig, compare
-from batchlab.serving.experiments import Setting, goodput
-from batchlab.serving.knobs import Overrides, run_knobs, select
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system, parse_systems
+from batchlab.experiments.compare import CompareConfig, compare
+from batchlab.experiments.experiments import Setting, goodput
+from batchlab.experiments.knobs import Overrides, run_knobs, select
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system, parse_systems
 from batchlab.sweep import parse_config, run_sweep
 from batchlab.workload import make_workload
 

@@ -12,7 +12,7 @@ from batchlab.cli import main
 from batchlab.errors import InputError
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.metrics import find_goodput
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.systems import parse_system
 
 SMALL = ("--num-prompts", "30")
 

@@ -8,8 +8,8 @@ import pytest
 
 from batchlab.errors import InputError
 from batchlab.hardware import resolve_gpu, resolve_model
-from batchlab.serving.run import simulate
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import simulate
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import (ChatSessions, Content, FewShot, Workload, limit_context, load_trace,
                                make_workload)
 
@@ -161,8 +161,8 @@ def test_simulate_cli_prints_the_cache_table_keys_and_figure(tmp_path):
 
 
 def test_session_requests_carry_their_conversation_for_affinity_routing():
-    from batchlab.serving.run import build_requests
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import build_requests
+    from batchlab.experiments.systems import parse_system
 
     workload = make_workload("sessions", 60, 4.0, 0)
     requests = build_requests(workload, parse_system("paged-prefix"), 0)

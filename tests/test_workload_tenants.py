@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from batchlab.errors import InputError
-from batchlab.serving.run import build_requests
-from batchlab.serving.systems import parse_system
+from batchlab.experiments.run import build_requests
+from batchlab.experiments.systems import parse_system
 from batchlab.workload import Workload, load_trace, make_workload
 from batchlab.workload.tenants import parse_mix, with_tenants
 from batchlab.workload.traces import TraceColumns
@@ -67,8 +67,8 @@ def test_stateful_orders_run_on_the_general_loop_everywhere():
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.metrics import SLO
     from batchlab.scheduler import QueueOrder, SchedulerConfig
-    from batchlab.serving.fairness import simulate_calls
-    from batchlab.serving.run import simulate
+    from batchlab.experiments.fairness import simulate_calls
+    from batchlab.experiments.run import simulate
 
     for name, stepwise in (("vtc", True), ("plas", True), ("fcfs", False), ("priority", False)):
         assert Engine(SchedulerConfig(order=QueueOrder(name)), UnitExecutor()).fast_forward is not stepwise

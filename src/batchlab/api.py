@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, ModelSpec, resolve_gpu, resolve_model
 from batchlab.metrics import SLO
-from batchlab.serving.systems import System, parse_system
+from batchlab.experiments.systems import System, parse_system
 from batchlab.workload import Workload, make_workload
 
 DEFAULT_MODEL = "Llama-3-8B"
@@ -63,10 +63,10 @@ def simulate(workload: Workload | str = "chat", system: System | str = "orca-ora
              context_mode: str = "reject", seed: int = 0):
     """One workload served by one system on the paper GPU, as `batchlab simulate` runs it.
 
-    Returns a `batchlab.serving.run.RunResult`: `.to_dict()` is the flat result of `vllm bench
+    Returns a `batchlab.experiments.run.RunResult`: `.to_dict()` is the flat result of `vllm bench
     serve` (request_throughput, mean_ttft_ms, p99_tpot_ms, ...) plus batchlab's own figures,
     `.trace` every step and token time, `.metrics` the per-request latencies in seconds."""
-    from batchlab.serving.run import simulate as run
+    from batchlab.experiments.run import simulate as run
 
     w = as_workload(workload, requests, rate, seed)
     return run(w, as_system(system), resolve_model(model), resolve_gpu(gpu), slo=as_slo(slo),
@@ -81,8 +81,8 @@ def compare(workload: Workload | str = "chat", systems: Iterable[System | str] =
     """Systems side by side across rates, as `batchlab compare --json` prints it: a dict with
     "config" and "systems", each system's "rates" rows in the flat vLLM shape, its
     "max_goodput_rate" and "gpus_needed" (with `goodput`), and its "overload" throughput."""
-    from batchlab.serving.compare import CompareConfig, compare as run
-    from batchlab.serving.experiments import Setting
+    from batchlab.experiments.compare import CompareConfig, compare as run
+    from batchlab.experiments.experiments import Setting
 
     if not 0 < slo_target <= 1:
         raise InputError(f"field 'slo_target': must be in (0, 1], got {slo_target!r}")

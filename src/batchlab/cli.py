@@ -41,7 +41,7 @@ COMMANDS = (
     "plan",
 )
 
-# Commands that serve until stopped: glibc's own malloc thresholds (batchlab.allocator).
+# Commands that serve until stopped: glibc's own malloc thresholds (batchlab.runtime.allocator).
 SERVERS = ("serve",)
 
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         from batchlab.commands.outputs import check_destinations
         check_destinations(args)   # every output flag, before anything runs or is written
         if args.command not in SERVERS:
-            from batchlab.allocator import keep_freed_memory
+            from batchlab.runtime.allocator import keep_freed_memory
             keep_freed_memory()
         return args.run(args) or 0
     except InputError as exc:

@@ -10,10 +10,13 @@ at all (`write_atomic`), so a failed command leaves no partial file behind.
 from __future__ import annotations
 
 import contextlib
+import errno
+import itertools
 import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,6 +159,34 @@ def reading(source: str) -> Iterator[None]:
         raise
 
 
+# A settings file (a spec, a fleet file) of more than this is not one: /dev/zero, a log.
+MAX_SETTINGS_BYTES = 16 * 2**20
+# One line of a trace: a Mooncake record with its hash ids is a few kB.
+MAX_LINE_CHARS = 2**20
+
+
+def read_limited(path: str | Path, source: str, limit: int = MAX_SETTINGS_BYTES) -> bytes:
+    """The bytes of `path`, read at most `limit` + 1 of them: a device or a FIFO that never
+    ends is refused instead of read into all the memory there is. OSError is the caller's."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{source}: larger than {limit // 2**20} MB, which no such file is")
+    return data
+
+
+def bounded_lines(stream, source: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """The lines of a text stream, each read at most `limit` + 1 characters at a time: a line
+    longer than that (a file with no line ends, /dev/zero) is an InputError, not a memory fill."""
+    for number in itertools.count(1):
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit:
+            raise InputError(f"{source}: line {number} is longer than {limit:,} characters")
+        yield line
+
+
 def load_json(text: str, source: str):
     """json.loads, with every failure an InputError naming `source` (the file or the flag)."""
     with reading(source):
@@ -179,10 +210,19 @@ def _no_constant(name: str):
 
 # -- writing outputs ---------------------------------------------------------------------
 
+def _not_empty(path: str | Path, field: str) -> Path:
+    # Path("") is ".", the working directory: an empty name is a mistake, not a place to write.
+    if not str(path).strip():
+        raise _fail(field, "an empty path: name the file or directory to write")
+    if "\x00" in str(path):   # no file system takes it; os calls would raise ValueError
+        raise _fail(field, f"a path with a NUL character: {brief(str(path))}")
+    return Path(path)
+
+
 def check_output_file(path: str | Path, field: str) -> Path:
     """InputError unless `path` can be written as a file: its directory exists and is writable,
-    and it is not itself a directory. Nothing is created."""
-    path = Path(path)
+    and it is not itself a directory or a socket. Nothing is created."""
+    path = _not_empty(path, field)
     if path.is_dir():
         raise _fail(field, f"cannot write {str(path)!r}: it is a directory")
     parent = path.parent
@@ -190,17 +230,28 @@ def check_output_file(path: str | Path, field: str) -> Path:
         raise _fail(field, f"the directory of {str(path)!r} does not exist")
     if not parent.is_dir():
         raise _fail(field, f"cannot write {str(path)!r}: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not os.access(parent, os.W_OK | os.X_OK) and not _special(path):
         raise _fail(field, f"cannot write {str(path)!r}: {str(parent)!r} is not writable")
     if path.exists() and not os.access(path, os.W_OK):
         raise _fail(field, f"cannot write {str(path)!r}: permission denied")
+    if path.is_socket():
+        raise _fail(field, f"cannot write {str(path)!r}: it is a socket, not a file")
     return path
+
+
+def _special(path: Path) -> bool:
+    """True for an existing target that is not a regular file (a device, a FIFO, a socket):
+    it is written through, like a shell's `>`, never replaced."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def check_output_dir(path: str | Path, field: str, files: tuple[str, ...] = ()) -> Path:
     """InputError unless `path` is a writable directory or can be created as one, and none of
     `files` inside it is a directory or read-only. Nothing is created."""
-    path = Path(path)
+    path = _not_empty(path, field)
     if not path.exists():
         ancestor = path.absolute().parent
         while not ancestor.exists():
@@ -225,11 +276,24 @@ def check_output_dir(path: str | Path, field: str, files: tuple[str, ...] = ()) 
 
 def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
     """Write `data` to `path` whole or not at all: into a temporary file beside it, then renamed
-    over it, so an interruption or a full disk never leaves half a file under the final name."""
+    over it, so an interruption or a full disk never leaves half a file under the final name.
+
+    The one place a command's output reaches the disk. A target that exists and is not a regular
+    file (/dev/null, a terminal, a FIFO another process reads) is written through as a shell's
+    `>` would, never replaced by a rename: run as root, a rename over /dev/null would put a
+    regular file in the device's place. A symbolic link is followed to the file it names."""
     import tempfile   # only writers need it; most runs only print
 
-    path = Path(path)
-    check_output_file(path, field)
+    path = check_output_file(path, field)
+    descriptor = _descriptor(path)
+    if descriptor is not None:
+        _write_to_descriptor(descriptor, path, data, field)
+        return path
+    if _special(path):
+        _write_through(path, data, field)
+        return path
+    if path.is_symlink():   # the link stays; the file it names gets the new contents
+        path = check_output_file(os.path.realpath(path), field)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
@@ -250,6 +314,55 @@ def write_atomic(path: str | Path, data: str | bytes, field: str) -> Path:
             raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
         raise
     return path
+
+
+_DESCRIPTOR = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+
+
+def _descriptor(path: Path) -> int | None:
+    """The open file descriptor `path` names (/dev/stdout, /dev/stderr, /dev/fd/N,
+    /proc/self/fd/N), or None: the command's output goes on there after what the process
+    already wrote, through the descriptor itself, as a shell's `>&N` would."""
+    text = str(path)
+    if text in ("/dev/stdout", "/dev/stderr"):
+        return 1 if text == "/dev/stdout" else 2
+    match = _DESCRIPTOR.fullmatch(text)
+    return int(match.group(1)) if match else None
+
+
+def _write_to_descriptor(fd: int, path: Path, data: str | bytes, field: str) -> None:
+    import sys
+
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    for stream in (sys.stdout, sys.stderr):   # what was printed comes first
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def _write_through(path: Path, data: str | bytes, field: str) -> None:
+    """Write into an existing device or FIFO. A FIFO nobody reads is an error, not a hang:
+    the non-blocking open fails at once (ENXIO), and writing then blocks as a pipe's should."""
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        reason = "no process is reading it" if exc.errno == errno.ENXIO else exc.strerror or exc
+        raise _fail(field, f"cannot write {str(path)!r}: {reason}") from None
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise _fail(field, f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _file_mode(path: Path) -> int:

@@ -15,6 +15,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from batchlab.memory.block_table import BlockTable
     from batchlab.workload.content import Content
 
 
@@ -35,6 +36,20 @@ class Phase(str, enum.Enum):
     DECODE = "decode"
 
 
+@dataclass(frozen=True, slots=True)
+class StopRule:
+    """When a request of a real model ends before its output count (vLLM's `check_stop`): at
+    `eos` (None: ignored), or at one of `token_ids` once it has `min_tokens` outputs."""
+
+    eos: int | None = None
+    token_ids: frozenset[int] = frozenset()
+    min_tokens: int = 0
+
+    def stops(self, token: int, emitted: int) -> bool:
+        """Whether `token`, output number `emitted`, ends the request."""
+        return token == self.eos or (emitted >= self.min_tokens and token in self.token_ids)
+
+
 @dataclass(slots=True, eq=False)
 class Request:
     id: str
@@ -50,6 +65,7 @@ class Request:
     tenant: str | None = None            # who sent it: what a fair scheduler shares service between
     priority: int = 0                    # vLLM's `priority`: lower is served first, ties by arrival
     program: str | None = None           # the program (agent) whose call this is
+    stop: StopRule | None = None         # a real model's tokens that end it early
 
     status: Status = Status.PENDING
     computed: int = 0        # tokens whose KV is in the cache
@@ -62,6 +78,7 @@ class Request:
     in_flight: bool = False  # in a pipelined batch that has not returned yet
     reject_reason: str | None = None
     token_times: list[float] = field(default_factory=list)
+    kv: BlockTable | None = None   # its blocks, as the paged manager holding it keeps them
 
     @property
     def known_tokens(self) -> int:

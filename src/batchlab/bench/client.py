@@ -19,9 +19,13 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from batchlab.bench.sse import DONE, SSEParser
+from batchlab.io_checks import MAX_TOKENS, brief
 
 ERROR_CHARS = 300  # an error body is cut to this many characters in the report
 BODY_LIMIT = 64 * 1024  # bytes of an error response read to find its message
+# Bytes one stream event may hold: a token's event is a few hundred; without a bound a server
+# could make the client buffer (and re-scan) gigabytes.
+EVENT_LIMIT = 1024 * 1024
 COMPLETIONS, CHAT = "completions", "chat"
 
 
@@ -123,9 +127,12 @@ class _Stream:
         if data == DONE:
             self.done = True
             return False
+        if len(data) > EVENT_LIMIT:
+            self.result.error = f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB"
+            return False
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, a number past 4,300 digits, nested too deep
             self.result.error = f"malformed stream event: {_cut(data)}"
             return False
         if not isinstance(obj, dict):
@@ -138,32 +145,49 @@ class _Stream:
             return False
         choices = obj.get("choices")
         if choices:
-            self._choice(choices[0], now)
+            if not isinstance(choices, list) or not isinstance(choices[0], dict):
+                self.result.error = f"malformed stream event: 'choices' is not a list of objects: {_cut(data)}"
+                return False
+            if not self._choice(choices[0], now):
+                self.result.error = f"malformed stream event: the choice's text is not a string: {_cut(data)}"
+                return False
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            # The last usage seen wins: some servers send a running count on every chunk.
-            if isinstance(usage.get("completion_tokens"), int):
-                self.result.completion_tokens = usage["completion_tokens"]
-            if isinstance(usage.get("prompt_tokens"), int):
-                self.result.prompt_tokens = usage["prompt_tokens"]
+            # The last usage seen wins: some servers send a running count on every chunk. A
+            # count no request can have is the server's error, not a figure to share out.
+            for key, most in (("completion_tokens", self.max_chunks), ("prompt_tokens", MAX_TOKENS)):
+                value = usage.get(key)
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+                    self.result.error = (f"the server's usage.{key} is {brief(value)}, not a whole "
+                                         f"number in [0, {most:,}]")
+                    return False
+                setattr(self.result, key, value)
         if len(self.result.chunk_times) > self.max_chunks:
             self.result.error = (f"the server streamed more than {self.max_chunks} output chunks, "
                                  "more than max_tokens allows")
             return False
         return True
 
-    def _choice(self, choice: dict, now: float) -> None:
+    def _choice(self, choice: dict, now: float) -> bool:
+        """Take the choice's chunk of text; False when it is not text (nor absent)."""
         if self.chat:
             delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                return False
             text = delta.get("content")
             if not text and "role" in delta:
-                return  # the opening chunk that only announces the assistant's role: no token
+                return True  # the opening chunk that only announces the assistant's role: no token
         else:
             text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            return False
         # A chunk may carry empty text (a token that decodes to nothing yet, or a stop marker):
         # it is still counted; `tokens.chunk_token_counts` reconciles with the usage count.
         self.result.chunk_times.append(now)
         self.result.chunk_texts.append(text or "")
+        return True
 
 
 async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, result: RequestResult,
@@ -183,7 +207,12 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
             async for raw in response.content.iter_any():
                 # Every event in one read arrived at the same moment: one clock reading for all.
                 now = time.perf_counter() - origin
-                for data in parser.feed(raw):
+                events = parser.feed(raw)
+                if parser.pending > EVENT_LIMIT:
+                    result.error = (f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB; "
+                                    "a token's event is a few hundred bytes")
+                    break
+                for data in events:
                     if not stream.event(data, now):
                         reading = False
                         break

@@ -19,6 +19,11 @@ class SSEParser:
     def __init__(self) -> None:
         self._buffer = b""
 
+    @property
+    def pending(self) -> int:
+        """Bytes of the event not yet complete."""
+        return len(self._buffer)
+
     def feed(self, chunk: bytes) -> list[str]:
         buffer = self._buffer + chunk
         held = b""

@@ -31,6 +31,7 @@ import numpy as np
 
 from batchlab.calibrate.profiles import ProfilePoint
 from batchlab.errors import InputError
+from batchlab.io_checks import brief
 from batchlab.hardware.opcost import (
     OP_CLASS,
     ClassParams,
@@ -115,6 +116,8 @@ CHOSEN_WITH = {**{f: "matmul" for f in (*TILE_FIELDS, VECTOR.field,
                **{f"{kind}_{f}": kind for kind in ROW_KERNELS
                   for f in ("row_bandwidth", "rows_per_sm")}}
 HOLD_OUT_FIELDS = ("op", "tp", "tokens", "batch", "context", "source")
+# Points of a group on which its tile candidates and starts are compared (`_fit_group`).
+SEARCH_POINTS = 5_000
 
 
 def predict_ms(point: ProfilePoint, gpu: GPUSpec) -> float:
@@ -187,7 +190,10 @@ def row_candidates(group: str, gpu: GPUSpec) -> list[dict]:
     return [{field: None}] + [{field: n} for n in ROWS_PER_SM]
 
 
-def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: tuple[Param, ...]):
+def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: tuple[Param, ...],
+                 works=None):
+    """Relative errors as a function of the parameters; `works`: `_works(points)`, made once
+    for all of a group's candidates (it is most of the cost on a large profile)."""
     measured = np.asarray([p.ms for p in points]) * 1e-3
     if group in ("all_reduce", "send_recv"):
         size = np.asarray([p.nbytes for p in points])
@@ -197,7 +203,7 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
         def predict(x):
             return x[1] * US + factor * size / (x[0] * GB)
     else:
-        flops, nbytes, rows, cols = _works(points)
+        flops, nbytes, rows, cols = works if works is not None else _works(points)
         peak, bw = gpu.peak_flops, gpu.mem_bandwidth
         paid = rows  # the rows a matmul pays for: whole tiles and waves when the spec has them
         if group == "matmul" and gpu.matmul_tile_rows is not None:
@@ -243,19 +249,27 @@ def _fit_group(group: str, points: list[ProfilePoint], gpu: GPUSpec) -> dict[str
 
     from scipy.optimize import least_squares
 
-    best, best_tiles, best_params = None, {}, ()
+    # A large group picks its tiles and start on an even sample of its points, then refits the
+    # winner on all of them: a 100,000-row profile fits in seconds, and every profile of up to
+    # SEARCH_POINTS points per group fits exactly as it always has.
+    search = points if len(points) <= SEARCH_POINTS else points[::-(-len(points) // SEARCH_POINTS)]
+    best, best_tiles, best_params, best_bounds = None, {}, (), None
+    works = None if group in ("all_reduce", "send_recv") else _works(search)
     for tiles in matmul_candidates(gpu) if group == "matmul" else row_candidates(group, gpu):
         trial = dataclasses.replace(gpu, **tiles)
         params = group_params(group, trial)
         low = np.asarray([p.low for p in params])
         high = np.asarray([p.high for p in params])
-        residual = _residual_fn(group, points, trial, params)
+        residual = _residual_fn(group, search, trial, params, works)
         for start in product(*(p.starts for p in params)):
             result = least_squares(residual, np.clip(np.asarray(start, dtype=np.float64), low,
                                                      high),
                                    bounds=(low, high), x_scale="jac", method="trf")
             if best is None or result.cost < best.cost:
-                best, best_tiles, best_params = result, tiles, params
+                best, best_tiles, best_params, best_bounds = result, tiles, params, (low, high)
+    if search is not points:
+        residual = _residual_fn(group, points, dataclasses.replace(gpu, **best_tiles), best_params)
+        best = least_squares(residual, best.x, bounds=best_bounds, x_scale="jac", method="trf")
     out = {**best_tiles, **{p.field: float(x) * p.scale for p, x in zip(best_params, best.x)}}
     if group in ROW_KERNELS and out.get(f"{group}_rows_per_sm") is None:
         out[f"{group}_row_bandwidth"] = None
@@ -304,6 +318,12 @@ def fit(points: list[ProfilePoint], base: GPUSpec, hold_out=(), name: str | None
     """Fit `base`'s parameters to `points` (minus the held-out ones) and predict every point."""
     if not points:
         raise InputError("calibrate: the profiles hold no points")
+    for field, values in hold_out:   # a value no point has holds nothing out: a typo
+        seen = {str(getattr(p, field)) for p in points}
+        missing = sorted(values - seen)
+        if missing:
+            raise InputError(f"field '--hold-out': no point has {field} = {brief(missing[0])} "
+                             f"({len(seen):,} distinct values in the profiles)")
     skipped = [(p, "cross-node collective (not modelled)") for p in points if not p.intra_node]
     used = [p for p in points if p.intra_node]
     train = [p for p in used if not _held(p, hold_out)]

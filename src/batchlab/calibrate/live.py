@@ -94,16 +94,17 @@ class Probe:
 
 @contextlib.contextmanager
 def mini_server(model: str, system: str, kv_cache_tokens: int, seed: int,
-                base_url: str | None = None):
-    """The base URL of a `batchlab serve` started for the run (or `base_url` as it is)."""
+                base_url: str | None = None, extra: tuple[str, ...] = ()):
+    """The base URL of a `batchlab serve` started for the run (or `base_url` as it is);
+    `extra` flags go to the server started."""
     if base_url is not None:
         yield base_url.rstrip("/")
         return
     try:
         server = ServeProcess("--model", model, "--system", system, "--kv-cache-tokens",
-                              str(kv_cache_tokens), "--seed", str(seed))
+                              str(kv_cache_tokens), "--seed", str(seed), *extra)
     except ServeFailed as exc:
-        raise InputError(f"validate: the mini server {exc}") from None
+        raise InputError(f"validate: the mini server {last_line(str(exc))}") from None
     with server:
         yield server.url
 
@@ -112,6 +113,15 @@ def _bench_cmd(url: str, args: list[str], directory: Path, name: str) -> list[st
     return [sys.executable, "-m", "batchlab.cli", "bench", "--base-url", url, *args,
             "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(directory),
             "--result-filename", name, "--disable-tqdm", "--json"]
+
+
+def last_line(text: str) -> str:
+    """A child's failure as one line: its first line (what it was doing) and, when its stderr
+    ran on (a traceback, a log), the last one (the error itself)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else text.strip()
+    return f"{lines[0]} ... {lines[-1]}"
 
 
 def _bench_result(returncode: int, stderr: str, directory: Path, name: str, what: str) -> dict:

@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
+import itertools
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from batchlab.errors import InputError
 from batchlab.hardware.opcost import OP_CLASS
 from batchlab.hardware.specs import GATED_MLP_MATRICES, PLAIN_MLP_MATRICES, ModelSpec
+from batchlab.io_checks import MAX_TOKENS
 
 COMM_OPS = ("all_reduce", "send_recv")
 OPS = (*OP_CLASS, *COMM_OPS, "step")
@@ -46,6 +50,22 @@ VIDUR_OPS = {
     "attn_kv_cache_save": "kv_write",
     "all_reduce": "all_reduce", "send_recv": "send_recv",
 }
+# What a measured point can be. A time between a nanosecond and 11.6 days (shorter ones make the
+# relative errors overflow, longer ones are no kernel's); a token count as in a request
+# (io_checks.MAX_TOKENS); a tensor-parallel group, a node, a model's shape and a payload no real
+# system reaches beyond these.
+MIN_MS = 1e-6
+MAX_MS = 1e9
+MAX_GPUS = 65_536
+MAX_WIDTH = 10**6
+MAX_PAYLOAD_BYTES = 1e15
+MAXIMA = {**dict.fromkeys(("tp", "num_tensor_parallel_workers", "num_workers", "devices_per_node"), MAX_GPUS),
+          **dict.fromkeys(("n_embd", "n_head", "n_q_head", "n_kv_head", "n_expanded_embd"), MAX_WIDTH),
+          "vocab_size": 2**31 - 1, "size": MAX_PAYLOAD_BYTES, "bytes": MAX_PAYLOAD_BYTES}
+# A profile file's size and rows: Vidur's are a few MB; a 100,000-row plain profile is 6 MB
+# and fits in seconds. Past these, reading and fitting would take minutes and gigabytes.
+MAX_PROFILE_BYTES = 256 * 2**20
+MAX_PROFILE_ROWS = 1_000_000
 # A model shape big enough for any context: profiles carry no max context.
 _ANY_CONTEXT = 1 << 30
 
@@ -72,8 +92,10 @@ class ProfilePoint:
 
 
 def _number(path: Path, line: int, column: str, text: str, *, integer: bool, minimum: float,
-            strict: bool = False) -> float:
+            strict: bool = False, maximum: float | None = None) -> float:
     where = f"{path.name}: row {line}, column '{column}'"
+    if maximum is None:
+        maximum = MAXIMA.get(column, MAX_TOKENS)
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -84,11 +106,17 @@ def _number(path: Path, line: int, column: str, text: str, *, integer: bool, min
         raise InputError(f"{where}: must be an integer, got {text!r}")
     if value < minimum or (strict and value <= minimum):
         raise InputError(f"{where}: must be {'>' if strict else '>='} {minimum:g}, got {text!r}")
+    if value > maximum:
+        raise InputError(f"{where}: must be at most {maximum:g}, got {text[:40]!r}")
     return int(value) if integer else value
 
 
 def _ms(path: Path, line: int, column: str, text: str) -> float:
-    return _number(path, line, column, text, integer=False, minimum=0.0, strict=True)
+    value = _number(path, line, column, text, integer=False, minimum=0.0, strict=True, maximum=MAX_MS)
+    if value < MIN_MS:
+        raise InputError(f"{path.name}: row {line}, column '{column}': must be at least {MIN_MS:g} ms "
+                         f"(a nanosecond), got {text!r}")
+    return value
 
 
 def _int(path: Path, line: int, column: str, text: str, minimum: int = 0) -> int:
@@ -107,18 +135,23 @@ def _bool(path: Path, line: int, column: str, text: str) -> bool:
 def _read(path: Path) -> tuple[list[str], list[dict]]:
     try:
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            header = [c.strip() for c in (reader.fieldnames or [])]
-            rows = list(reader)
-    except (OSError, EOFError) as exc:   # EOFError: a gzip file cut short
-        raise InputError(f"{path}: cannot read profile ({exc.strerror or exc})") from None
+        with opener(path, "rb") as handle:
+            raw = handle.read(MAX_PROFILE_BYTES + 1)    # a bounded read: /dev/zero never ends
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise InputError(f"{path}: a profile of more than {MAX_PROFILE_BYTES // 2**20} MB; split it")
+        reader = csv.DictReader(io.StringIO(raw.decode("utf-8"), newline=""))
+        header = [c.strip() for c in (reader.fieldnames or [])]
+        rows = list(itertools.islice(reader, MAX_PROFILE_ROWS + 1))
+    except (OSError, EOFError, zlib.error) as exc:   # EOFError: a gzip file cut short
+        raise InputError(f"{path}: cannot read profile ({getattr(exc, 'strerror', None) or exc})") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"{path}: not a CSV file: {exc}") from None
     if not header:
         raise InputError(f"{path.name}: empty profile (no header)")
     if not rows:
         raise InputError(f"{path.name}: empty profile (a header and no rows)")
+    if len(rows) > MAX_PROFILE_ROWS:
+        raise InputError(f"{path.name}: more than {MAX_PROFILE_ROWS:,} rows; split the profile")
     for i, row in enumerate(rows, start=2):
         if None in row:
             raise InputError(f"{path.name}: row {i}: more values than the header's columns")

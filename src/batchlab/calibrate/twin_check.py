@@ -12,6 +12,7 @@ minus the twin's own, from its TTFT histogram).
 
 from __future__ import annotations
 
+import http.client
 import math
 import re
 import urllib.error
@@ -24,29 +25,36 @@ from batchlab.errors import InputError
 
 # The twin's aims: |predicted / measured - 1| at most this.
 TWIN_AIMS = {"median_ttft_ms": 0.05, "median_tpot_ms": 0.05, "p99_ttft_ms": 0.10, "p99_tpot_ms": 0.10}
+# Bytes of /metrics and /v1/models read: a twin's are a few kB.
+ANSWER_LIMIT = 4 * 1024 * 1024
 _INFO = re.compile(r'^batchlab:twin_info\{(?P<labels>[^}]*)\}')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def twin_info(url: str) -> dict | None:
     """The twin's model, GPU, tp, system, KV capacity and context at `url`; None if the
-    server there is not a twin (or does not answer)."""
+    server there is not a twin (or does not answer). A server that says it is a twin but
+    answers what no twin would is an InputError naming --base-url."""
+    import json
+
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
-            text = r.read().decode("utf-8", errors="replace")
+            text = r.read(ANSWER_LIMIT).decode("utf-8", errors="replace")
         with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as r:
-            import json
-
-            models = json.loads(r.read())
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            listing = r.read(ANSWER_LIMIT)
+    except (OSError, ValueError, http.client.HTTPException):   # URLError and timeouts are OSErrors
         return None
     for line in text.splitlines():
         m = _INFO.match(line)
         if m:
-            info = dict(_LABEL.findall(m["labels"]))
-            info["tp"] = int(info["tp"])
-            info["kv_cache_tokens"] = int(info["kv_cache_tokens"])
-            info["max_model_len"] = int(models["data"][0]["max_model_len"])
+            try:
+                info = dict(_LABEL.findall(m["labels"]))
+                info["tp"] = int(info["tp"])
+                info["kv_cache_tokens"] = int(info["kv_cache_tokens"])
+                info["max_model_len"] = int(json.loads(listing)["data"][0]["max_model_len"])
+            except (ValueError, RecursionError, KeyError, IndexError, TypeError) as exc:
+                raise InputError(f"field '--base-url': {url} says it is a twin but its /metrics or "
+                                 f"/v1/models cannot be read ({type(exc).__name__})") from None
             return info
     return None
 
@@ -58,8 +66,8 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.hardware.parallel import Layout
     from batchlab.metrics import compute_metrics
-    from batchlab.serving.run import build_requests
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import build_requests
+    from batchlab.experiments.systems import parse_system
 
     model, gpu = resolve_model(info["model"]), resolve_gpu(info["gpu"])
     system = parse_system(info["system"], "--system")

@@ -140,8 +140,8 @@ def simulate_requests(workload, cfg: ValidateConfig, model, gpu, front: FrontEnd
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.metrics import compute_metrics
-    from batchlab.serving.run import build_requests
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import build_requests
+    from batchlab.experiments.systems import parse_system
 
     system = parse_system(cfg.system, "--system")
     memory = system.memory_for_capacity(cfg.kv_cache_tokens, model.max_context)
@@ -261,7 +261,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
     of their own, never from the requests compared. Without `cfg.rates`, the server's
     throughput with every request at once sets the three loads."""
     from batchlab.metrics.vllm import vllm_result
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise InputError(f"field '--repeats' must be a whole number >= 1, got {repeats!r}")
@@ -272,10 +272,16 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
     # the server's KV blocks: its paged decode kernel groups the decodes' lengths in them
     probe = replace(probe, block_tokens=parse_system(cfg.system, "--system").block_size)
     runs, saturation = [], None
+    replays: list = []   # (run, its workload, its spec): split on the server's own steps at the end
     with contextlib.ExitStack() as stack:
         directory = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        extra: tuple[str, ...] = ()
+        if cfg.base_url is None:   # a server of our own writes its requests and steps at its end
+            served = (directory / "served.json", directory / "steps.csv")
+            extra = ("--save-trace", str(served[0]), "--save-steps", str(served[1]))
+            stack.callback(lambda: split_runs(replays, served, cfg, model))
         url = stack.enter_context(mini_server(cfg.model, cfg.system, cfg.kv_cache_tokens,
-                                              cfg.seed, cfg.base_url))
+                                              cfg.seed, cfg.base_url, extra))
         warm_up(url, directory)
 
         taken: list = []   # the probe sets measured so far
@@ -344,12 +350,34 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                                                       measured_samples(result).items()},
                                          "predicted": {k: v.tolist() for k, v in
                                                        simulated_samples(metrics).items()}}})
+                replays.append((runs[-1], workload, spec))
                 if progress is not None:
                     progress()
     return {"model": cfg.model, "system": cfg.system, "gpu": gpu.name,
             "dataset": bench_args(cfg.dataset), "saturation": saturation,
             "repeats": repeats, "runs": runs, "spread": spread(runs),
             "probe_noise": probe_noise([(saturation or {}).get("fit"), *(r["fit"] for r in runs)])}
+
+
+def split_runs(replays: list, paths, cfg: ValidateConfig, model) -> None:
+    """Each run's error split (`step_replay.split_run`) from the server's saved requests and
+    steps, once it has stopped; a run whose requests are not found keeps none."""
+    import json
+
+    from batchlab.calibrate.step_replay import match_block, read_steps, split_run
+    from batchlab.experiments.systems import parse_system
+
+    trace_path, steps_path = paths
+    if not replays or not trace_path.exists() or not steps_path.exists():
+        return
+    rows = json.loads(trace_path.read_text())
+    steps = read_steps(steps_path)
+    system = parse_system(cfg.system, "--system")
+    after = 0   # the runs in the order they ran: one dataset sent twice is told apart so
+    for run, workload, spec in replays:
+        block, after = match_block(rows, workload.prompt, workload.output, after)
+        run["split"] = split_run(block, steps, system, cfg.kv_cache_tokens, model.max_context,
+                                 lambda w, spec=spec: simulate_requests(w, cfg, model, spec)[1])
 
 
 def spread(runs: list[dict]) -> list[dict]:

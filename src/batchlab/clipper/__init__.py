@@ -11,7 +11,7 @@ The names below load with their module on first use (PEP 562): `batchlab clipper
 and never needs the batcher's asyncio.
 """
 
-from batchlab.lazy import lazy_exports
+from batchlab.runtime.lazy import lazy_exports
 
 # public name -> the module under batchlab.clipper that defines it
 _EXPORTS = {

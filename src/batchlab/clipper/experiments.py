@@ -25,7 +25,7 @@ from batchlab.clipper.profiles import (
     LatencyProfile,
 )
 
-# §2.3 set-up, from the seed text.
+# The seed's first set-up, from its text.
 NOISE = 0.05
 INTERFERENCE_FACTOR = 2.0
 INTERFERENCE_START = 300
@@ -38,11 +38,11 @@ OFFLINE_QUANTILE = 0.99  # the fixed batch is tuned offline so its P99 meets the
 SMOOTHING_BATCHES = 5
 # The margin: AIMD aims at 90% of the SLO, 18 ms of 20 (seed: "目标定在 SLO 之下留一点余量").
 MARGIN_FRACTION = 0.9
-# §2.4 set-up.
+# The seed's second set-up.
 LOAD_FRACTION = 0.8
 DELAYED_WAITS_MS = (0.0, 2.0)
 N_REQUESTS = 20_000
-# §2.6: decode contexts.
+# The seed's decode contexts.
 LLM_CONTEXTS = (512, 8192)
 LLM_MODEL = "Llama-3-8B"
 LLM_GPU = "H100-SXM"

@@ -126,14 +126,14 @@ def fit_profile(batches, latencies_ms, name: str = "fitted") -> LatencyProfile:
     return LatencyProfile(name, max(float(a), 0.0), float(b), rel_noise)
 
 
-# The seed's three toy models (L02 §2.2, code 01 demo 1). Only the medium one is given in the seed
+# The seed's three toy models (L02, code 01 demo 1). Only the medium one is given in the seed
 # (exercise 2: 3 + 0.5·B ms). The other two are parameters chosen here, with magnitudes after the
 # Clipper paper's linear SVM (~30k qps at 20 ms) and kernel SVM (~200 qps at 20 ms).
 HIGH_FIXED = LatencyProfile("high fixed cost", fixed_ms=1.5, per_input_ms=0.03)
 MEDIUM = LatencyProfile("medium", fixed_ms=3.0, per_input_ms=0.5)
 LOW_FIXED = LatencyProfile("low fixed cost", fixed_ms=0.4, per_input_ms=4.9)
 TOY_MODELS = (HIGH_FIXED, MEDIUM, LOW_FIXED)
-# Seed §2.4's second model, also a chosen parameter: little fixed cost and a fast input, like the
+# The seed's second model, also a chosen parameter: little fixed cost and a fast input, like the
 # paper's Spark SVM that "processes small batches efficiently". The kernel-SVM-like LOW_FIXED takes
 # ~5 ms per input, so a 2 ms wait would be lost in its service time and show nothing.
 FAST_LOW_FIXED = LatencyProfile("low fixed cost, fast", fixed_ms=0.1, per_input_ms=0.5)

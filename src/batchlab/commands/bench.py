@@ -7,6 +7,11 @@ import math
 
 from batchlab.commands import flagtypes
 
+# Token ids are int32 in every tokenizer (vocabularies are under a million): a larger --vocab-size
+# is a typo.
+MAX_VOCAB = 2**31 - 1
+# Characters of --base-url, --endpoint and --model: each goes into every request.
+MAX_TEXT = 2048
 # The random dataset's lengths unless given (vllm bench serve's).
 RANDOM_DEFAULTS = {"input": 1024, "output": 128, "ratio": 0.0}
 
@@ -24,15 +29,15 @@ def add_dataset_flags(g, *, num_prompts: int, per: str, random: dict) -> None:
                         "(default: the Azure trace's)")
     g.add_argument("--num-prompts", type=flagtypes.requests, default=num_prompts, metavar="N",
                    help=f"requests {per} (traces: the first N records) (default: %(default)s)")
-    g.add_argument("--random-input-len", type=int, metavar="L",
+    g.add_argument("--random-input-len", type=flagtypes.positive_tokens, metavar="L",
                    help=f"random: mean prompt tokens (default: {random['input']})")
-    g.add_argument("--random-output-len", type=int, metavar="L",
+    g.add_argument("--random-output-len", type=flagtypes.positive_tokens, metavar="L",
                    help=f"random: mean output tokens (default: {random['output']})")
-    g.add_argument("--random-range-ratio", type=float, metavar="R",
+    g.add_argument("--random-range-ratio", type=flagtypes.real(ge=0, lt=1), metavar="R",
                    help=f"random: lengths uniform on [L(1-R), L(1+R)], R in [0, 1) (default: {random['ratio']})")
-    g.add_argument("--input-len", type=int, metavar="L", help="prompt tokens of the fixed dataset")
-    g.add_argument("--output-len", type=int, metavar="L", help="output tokens of the fixed dataset")
-    g.add_argument("--seed", type=int, default=0, help="seed of lengths, arrivals and prompts (default: %(default)s)")
+    g.add_argument("--input-len", type=flagtypes.positive_tokens, metavar="L", help="prompt tokens of the fixed dataset")
+    g.add_argument("--output-len", type=flagtypes.positive_tokens, metavar="L", help="output tokens of the fixed dataset")
+    g.add_argument("--seed", type=flagtypes.seed, default=0, help="seed of lengths, arrivals and prompts (default: %(default)s)")
 
 
 def random_given(args: argparse.Namespace) -> list[tuple[str, str, float]]:
@@ -78,31 +83,31 @@ def register(subparsers) -> None:
     g.add_argument("--endpoint", default="/v1/completions",
                    help="/v1/completions or /v1/chat/completions (default: %(default)s)")
     g.add_argument("--model", help="model name to send (default: the first model of GET /v1/models)")
-    g.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
+    g.add_argument("--request-timeout", type=flagtypes.wait_s, default=600.0, metavar="S",
                    help="seconds one request may take, stream included (default: %(default)s)")
-    g.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+    g.add_argument("--connect-timeout", type=flagtypes.wait_s, default=10.0, metavar="S",
                    help="seconds to open a connection (default: %(default)s)")
 
     add_dataset_flags(p.add_argument_group("dataset"), num_prompts=1000, per="to send",
                       random=RANDOM_DEFAULTS)
 
     g = p.add_argument_group("traffic")
-    g.add_argument("--request-rate", type=float, metavar="R",
+    g.add_argument("--request-rate", type=flagtypes.rate, metavar="R",
                    help="mean requests per second, or inf: all at once (default: inf; traces: their own "
                         "timestamps, rescaled to R when given)")
-    g.add_argument("--burstiness", type=float, default=1.0,
+    g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
-    g.add_argument("--max-concurrency", type=int, metavar="N", help="at most N requests in flight")
+    g.add_argument("--max-concurrency", type=flagtypes.requests, metavar="N", help="at most N requests in flight")
 
     g = p.add_argument_group("requests")
     g.add_argument("--prompt-format", default="auto", metavar="FMT",
                    help="tokens (a list of token ids of the exact length), text, or auto: tokens on "
                         "/v1/completions, text on chat (default: %(default)s)")
-    g.add_argument("--vocab-size", type=int, default=256, metavar="V",
+    g.add_argument("--vocab-size", type=flagtypes.integer(ge=1, le=MAX_VOCAB), default=256, metavar="V",
                    help="prompt token ids are drawn from [0, V) (default: %(default)s)")
     g.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                    help="ask for exactly the dataset's output length (ignore_eos, min_tokens) (default: on)")
-    g.add_argument("--temperature", type=float, help="sampling temperature to send (default: the server's)")
+    g.add_argument("--temperature", type=flagtypes.real(ge=0), help="sampling temperature to send (default: the server's)")
     g.add_argument("--extra-body", metavar="JSON", help="a JSON object merged into every request body")
 
     g = p.add_argument_group("results")
@@ -141,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = _check(args)
     workload = load_requests(plan["spec"])
+    check_drawn_memory(workload, plan["spec"])
     model = asyncio.run(first_model(plan["base_url"], args.model, args.connect_timeout))
     bodies = encode_bodies(workload, plan["kind"], model, args.prompt_format, args.seed, args.vocab_size,
                            args.ignore_eos, plan["extra"])
@@ -224,18 +230,16 @@ def _run_with_progress(make, total: int, disabled: bool):
 
 def _check(args: argparse.Namespace) -> dict:
     """Every flag checked before anything is sent; InputError names the flag."""
-    import json
-    from urllib.parse import urlsplit
-
     from batchlab.bench.client import CHAT, endpoint_kind
     from batchlab.bench.prompts import AUTO, PROMPT_FORMATS, TEXT, TOKENS
     from batchlab.errors import InputError
+    from batchlab.io_checks import brief, load_json
     from batchlab.metrics import parse_goodput, parse_metric_percentiles, parse_percentile_metrics
 
-    url = urlsplit(args.base_url)
-    if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
-        raise InputError(f"field '--base-url' must be an http:// or https:// URL of the server, got {args.base_url!r}")
-    base_url = args.base_url.rstrip("/")
+    base_url = _base_url(args.base_url)
+    for flag, value in (("--endpoint", args.endpoint), ("--model", args.model), ("--label", args.label)):
+        if value is not None and (len(value) > MAX_TEXT or not value.strip() or not value.isprintable()):
+            raise InputError(f"field '{flag}' must be printable text of 1 to {MAX_TEXT} characters, got {brief(value)}")
     if not args.endpoint.startswith("/"):
         raise InputError(f"field '--endpoint' must be a path starting with '/', got {args.endpoint!r}")
     try:
@@ -248,26 +252,18 @@ def _check(args: argparse.Namespace) -> dict:
     if kind == CHAT and args.prompt_format == TOKENS:
         raise InputError("field '--prompt-format': a chat endpoint takes text messages, not token ids")
     prompt_format = args.prompt_format if args.prompt_format != AUTO else TEXT if kind == CHAT else TOKENS
-    if args.vocab_size < 1:
-        raise InputError(f"field '--vocab-size' must be a whole number >= 1, got {args.vocab_size}")
-    if args.max_concurrency is not None and args.max_concurrency < 1:
-        raise InputError(f"field '--max-concurrency' must be a whole number >= 1, got {args.max_concurrency}")
-    for flag, value in (("--request-timeout", args.request_timeout), ("--connect-timeout", args.connect_timeout)):
-        if not (math.isfinite(value) and value > 0):
-            raise InputError(f"field '{flag}' must be a positive number of seconds, got {value}")
-    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise InputError(f"field '--temperature' must be a number >= 0, got {args.temperature}")
     extra = None
     if args.extra_body is not None:
-        try:
-            extra = json.loads(args.extra_body)
-        except ValueError as exc:
-            raise InputError(f"field '--extra-body' is not valid JSON: {exc}") from None
+        extra = load_json(args.extra_body, "field '--extra-body'")
         if not isinstance(extra, dict):
             raise InputError("field '--extra-body' must be a JSON object")
+        for key in ("model", "prompt", "messages", "stream", "stream_options"):
+            if key in extra:
+                raise InputError(f"field '--extra-body': key {key!r} is the benchmark's own; it cannot be replaced")
     if args.temperature is not None:
         extra = {"temperature": args.temperature, **(extra or {})}
     spec = dataset_spec(args, RANDOM_DEFAULTS, args.request_rate)
+    check_prompt_memory(spec, len(args.extra_body or ""))
     if args.dataset_name != "random" and any(v != RANDOM_DEFAULTS[k] for _, k, v in random_given(args)):
         raise InputError(f"fields '--random-input-len', '--random-output-len' and '--random-range-ratio' "
                          f"apply to dataset 'random' only, not {args.dataset_name!r}")
@@ -276,3 +272,55 @@ def _check(args: argparse.Namespace) -> dict:
             "slo": slo, "selected": parse_percentile_metrics(args.percentile_metrics),
             "percentiles": parse_metric_percentiles(args.metric_percentiles)}
 
+
+
+def _base_url(text: str) -> str:
+    """--base-url without its trailing slash: http(s), a host, a port in range, no query."""
+    from urllib.parse import urlsplit
+
+    from batchlab.errors import InputError
+    from batchlab.io_checks import brief
+
+    want = f"field '--base-url' must be an http:// or https:// URL of the server, got {brief(text)}"
+    if len(text) > MAX_TEXT or not text.isprintable() or any(c.isspace() for c in text):
+        raise InputError(want)
+    try:
+        url = urlsplit(text)
+        port = url.port      # parsed on demand: a port past 65535 or not a number raises here
+    except ValueError as exc:   # an unclosed IPv6 bracket, a bad port
+        raise InputError(f"{want}: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.hostname or url.query or url.fragment:
+        raise InputError(want)
+    if port == 0:
+        raise InputError(f"{want}: port 0 is not a server's port")
+    return text.rstrip("/")
+
+
+def check_prompt_memory(spec, extra_chars: int = 0) -> None:
+    """Refuse a dataset whose prompts, encoded before the clock starts, would not fit in memory:
+    estimated from the lengths asked for, before any is drawn (a trace's are checked as read)."""
+    from batchlab import limits
+
+    if spec.name == "random":
+        longest = math.ceil(spec.random_input_len * (1 + spec.random_range_ratio))
+        out = math.ceil(spec.random_output_len * (1 + spec.random_range_ratio))
+        flags = ("--random-input-len", "--random-output-len")
+    elif spec.name == "fixed":
+        longest, out, flags = spec.input_len, spec.output_len, ("--input-len", "--output-len")
+    else:
+        longest, out, flags = 1, 1, ("--num-prompts", "--num-prompts")
+    # A request of a million tokens is no real one: then the length is the mistake, else the count.
+    flag = flags[0] if longest >= 10**6 else flags[1] if out >= 10**6 else "--num-prompts"
+    limits.check_memory(spec.num_prompts * (longest * limits.BENCH_BYTES_PER_PROMPT_TOKEN + extra_chars
+                                            + out * limits.BENCH_BYTES_PER_OUTPUT_TOKEN),
+                        flag, f"{spec.num_prompts:,} requests of up to {longest:,} prompt and {out:,} output tokens")
+
+
+def check_drawn_memory(workload, spec) -> None:
+    """The requests as drawn (a workload's own lengths, a trace's) fit, encoded, in memory."""
+    from batchlab import limits
+
+    limits.check_memory(int(workload.prompt.sum()) * limits.BENCH_BYTES_PER_PROMPT_TOKEN
+                        + int(workload.output.sum()) * limits.BENCH_BYTES_PER_OUTPUT_TOKEN,
+                        "--dataset-path" if spec.name == "trace" else "--num-prompts",
+                        f"{len(workload):,} requests of {int(workload.prompt.sum()):,} prompt tokens in all")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from batchlab.commands import flagtypes
+from batchlab.limits import MAX_REPEATS
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -27,7 +30,7 @@ def register(subparsers) -> None:
     parser.add_argument("--mini", action="store_true",
                         help="time the numpy mini transformer's operators on this machine and fit "
                              "a CPU device spec to them")
-    parser.add_argument("--repeats", type=int, default=3, metavar="N",
+    parser.add_argument("--repeats", type=flagtypes.integer(ge=1, le=MAX_REPEATS), default=3, metavar="N",
                         help="--mini: timed runs per operator after warm-up (default: %(default)s)")
     parser.add_argument("--hold-out", action="append", metavar="FIELD=V1,V2",
                         help="leave the points whose FIELD (op, tp, tokens, batch, context, "
@@ -54,16 +57,30 @@ def _points(args):
         if args.repeats < 1:
             raise InputError(f"field '--repeats': must be >= 1, got {args.repeats}")
         spec = args.model or "mini"
-        points, base, mini_model = measure_mini(_mini_config(spec), repeats=args.repeats,
-                                                name=spec)
+        from batchlab import limits
+        from batchlab.calibrate.mini import config_from_spec
+
+        config = config_from_spec(_mini_config(spec))
+        limits.mini_model(config, "--model")
+        limits.mini_timing(config, args.repeats, "--model" if args.repeats <= 3 else "--repeats")
+        points, base, mini_model = measure_mini(config, repeats=args.repeats, name=spec)
         return points, base, mini_model
-    model = resolve_model(args.model) if args.model else None
+    from batchlab.io_checks import named
+    with named("model", "--model"):
+        model = resolve_model(args.model) if args.model else None
+    seen = set()
+    for path in args.profiles:
+        if path in seen:
+            raise InputError(f"field 'PROFILE': {path!r} is given twice (its points would count double)")
+        seen.add(path)
     if not args.profiles:
         raise InputError("field 'PROFILE': give profile files, or --mini to time this machine")
     if not args.gpu:
         raise InputError("field '--gpu': name the GPU the profiles were measured on (the spec "
                          "the fit starts from)")
-    base = resolve_gpu(args.gpu)
+    from batchlab.io_checks import named
+    with named("gpu", "--gpu"):
+        base = resolve_gpu(args.gpu)
     return load_profiles(args.profiles, model), base, None
 
 
@@ -86,7 +103,11 @@ def _mini_config(spec: str):
 
 def compute(args) -> tuple[dict, object, object]:
     from batchlab.calibrate.fit import fit, parse_hold_out, row_sums, summary
+    from batchlab.errors import InputError
     from batchlab.hardware.specs import OPERATOR_FIELDS
+
+    if args.name is not None and (not args.name.strip() or not args.name.isprintable() or len(args.name) > 200):
+        raise InputError(f"field '--name': must be printable text of 1 to 200 characters, got {args.name[:40]!r}")
 
     hold_out = parse_hold_out(args.hold_out)
     points, base, mini_model = _points(args)

@@ -48,7 +48,7 @@ def add_comparison(p: argparse.ArgumentParser) -> None:
 
 def run_comparison(args: argparse.Namespace):
     """The comparison the options describe, with a progress bar: (report, config)."""
-    from batchlab.serving.compare import compare
+    from batchlab.experiments.compare import compare
 
     cfg = build_config(args)
     jobs = options.jobs(args)
@@ -68,9 +68,9 @@ def parse_rates(text: str) -> tuple[float, ...]:
 
 
 def build_config(args: argparse.Namespace):
-    from batchlab.serving.compare import CompareConfig
-    from batchlab.serving.experiments import Setting
-    from batchlab.serving.systems import parse_systems
+    from batchlab.experiments.compare import CompareConfig
+    from batchlab.experiments.experiments import Setting
+    from batchlab.experiments.systems import parse_systems
 
     from batchlab.io_checks import named
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from batchlab.errors import InputError
 from batchlab.io_checks import MAX_REQUESTS, MIN_RATE, number, request_count, token_count, whole
+from batchlab.limits import MAX_EVENT_S
 
 
 def _typed(name: str, parse: Callable[[str], object]) -> Callable[[str], object]:
@@ -72,7 +73,14 @@ def _rate_or_zero(text: str) -> float:
     return value
 
 
-rate_or_zero = _typed("rate", _rate_or_zero)      # 0 turns the run off
+rate_or_zero = _typed("rate", _rate_or_zero)
+# A step, a transfer or a wait on a run's clock, in ms: at most limits.MAX_EVENT_S.
+step_ms = real(ge=0, le=MAX_EVENT_S * 1e3, unit="ms")
+# A gamma shape of arrival gaps: below 0.001 nearly every gap is 0 and the rest overflow a run's
+# clock; above 1000 the gaps are all but constant.
+burstiness = real(ge=1e-3, le=1e3)
+# Seconds a client waits for a server: at most a day (asyncio's timers overflow near 1e300 s).
+wait_s = real(gt=0, le=86_400, unit="s")      # 0 turns the run off
 requests = _typed("requests", lambda text: request_count(_int(text, "a whole number of requests"), None))
 seed = integer(ge=0, le=2**63 - 1)
 count = integer(ge=1)

@@ -39,7 +39,7 @@ def register(subparsers) -> None:
                    help="disaggregated: how a prefilled request picks its decode replica (default: %(default)s)")
     g.add_argument("--kv-link-bandwidth", type=flagtypes.positive, metavar="GBPS",
                    help="disaggregated: KV link bandwidth in GB/s (default: the prefill GPU's p2p bandwidth)")
-    g.add_argument("--kv-link-latency", type=flagtypes.real(ge=0), metavar="MS",
+    g.add_argument("--kv-link-latency", type=flagtypes.step_ms, metavar="MS",
                    help="disaggregated: KV link latency per transfer in ms (default: the prefill GPU's p2p latency)")
     e = p.add_argument_group("experiment")
     e.add_argument("--experiment", choices=EXPERIMENTS,
@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     routers = _routers(args)
     slo = options.slo(args)
     selected, percentiles = options.latency_selection(args)
+    options.check_request_count(args)
     workload = options.workload(args)
+    check_sizes(args, fleet, link, workload, runs=len(routers))
     rate = options.request_rate(workload)
     first = (fleet.entry + (fleet.decode or []))[0]
     save = options.result_path(args, f"fleet-{args.router}-{rate}qps-{first.model.name}-{first.gpu.name}")
@@ -111,6 +113,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_sizes(args: argparse.Namespace, fleet, link, workload, runs: int = 1) -> None:
+    """Refuse, before any replica is built, a fleet run that cannot fit in memory or finish
+    (`batchlab.limits`), and a KV link whose transfers would overflow the run's clock."""
+    from batchlab import limits
+    from batchlab.fleet.specs import books
+
+    record = "--fleet-config" if args.fleet_config and not args.replica else "--replica" if args.replica \
+        else "--prefill-replicas" if fleet.decode is not None else "--replicas"
+    specs = fleet.entry + (fleet.decode or [])
+    held = sum(books(spec, "--gpu") for spec in specs)
+    limits.check_memory(held, record, f"the books of {len(specs):,} replicas' KV caches")
+    if len(workload):
+        limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),
+                          runs=runs, books=held)
+    if link is None or not len(workload):
+        return
+    flag = "--kv-link-latency" if args.kv_link_latency is not None and link.latency_s > limits.MAX_EVENT_S / 2 \
+        else "--kv-link-bandwidth" if args.kv_link_bandwidth is not None else "--gpu"
+    check_link(link, int(workload.prompt.max()) + 1, fleet.entry[0].model, flag)
+
+
+def check_link(link, longest: int, model, flag: str) -> None:
+    """InputError naming `flag` when the KV of the longest request (`longest` tokens) would take
+    longer to cross `link` than one event may last on a run's clock."""
+    from batchlab import limits
+    from batchlab.errors import InputError
+
+    seconds = link.transfer_s(longest, model)
+    if not seconds <= limits.MAX_EVENT_S:
+        raise InputError(f"field '{flag}': moving the KV of the longest request ({longest:,} tokens, "
+                         f"{longest * model.kv_bytes_per_token / 1e9:.3g} GB) would take "
+                         f"{limits.time_text(seconds)}, more than the {limits.time_text(limits.MAX_EVENT_S)} "
+                         f"one event may last on a run's clock")
+
+
 def _routers(args: argparse.Namespace) -> list[str]:
     from batchlab.errors import InputError
     from batchlab.fleet import make_router
@@ -134,8 +171,7 @@ def fleet_from_flags(args: argparse.Namespace):
     model, gpu = options.hardware(args)
 
     def gpu_named(name: str):
-        from batchlab.commands.plan import gpu_named as resolve
-        return resolve(args, name, "gpu")
+        return options.gpu_named(args, name, "gpu")
 
     def model_named(name: str):
         from batchlab.hardware import resolve_model
@@ -200,7 +236,7 @@ def _orca(args: argparse.Namespace) -> int:
     from batchlab.fleet.orca import ORCA_SYSTEMS, OrcaSetting, orca_comparison
     from batchlab.hardware.parallel import Layout, check_layout
     from batchlab.io_checks import named
-    from batchlab.serving.systems import parse_systems
+    from batchlab.experiments.systems import parse_systems
 
     for flag, value in (("--replicas", args.replicas), ("--replica", args.replica),
                         ("--fleet-config", args.fleet_config), ("--prefill-replicas", args.prefill_replicas),
@@ -215,7 +251,9 @@ def _orca(args: argparse.Namespace) -> int:
     if args.systems:
         with named("systems", "--systems"):
             systems = tuple(s.name for s in parse_systems(args.systems))
+    options.check_request_count(args)
     workload = options.workload(args)
+    _check_orca_sizes(args, workload, systems, model, gpu, layout)
     save = options.result_path(args, f"fleet-orca-{model.name}-{gpu.name}-tp{layout.tp}-pp{layout.pp}")
     setting = OrcaSetting(workload, model, gpu, layout, args.latency_bound, args.seed)
     out = orca_comparison(setting, systems, jobs=options.jobs(args))
@@ -235,3 +273,19 @@ def _orca(args: argparse.Namespace) -> int:
                   f"the paper: {paper['orca_rps']} vs {paper['ft_rps']} req/s at {paper['bound_ms']:g} ms/token, "
                   f"{paper['ratio']:.1f}x")
     return 0
+
+
+# Runs of one system's search in Orca's experiment: a rate search from 0.5 req/s (doubling up to
+# 10^4, halving down to 10^-3, then bisection to 1%: at most 25 probes) and the run at its answer.
+ORCA_RUNS_PER_SYSTEM = 26
+
+
+def _check_orca_sizes(args, workload, systems, model, gpu, layout) -> None:
+    from batchlab import limits
+    from batchlab.fleet import ReplicaSpec
+    from batchlab.fleet.specs import books
+    from batchlab.experiments.systems import parse_system
+
+    held = max(books(ReplicaSpec(parse_system(name), model, gpu, layout), "--gpu") for name in systems)
+    limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),
+                      runs=ORCA_RUNS_PER_SYSTEM * len(systems), at_once=options.jobs(args), books=held)

@@ -39,8 +39,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
-    from batchlab.serving.experiments import Setting, goodput, run_tasks
-    from batchlab.serving.systems import parse_systems
+    from batchlab.experiments.experiments import Setting, goodput, run_tasks
+    from batchlab.experiments.systems import parse_systems
 
     from batchlab.io_checks import named
 

@@ -58,8 +58,8 @@ def build_plan(args: argparse.Namespace) -> list:
     from batchlab.commands.compare import parse_rates
     from batchlab.errors import InputError
     from batchlab.metrics import SLO
-    from batchlab.serving.experiments import Setting
-    from batchlab.serving.knobs import Overrides, select
+    from batchlab.experiments.experiments import Setting
+    from batchlab.experiments.knobs import Overrides, select
 
     options.check_slo_flags(args)
     whole = options.slo(args, default=(None, None)) if args.goodput is not None else None
@@ -99,7 +99,7 @@ def build_plan(args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from batchlab.display import console as make_console
-    from batchlab.serving.knobs import run_knobs, tasks
+    from batchlab.experiments.knobs import run_knobs, tasks
 
     from batchlab.io_checks import named
 

@@ -10,7 +10,7 @@ from batchlab.commands import flagtypes
 
 DEFAULT_MAX_BATCH = 64
 MAX_MAX_BATCH = 256
-# The §3.2 step: prefills of 37 and 9 tokens, decodes after 120, 15 and 64 tokens of context.
+# The seed's worked step: prefills of 37 and 9 tokens, decodes after 120, 15 and 64 tokens of context.
 SEED_STEP = ((37, 0), (9, 0), (1, 120), (1, 15), (1, 64))
 MS_PER_S = 1e3
 

@@ -35,7 +35,7 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
                    help="GPU preset or .toml/.json spec file (default: %(default)s)")
     g.add_argument("--mfu", type=flagtypes.efficiency, help="override the GPU's compute efficiency")
     g.add_argument("--mbu", type=flagtypes.efficiency, help="override the GPU's bandwidth efficiency")
-    g.add_argument("--overhead-ms", type=flagtypes.real(ge=0), help="override the fixed per-step overhead")
+    g.add_argument("--overhead-ms", type=flagtypes.step_ms, help="override the fixed per-step overhead")
     g.add_argument("--memory-utilization", type=flagtypes.share,
                    help="override the share of GPU memory for weights and KV")
     g.add_argument("--cost", choices=("roofline", "operators"),
@@ -97,6 +97,16 @@ def hardware(args: argparse.Namespace):
     with named("model", "--model"):
         model = resolve_model(args.model)
     return precision(model, args), gpu
+
+
+def gpu_named(args: argparse.Namespace, name: str, flag: str):
+    """The GPU `name` with the hardware flags' overrides; an error names `flag`, not --gpu."""
+    from batchlab.errors import InputError
+
+    try:
+        return hardware(argparse.Namespace(**{**vars(args), "gpu": name}))[1]
+    except InputError as exc:
+        raise InputError(str(exc).replace("field '--gpu'", f"field '{flag}'", 1)) from None
 
 
 def add_layout(p: argparse.ArgumentParser) -> None:
@@ -209,6 +219,15 @@ def add_samples(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=1, metavar="N",
                    help="parallel samples per prompt (vLLM's n): each is a sequence of its own, "
                         "sharing the prompt's KV blocks where the memory can (default: %(default)s)")
+
+
+def check_request_count(args: argparse.Namespace) -> None:
+    """Refuse a request count whose run cannot fit in memory even at one output token each,
+    before the workload is drawn (drawing ten million requests alone takes seconds)."""
+    from batchlab import limits
+
+    if getattr(args, "requests", None) is not None and not getattr(args, "trace", None):
+        limits.simulation(args.requests, args.requests, flag(args, "requests", "--num-prompts"))
 
 
 def samples(args: argparse.Namespace, workload):
@@ -421,7 +440,7 @@ def result_path(args: argparse.Namespace, default_name: str):
     return path
 
 
-def save_result(path, data) -> None:
+def save_result(path, data, field: str = "--result-dir") -> None:
     """Write `data` as JSON to `path` whole or not at all (a temporary file beside it, renamed)."""
     import json
 
@@ -432,7 +451,7 @@ def save_result(path, data) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"field '--result-dir': cannot create {str(path.parent)!r}: {exc.strerror or exc}") from None
-    write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n", "--result-dir")
+    write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n", field)
 
 
 def emit_result(args: argparse.Namespace, save, data) -> bool:
@@ -441,7 +460,7 @@ def emit_result(args: argparse.Namespace, save, data) -> bool:
     if save is not None:
         from batchlab.commands.written import say_wrote
 
-        save_result(save, data)
+        save_result(save, data, "--result-filename" if args.result_filename else "--result-dir")
         say_wrote([save])
     if args.json:
         import json
@@ -477,7 +496,7 @@ def add_jobs(p: argparse.ArgumentParser) -> None:
 
 def jobs(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
-    from batchlab.serving.experiments import default_jobs
+    from batchlab.experiments.experiments import default_jobs
 
     n = args.jobs if args.jobs is not None else default_jobs()
     if n < 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from batchlab.errors import InputError
 from batchlab.io_checks import check_output_dir, check_output_file
 
 # Flags (by argparse dest) that name a file to write, and those that name a directory.
@@ -20,19 +21,23 @@ DIRECTORIES = {"plot": "--plot", "result_dir": "--result-dir"}
 
 
 def check_destinations(args: argparse.Namespace) -> None:
-    """InputError naming the flag of the first destination that cannot be written."""
+    """InputError naming the flag of the first destination that cannot be written. A flag given
+    as an empty string is refused, not read as "not given" (it would write the default name)."""
     for dest, flag in FILES.items():
-        if getattr(args, dest, None):
+        if getattr(args, dest, None) is not None:
             check_output_file(getattr(args, dest), flag)
     for dest, flag in DIRECTORIES.items():
-        if getattr(args, dest, None):
+        if getattr(args, dest, None) is not None:
             check_output_dir(getattr(args, dest), flag)
-    if getattr(args, "result_filename", None):
-        target = Path(getattr(args, "result_dir", None) or ".") / args.result_filename
+    if getattr(args, "result_filename", None) is not None:
+        name = args.result_filename
+        if not name.strip() or name.endswith(("/", "\\")) or Path(name).name in (".", ".."):
+            raise InputError(f"field '--result-filename': must name a file, got {name!r}")
+        target = Path(getattr(args, "result_dir", None) or ".") / name
         if target.parent.exists():      # else --result-dir is created first, checked above
             check_output_file(target, "--result-filename")
     command = getattr(args, "command", None)
-    if command in ("report", "calibrate") and getattr(args, "out", None):
+    if command in ("report", "calibrate") and getattr(args, "out", None) is not None:
         check_output_file(args.out, "--out")
     if command == "sweep" and not getattr(args, "check", False):
         from batchlab.sweep import output_files

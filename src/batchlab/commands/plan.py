@@ -57,16 +57,6 @@ def _ints(text: str, flag: str) -> list[int]:
     return values
 
 
-def gpu_named(args: argparse.Namespace, name: str, flag: str):
-    """The GPU `name` with the hardware flags' overrides; an error names `flag`, not --gpu."""
-    from batchlab.errors import InputError
-
-    try:
-        return options.hardware(argparse.Namespace(**{**vars(args), "gpu": name}))[1]
-    except InputError as exc:
-        raise InputError(str(exc).replace("field '--gpu'", f"field '{flag}'", 1)) from None
-
-
 def choices_from_flags(args: argparse.Namespace):
     """(ModelSpec, [Choice]) of --gpus x --tp x --pp (and --disaggregated), each checked."""
     from batchlab.hardware.parallel import Layout
@@ -77,7 +67,7 @@ def choices_from_flags(args: argparse.Namespace):
     if args.gpus:
         gpus = []
         for name in args.gpus.split(","):
-            gpus.append(gpu_named(args, name.strip(), "--gpus"))
+            gpus.append(options.gpu_named(args, name.strip(), "--gpus"))
     layouts = []
     for tp in _ints(args.tp, "--tp"):
         for pp in _ints(args.pp, "--pp"):
@@ -87,12 +77,49 @@ def choices_from_flags(args: argparse.Namespace):
     return model, [Choice(g, layout, mode) for g in gpus for layout in layouts for mode in modes]
 
 
+def search_runs(max_replicas: int, disaggregated: bool) -> int:
+    """Fleets one choice's search may simulate: doubling then bisection over the replica count;
+    a disaggregated count n tries its n - 1 splits."""
+    steps = 2 * max(max_replicas - 1, 1).bit_length() + 1
+    return steps * (max_replicas if disaggregated else 1)
+
+
+def check_sizes(args: argparse.Namespace, model, system, choices, workload) -> None:
+    """Refuse a search that cannot fit in memory or finish (`batchlab.limits`), before it starts."""
+    from batchlab import limits
+    from batchlab.errors import InputError
+    from batchlab.fleet import ReplicaSpec
+    from batchlab.fleet.specs import MAX_REPLICAS, books
+
+    if args.max_replicas > MAX_REPLICAS:
+        raise InputError(f"field '--max-replicas': at most {MAX_REPLICAS} replicas, got {args.max_replicas}")
+    from batchlab.plan.search import infeasible
+
+    choices = [c for c in choices if infeasible(model, c) is None]   # the search skips the rest
+    if not choices:
+        return
+    flag = "--gpus" if args.gpus else "--gpu"
+    if len(workload) and any(c.disaggregated for c in choices):
+        from batchlab.commands.fleet import check_link
+        from batchlab.fleet import KVLink
+
+        for c in choices:
+            if c.disaggregated:
+                check_link(KVLink.of_gpu(c.gpu), int(workload.prompt.max()) + 1, model, flag)
+    largest = max(books(ReplicaSpec(system, model, c.gpu, c.layout), flag) for c in choices) * args.max_replicas
+    limits.check_memory(largest, "--max-replicas", f"a fleet of {args.max_replicas:,} replicas' KV cache books")
+    requests, tokens = len(workload), int(workload.output.sum())
+    limits.simulation(requests, tokens, options.flag(args, "requests", "--num-prompts"), books=largest)
+    runs = sum(search_runs(args.max_replicas, c.disaggregated) for c in choices)
+    limits.simulation(requests, tokens, "--max-replicas", runs=runs, at_once=options.jobs(args), books=largest)
+
+
 def run(args: argparse.Namespace) -> int:
     from batchlab.errors import InputError
     from batchlab.fleet import make_router
     from batchlab.io_checks import named
     from batchlab.plan import PlanProblem, plan_fleet
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
     from batchlab.sweep.backends import runner
 
     if args.rate is None:
@@ -102,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         system = parse_system(args.system)
     make_router(args.router, args.seed, "--router")
     slo = options.slo(args)
+    options.check_request_count(args)
     workload = options.workload(args)
+    check_sizes(args, model, system, choices, workload)
     problem = PlanProblem(workload, model, system, slo, args.slo_target, args.router, seed=args.seed,
                           context_mode=args.context_mode, max_replicas=args.max_replicas)
     run_on = runner(args.backend)

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
                     "prices it at, output tokens are made up from the request's seed. See "
                     "docs/serving.md.")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=flagtypes.integer(ge=0, le=65535), default=DEFAULT_PORT,
                         help="port; with --replicas N, the first of N consecutive ports (default: %(default)s)")
     parser.add_argument("--model", metavar="SPEC",
                         help="mini or tiny, with :field=value overrides of the mini config, e.g. "
@@ -42,21 +42,24 @@ def register(subparsers) -> None:
                         help="scheduler and memory manager as in `batchlab compare`, e.g. "
                              f"chunked:max_bs=32:token_budget=256 (default: {DEFAULT_SYSTEM}; "
                              f"with --simulate {DEFAULT_TWIN_SYSTEM})")
-    parser.add_argument("--max-model-len", type=int, metavar="N",
+    parser.add_argument("--max-model-len", type=flagtypes.positive_tokens, metavar="N",
                         help="longest prompt + output in tokens (default: the model's max_context)")
-    parser.add_argument("--kv-cache-tokens", type=int, metavar="N",
+    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, metavar="N",
                         help="KV cache capacity in tokens for the system's memory manager "
                              f"(default: {DEFAULT_KV_CACHE_TOKENS}; with --simulate, what the "
                              "GPUs' memory holds beside the weights, as `batchlab simulate`)")
-    parser.add_argument("--max-waiting", type=int, default=DEFAULT_MAX_WAITING, metavar="N",
+    parser.add_argument("--max-waiting", type=flagtypes.requests, default=DEFAULT_MAX_WAITING, metavar="N",
                         help="requests that may wait for admission; more get 429 (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=flagtypes.seed, default=0,
                         help="seeds the sampling of requests that give no seed (default: 0)")
     parser.add_argument("--check-memory", action="store_true",
                         help="run the memory manager's integrity check after every step")
     parser.add_argument("--save-trace", metavar="PATH",
                         help="write per-request records (CSV, or JSON for .json) at shutdown")
-    parser.add_argument("--drain-timeout", type=flagtypes.real(ge=0), default=DEFAULT_DRAIN_S, metavar="S",
+    parser.add_argument("--save-steps", metavar="PATH",
+                        help="write the engine's step log (CSV: start, duration, batch) at shutdown, "
+                             "for `batchlab validate`'s replay on the server's own steps")
+    parser.add_argument("--drain-timeout", type=flagtypes.real(ge=0, le=86_400), default=DEFAULT_DRAIN_S, metavar="S",
                         help="at SIGTERM, how long requests in flight may run before they are cut; the "
                              "server answers 503 meanwhile (default: %(default)s)")
     parser.add_argument("--log-level", default="warning",
@@ -89,6 +92,7 @@ def run(args) -> int:
         raise InputError(f"field '--port' must be in [0, 65535], got {args.port}")
     if args.drain_timeout <= 0:
         raise InputError(f"field '--drain-timeout' must be > 0, got {args.drain_timeout}")
+    check_flags(args)
     if args.simulate:
         return _run_twin(args)
     for flag, value, default in (("--gpu", args.gpu, None), ("--tp", args.tp, 1),
@@ -96,8 +100,12 @@ def run(args) -> int:
                                  ("--twin-output", args.twin_output, "seeded")):
         if value != default:
             raise InputError(f"field '{flag}' applies to a twin only (add --simulate)")
+    from batchlab.io_checks import check_output_file
     from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_SYSTEM
     from batchlab.serve.server import ServeConfig, serve
+
+    if args.save_steps:
+        check_output_file(args.save_steps, "--save-steps")   # before serving, not at shutdown
 
     config = ServeConfig(model="mini" if args.model is None else args.model,
                          system=DEFAULT_SYSTEM if args.system is None else args.system,
@@ -106,12 +114,54 @@ def run(args) -> int:
                          kv_cache_tokens=(DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None
                                           else args.kv_cache_tokens),
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
-                         save_trace=args.save_trace)
+                         save_trace=args.save_trace, save_steps=args.save_steps)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
 
 
+def check_flags(args) -> None:
+    """What the parser cannot check alone, each blamed on its own flag, before anything is built:
+    the served name, an address this machine has (an unknown or foreign --host is not a --port
+    problem), a KV cache of at least one block, and the model with a full KV cache in memory."""
+    import socket
+
+    from batchlab import limits
+    from batchlab.errors import InputError
+    from batchlab.serve.model_spec import parse_model
+    from batchlab.experiments.systems import parse_system
+
+    name = args.served_model_name
+    if name is not None and (not name.strip() or not name.isprintable() or len(name) > 200):
+        raise InputError(f"field '--served-model-name' must be printable text of 1 to 200 characters, got {name[:40]!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(args.host, 0, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)     # port 0: only the address is tried
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise InputError(f"field '--host': cannot listen on {args.host!r}: {reason}") from None
+    if args.simulate:   # a twin holds no weights and no K and V: its KV books only
+        from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM
+
+        if args.kv_cache_tokens is not None:
+            system = parse_system(args.system or DEFAULT_TWIN_SYSTEM, "--system")
+            limits.kv_capacity(system, args.kv_cache_tokens, "--kv-cache-tokens")
+        return
+    from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_SYSTEM
+
+    kv_tokens = DEFAULT_KV_CACHE_TOKENS if args.kv_cache_tokens is None else args.kv_cache_tokens
+    mini = parse_model(args.model or "mini")
+    system = parse_system(args.system or DEFAULT_SYSTEM, "--system")
+    limits.kv_capacity(system, kv_tokens, "--kv-cache-tokens")
+    limits.mini_model(mini, "--model", kv_tokens=kv_tokens)
+
+
 def _run_twin(args) -> int:
+    from batchlab.errors import InputError
     from batchlab.serve.faults import parse_fault
+
+    if args.save_steps:
+        raise InputError("field '--save-steps' applies to the mini server (a twin's steps are its prices)")
     from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM, TwinConfig, serve_twins
 
     faults = tuple(parse_fault(text, args.replicas) for text in args.fault)

@@ -31,8 +31,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.serving.run import simulate
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import simulate
+    from batchlab.experiments.systems import parse_system
 
     from batchlab.io_checks import named
 

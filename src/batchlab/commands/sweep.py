@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from batchlab.display import console as make_console
     from batchlab.errors import InputError
-    from batchlab.serving.experiments import default_jobs
+    from batchlab.experiments.experiments import default_jobs
     from batchlab.sweep import run_sweep
     from batchlab.sweep.build import build_tasks
     from batchlab.sweep.config import load_config

@@ -9,6 +9,7 @@ import math
 from batchlab.commands import flagtypes
 from batchlab.commands.bench import add_dataset_flags, random_given
 from batchlab.commands.bench import dataset_spec as bench_dataset_spec
+from batchlab.limits import MAX_REPEATS
 
 # validate's random dataset: short requests, so three loads take about a minute here.
 RANDOM = {"input": 64, "output": 32, "ratio": 0.5}
@@ -36,7 +37,7 @@ def register(subparsers) -> None:
     parser.add_argument("--system", default="paged:max_bs=64", metavar="SPEC",
                         help="scheduler and memory manager, as `batchlab serve --system` "
                              "(default: %(default)s)")
-    parser.add_argument("--kv-cache-tokens", type=int, default=65536, metavar="N",
+    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, default=65536, metavar="N",
                         help="the server's KV capacity in tokens (default: %(default)s)")
     parser.add_argument("--device", metavar="SPEC.toml",
                         help="the device spec to predict with (`batchlab calibrate --mini --out`); "
@@ -48,12 +49,12 @@ def register(subparsers) -> None:
     g = parser.add_argument_group("dataset (as `batchlab bench` takes it; each rate is its "
                                   "--request-rate)")
     add_dataset_flags(g, num_prompts=60, per="per rate", random=RANDOM)
-    g.add_argument("--burstiness", type=float, default=1.0,
+    g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     parser.add_argument("--base-url", metavar="URL",
                         help="a running mini server to measure instead of starting one (its "
                              "--model, --system and --kv-cache-tokens must match these)")
-    parser.add_argument("--repeats", type=flagtypes.count, default=1, metavar="N",
+    parser.add_argument("--repeats", type=flagtypes.integer(ge=1, le=MAX_REPEATS), default=1, metavar="N",
                         help="run the whole sequence of rates N times on the same server and "
                              "show the spread of the errors (default: %(default)s)")
     parser.add_argument("--no-refit", dest="refit", action="store_false",
@@ -98,23 +99,45 @@ def dataset_spec(args):
     return bench_dataset_spec(args, RANDOM)
 
 
+def check_sizes(args, cfg, mini, system) -> None:
+    """Refuse what cannot fit or finish before a server starts: the served model with a full KV
+    cache, a KV cache below one block, the requests, and the time the rates given will take."""
+    from batchlab import limits
+    from batchlab.commands.bench import check_prompt_memory
+
+    limits.mini_model(mini, "--model", kv_tokens=cfg.kv_cache_tokens)
+    limits.kv_capacity(system, cfg.kv_cache_tokens, "--kv-cache-tokens")
+    check_prompt_memory(cfg.dataset)
+    spec = cfg.dataset
+    limits.simulation(spec.num_prompts, spec.num_prompts, "--num-prompts")
+    if cfg.rates is not None:
+        seconds = args.repeats * sum(spec.num_prompts / rate for rate in cfg.rates)
+        limits.check_time(seconds, "--rates", f"sending {spec.num_prompts:,} requests at each rate "
+                                              f"{args.repeats} time(s)")
+
+
 def compute(args) -> dict:
     from batchlab.calibrate.validate import ValidateConfig, dataset, served_model, validate
 
     cfg = ValidateConfig(model=args.model, system=args.system, kv_cache_tokens=args.kv_cache_tokens,
                          dataset=dataset_spec(args), rates=_rates(args.rates),
                          base_url=args.base_url)
+    if args.base_url is not None:
+        from batchlab.commands.bench import _base_url
+        _base_url(args.base_url)
     if args.base_url:
         from batchlab.calibrate.twin_check import twin_info
 
         info = twin_info(args.base_url.rstrip("/"))
         if info is not None:   # a twin: its own model, GPU and system, replayed as they are
             return _compute_twin(args, cfg, info)
-    _, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
-    from batchlab.serving.systems import parse_system
+    mini, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
+    from batchlab.experiments.systems import parse_system
 
-    parse_system(cfg.system, "--system")
-    dataset(cfg, math.inf)            # so does a bad dataset (a missing trace file, ...)
+    system = parse_system(cfg.system, "--system")
+    check_sizes(args, cfg, mini, system)
+    from batchlab.commands.bench import check_drawn_memory
+    check_drawn_memory(dataset(cfg, math.inf), cfg.dataset)   # so does a bad dataset (a missing trace file, ...)
     gpu, device = _device(args, cfg)
     out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)
     out["device"] = device
@@ -127,6 +150,11 @@ def _compute_twin(args, cfg, info: dict) -> dict:
 
     from batchlab.calibrate.twin_check import validate_twin
     from batchlab.calibrate.validate import dataset
+    from batchlab.errors import InputError
+
+    for flag, given in (("--device", args.device is not None), ("--no-refit", not args.refit)):
+        if given:   # a twin prices its steps as the replay does: there is no device to fit
+            raise InputError(f"field '{flag}' does not apply to a twin ({args.base_url} is one)")
 
     dataset(cfg, math.inf)   # a bad dataset fails before anything runs
     with tempfile.TemporaryDirectory() as directory:
@@ -231,6 +259,9 @@ def _tables(out: dict):
             t.add_row(f"{row['metric']} ({row['unit']})", _num(row["measured"]),
                       _num(row["predicted"]), _pct(row["error"]))
         tables.append(t)
+    split = _split_table(out)
+    if split is not None:
+        tables.append(split)
     t = Table(title="Against the aims: predicted / measured - 1, per repeat",
               caption=_noise_caption(out["probe_noise"]))
     for col in ("load", "figure", "aim", *(f"repeat {i}" for i in range(1, out["repeats"] + 1)),
@@ -243,6 +274,34 @@ def _tables(out: dict):
                   "yes" if row["met"] else "no")
     tables.append(t)
     return tables
+
+
+def _split_table(out: dict):
+    """Each run's error split on the server's own steps (`step_replay`), if it was made."""
+    from rich.table import Table
+
+    from batchlab.calibrate.step_replay import SCHEDULING_AIM, SPLIT_FIGURES
+
+    runs = [r for r in out["runs"] if r.get("split")]
+    if not runs:
+        return None
+    t = Table(title="The error split, on the server's arrivals: scheduling = a replay on the "
+                    "server's own step times / the server's latencies - 1; cost = the cost "
+                    "model's replay / that replay - 1",
+              caption=f"Aim: the scheduling part within {100 * SCHEDULING_AIM:.0f}% at every figure. "
+                      + (_noise_caption(out["probe_noise"]) or ""))
+    t.add_column("load")
+    t.add_column("part")
+    for key in SPLIT_FIGURES:
+        t.add_column(key.removesuffix("_ms").replace("median", "p50").replace("_", " "), justify="right")
+    t.add_column("met", justify="right")
+    for run in runs:
+        sp = run["split"]
+        which = f" (repeat {run['repeat']})" if out["repeats"] > 1 else ""
+        t.add_row(run["load"] + which, "scheduling", *(_pct(sp["scheduling"][k]) for k in SPLIT_FIGURES),
+                  "yes" if sp["scheduling_met"] else "no")
+        t.add_row("", "cost", *(_pct(sp["cost"][k]) for k in SPLIT_FIGURES), "")
+    return t
 
 
 def _num(v) -> str:

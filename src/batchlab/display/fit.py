@@ -104,8 +104,14 @@ def _width(words: Sequence[str], cells: Sequence[str]) -> int:
 
 
 def _key(k: int) -> str:
+    """a ... z, aa ... zz, aaa ...: a spreadsheet's column names, for any number of columns."""
     letters = string.ascii_lowercase
-    return letters[k] if k < len(letters) else f"{letters[k // len(letters) - 1]}{letters[k % len(letters)]}"
+    name = ""
+    k += 1
+    while k:
+        k, digit = divmod(k - 1, len(letters))
+        name = letters[digit] + name
+    return name
 
 
 def _chunks(items: list[int], parts: int) -> list[list[int]]:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What executing a plan gives back: its duration and, for a real model, the token each
+    emitting request drew (request id -> token id); the engine's update applies both."""
+
+    duration: float
+    tokens: dict[str, int] | None = None
 
 
 class Executor(Protocol):

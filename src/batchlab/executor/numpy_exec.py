@@ -30,6 +30,7 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, step_time
 from batchlab.memory.base import MemoryManager
+from batchlab.executor.base import StepResult
 from batchlab.executor.sampling import LOGIT_FIELDS, Sampler, SamplingParams, TokenLogprobs, log_softmax
 from batchlab.model.counters import Counter
 from batchlab.model.decoding import greedy
@@ -61,7 +62,7 @@ class NumpyExecutor:
         self.clock = clock
         # A paged manager's block tables decide where each request's KV lives; without one the
         # cache keeps its own tables.
-        self.paged = memory if hasattr(memory, "block_table") else None
+        self.paged = memory if memory is not None and memory.grows_in_blocks else None
         self._running: dict[str, Request] = {}
         tables = (lambda rid: self.paged.block_table(self._running[rid])) if self.paged else None
         block_size = getattr(self.paged, "block_size", DEFAULT_BLOCK_SIZE)
@@ -145,7 +146,7 @@ class NumpyExecutor:
             self.cache.copy_block(src, dst)
             self.copied_blocks += 1
 
-    def fork(self, parent: Request, child: Request) -> None:
+    def fork(self, parent: Request, child: Request) -> int:
         """A parallel sample of `parent`'s prompt, at `parent`'s first token: its first token is
         drawn from the same logits by its own sampler (greedy: the same token), and unless it
         must compute the prompt itself later, it starts on `parent`'s KV (shared blocks are read
@@ -159,8 +160,14 @@ class NumpyExecutor:
         if child.computed:
             self._running[child.id] = child
             self.cache.fork(parent.id, child.id, child.computed)
+        return self.outputs[child.id][0]
 
     def run(self, plan: StepPlan) -> float:
+        return self.execute(plan).duration
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        """Run the plan's forward: its duration (by `clock`) and the token each emitting
+        request drew."""
         self._swap(plan)
         self._adopt_prefixes(plan)
         self._copy_on_write()
@@ -169,7 +176,7 @@ class NumpyExecutor:
                                   if rid in self._running and not self._running[rid].emitted}
         items = plan.items
         if not items:
-            return 0.0  # a plan of swap-outs only: nothing to compute
+            return StepResult(0.0, {})  # a plan of swap-outs only: nothing to compute
         entered = time.perf_counter()
         works = [self._work(i.request, i.n_new, i.n_past, i.emits) for i in items]
         t0 = time.perf_counter()
@@ -180,14 +187,15 @@ class NumpyExecutor:
             r = self._running[rid]
             if r.samples and not r.emitted:
                 self._first_logits[rid] = out.logits[row]
-        for rid, token in zip(emitting, self._next_tokens(emitting, out.logits)):
+        tokens = dict(zip(emitting, self._next_tokens(emitting, out.logits)))
+        for rid, token in tokens.items():
             self.outputs.setdefault(rid, []).append(token)
         self.total.add(out.counter)
         self.run_seconds += time.perf_counter() - entered
         self.steps += 1
         if isinstance(self.clock, GPUSpec):
-            return step_time(self.clock, out.counter.flops, out.counter.bytes)
-        return wall if self.clock == "wall" else UNIT_STEP
+            return StepResult(step_time(self.clock, out.counter.flops, out.counter.bytes), tokens)
+        return StepResult(wall if self.clock == "wall" else UNIT_STEP, tokens)
 
     def _next_tokens(self, rids: list[str], logits: np.ndarray) -> list[int]:
         """Greedy rows in one vectorised argmax; a request with a sampler picks its own.  [E, V]"""

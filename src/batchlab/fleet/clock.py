@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from batchlab.engine import check_fresh
 from batchlab.fleet.replica import Replica
 from batchlab.fleet.routers import Router
-from batchlab.gc_pause import gc_paused
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.request import Request, arrival_order
 from batchlab.trace import Trace
 
@@ -104,7 +104,7 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
             for wake in replica.start(now, horizon):
                 heapq.heappush(ends, (wake, k, replica.version))
     for replica in replicas:
-        replica.hand_back()
+        replica.leave()
     if served is not None:
         for replica in replicas:
             served(replica, replica.engine.trace())
@@ -130,9 +130,9 @@ def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Rou
 def _route(request: Request, pool: Sequence[Replica], router: Router, now: float, adopt: bool = False) -> int:
     """Place `request` on a replica of `pool` and return its index (run_fleet then starts it)."""
     replica = pool[router.pick(request, pool, now)]
-    settled = replica.settle(now)
-    if settled is not None:   # the step under way when the request came: it ends as planned,
-        replica.settled = settled   # and the replica's start takes it from there
+    cut_end = replica.cut(now)
+    if cut_end is not None:   # the step under way when the request came: it ends as planned,
+        replica.cut_end = cut_end   # and the replica's start takes it from there
     if adopt:
         replica.engine.adopt(request)
     else:

@@ -21,8 +21,8 @@ from batchlab.hardware.parallel import Layout
 from batchlab.metrics import find_goodput
 from batchlab.metrics.latency import RequestLatencies, TokenTimes, request_latencies
 from batchlab.metrics.normalized import normalized_figures, normalized_latency
-from batchlab.serving.run import build_requests
-from batchlab.serving.systems import System, parse_system
+from batchlab.experiments.run import build_requests
+from batchlab.experiments.systems import System, parse_system
 from batchlab.trace import Trace
 from batchlab.workload import Workload
 
@@ -32,7 +32,7 @@ PAPER_ORCA_RPS = 6.81         # Orca's (req/s): 36.9x
 MEDIAN = 0.5
 # The baseline as the paper ran it: FasterTransformer behind a request-level scheduler taking at
 # most max_bs requests, each reserving KV for the longest sequence; the paper's best settings
-# were max_bs 1 and 8. Orca reserves each request's max tokens too (seed L02 §4.3).
+# were max_bs 1 and 8. Orca reserves each request's max tokens too (seed L02).
 ORCA_SYSTEMS = ("orca-max", "static:memory=reservation-max:max_bs=1",
                 "static:memory=reservation-max:max_bs=8", "static:memory=reservation-max:max_bs=32")
 
@@ -90,7 +90,7 @@ def best_rate(setting: OrcaSetting, spec: str) -> dict:
 
 def orca_comparison(setting: OrcaSetting, systems=ORCA_SYSTEMS, jobs: int = 1, runner=None) -> dict:
     """Every system's row, and Orca's throughput over the best static one's."""
-    from batchlab.serving.experiments import run_tasks
+    from batchlab.experiments.experiments import run_tasks
 
     rows = run_tasks([(best_rate, (setting, spec)) for spec in systems], jobs)
     iteration = [r for r in rows if parse_system(r["system"]).batching != "static"]

@@ -17,7 +17,7 @@ from batchlab.executor.costed import CostExecutor, make_executor
 from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
 from batchlab.hardware.parallel import Layout, check_layout, kv_capacity_tokens_split
 from batchlab.scheduler.plan import StepPlan
-from batchlab.serving.systems import System
+from batchlab.experiments.systems import System
 
 
 class PipelineExecutor(CostExecutor):

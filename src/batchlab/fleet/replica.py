@@ -3,7 +3,7 @@
 A replica whose scheduler keeps several batches in flight (Orca's pipelined iterations, one per
 pipeline stage) holds a heap of them; any other replica holds at most one step, or one
 fast-forwarded stretch of decode steps. Where its configuration allows, a replica keeps its
-running set in an aggregate lane (batchlab/aggregate.py): a lane step, or a priced run of
+running set in an fast path (batchlab/engine/fast_path.py): a fast path step, or a priced run of
 pure decodes, is then what it has under way, cut as a stretch is.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from batchlab import aggregate
-from batchlab.engine import Engine, Pipeline, StepOutput, Stretch
+from batchlab.engine import fast_path
+from batchlab.engine import Engine, Pipeline, StepOutput, DecodeRun
 
-# Begins a replica leaves to the general loop after its lane could not run a step: where the
-# lane keeps failing (memory short), entering it at every step would only add a pass.
-LANE_PAUSE = 8
+# Begins a replica leaves to the general loop after its fast path could not run a step: where the
+# fast keeps failing (memory short), entering it at every step would only add a pass.
+FAST_PATH_PAUSE = 8
 
 
 @dataclass(slots=True, eq=False)
@@ -26,19 +26,15 @@ class Replica:
     name: str
     engine: Engine
     in_flight: StepOutput | None = None   # a begun step, committed when its end comes
-    stretch: Stretch | None = None        # a priced run of decode steps, applied at its end
+    decode_run: DecodeRun | None = None        # a priced run of decode steps, applied at its end
     busy: bool = False                    # one of the two is under way
     version: int = 0                      # bumped when a stretch is cut: its old end is void
     routed: list[int] = field(default_factory=list)   # input positions of the requests sent here
     pipeline: Pipeline | None = None      # Orca's pipelined iterations (the engine's config), else None
-    lane: aggregate.Lane | None = None    # the running set as sums, while the lane holds
-    run: Stretch | None = None            # a priced run of the lane's decodes under way
-    lane_step: bool = False               # a begun lane step under way
-    lane_decode: bool = False             # a lane step of decodes only (or a cut run's last one)
-                                          # under way: its finishes come at its end
-    lane_pause: int = 0                   # begins left to the general loop
-    lane_ok: bool | None = None           # the engine's configuration allows a lane (None: not asked)
-    settled: float | None = None          # the end of the step under way where `settle` cut, until start
+    fast_path: fast_path.FastPath | None = None    # the running set as sums, while the fast path holds
+    fast_pause: int = 0                   # begins left to the general loop
+    fast_ok: bool | None = None           # the engine's configuration allows a fast path (None: not asked)
+    cut_end: float | None = None          # the end of the step under way where `cut` cut, until start
 
     def __post_init__(self) -> None:
         self.clear()
@@ -48,10 +44,10 @@ class Replica:
         return self.pipeline is not None
 
     def clear(self) -> None:
-        self.in_flight, self.stretch, self.busy, self.version, self.routed = None, None, False, 0, []
+        self.in_flight, self.decode_run, self.busy, self.version, self.routed = None, None, False, 0, []
         self.pipeline = Pipeline(self.engine) if self.engine.config.max_in_flight > 1 else None
-        self.lane, self.run, self.lane_step, self.lane_decode, self.lane_pause = None, None, False, False, 0
-        self.lane_ok, self.settled = None, None
+        self.fast_path, self.fast_pause = None, 0
+        self.fast_ok, self.cut_end = None, None
 
     def start(self, now: float, horizon: float = -math.inf) -> list[float]:
         """Begin what can begin at `now`, and go on stepping while what is under way ends
@@ -60,12 +56,12 @@ class Replica:
         if self.pipeline is not None:
             return self._start_pipelined(now)
         end = now
-        if self.settled is not None:   # a request was routed here: the step under way ends first
-            end, self.settled = self.settled, None
+        if self.cut_end is not None:   # a request was routed here: the step under way ends first
+            end, self.cut_end = self.cut_end, None
             if end >= horizon:
                 return [end]
             self.finish(end)
-        while not (self.busy or (self.lane.idle if self.lane is not None else self.engine.idle)):
+        while not (self.busy or (self.fast_path.idle if self.fast_path is not None else self.engine.idle)):
             end = self.begin(end, horizon)
             if end >= horizon:
                 return [end]
@@ -73,55 +69,43 @@ class Replica:
         return []
 
     def begin(self, now: float, horizon: float = -math.inf) -> float:
-        """Start a lane step or run, a fast-forwarded stretch, or else one step, at `now`; when
-        it ends. Lane steps of decodes go on one after another while they end before `horizon`."""
+        """Start a fast path step or run, a fast-forwarded stretch, or else one step, at `now`; when
+        it ends. FastPath steps of decodes go on one after another while they end before `horizon`."""
         self.busy = True
-        end = self._begin_in_lane(now, horizon)
+        end = self._begin_fast(now, horizon)
         if end is not None:
             return end
-        self.stretch = self.engine.begin_stretch(now)
-        if self.stretch is not None:
-            return self.stretch.end
+        self.decode_run = self.engine.begin_decode_run(now)
+        if self.decode_run is not None:
+            return self.decode_run.end
         self.in_flight = self.engine.begin(now)
         return self.in_flight.end
 
-    def _begin_in_lane(self, now: float, horizon: float) -> float | None:
-        """A lane run of pure decodes (up to the next finish), lane steps of decodes (up to
-        `horizon`) or a lane step from `now`; None, with the lane handed back, where the general
+    def _begin_fast(self, now: float, horizon: float) -> float | None:
+        """A fast path run of pure decodes (up to the next finish), fast steps of decodes (up to
+        `horizon`) or a fast path step from `now`; None, with the fast path handed back, where the general
         loop must step."""
-        if self.lane is None:
-            if self.lane_ok is None:
-                self.lane_ok = aggregate.applies(self.engine)
-            if self.lane_pause or not self.lane_ok:
-                self.lane_pause = max(0, self.lane_pause - 1)
+        if self.fast_path is None:
+            if self.fast_ok is None:
+                self.fast_ok = fast_path.applies(self.engine)
+            if self.fast_pause or not self.fast_ok:
+                self.fast_pause = max(0, self.fast_pause - 1)
                 return None
-            self.lane = aggregate.Lane.enter(self.engine)
-            if self.lane is None:
+            self.fast_path = fast_path.FastPath.enter(self.engine)
+            if self.fast_path is None:
                 return None
-        lane = self.lane
-        if not lane.waiting.heap:   # pure decodes: up to the next finish in one numpy piece, or one step
-            if lane.s + aggregate.RUN_MIN <= lane.next_finish():
-                self.run = lane.price_run(now, math.inf)
-                if self.run is not None:
-                    return self.run.end
-            end = lane.decode(now, horizon)
-            if end is not None:
-                self.lane_decode = True
-                return end
-        else:
-            plan = lane.plan()
-            if plan is not None:
-                self.lane_step = True
-                return lane.begin(now, plan)
-        lane.hand_back()
-        self.lane, self.lane_pause = None, LANE_PAUSE
+        end = self.fast_path.begin_next(now, horizon)
+        if end is not None:
+            return end
+        self.fast_path.leave()
+        self.fast_path, self.fast_pause = None, FAST_PATH_PAUSE
         return None
 
-    def hand_back(self) -> None:
-        """Leave the lane (nothing under way): every request as after stepping."""
-        if self.lane is not None:
-            self.lane.hand_back()
-            self.lane = None
+    def leave(self) -> None:
+        """Leave the fast path (nothing under way): every request as after stepping."""
+        if self.fast_path is not None:
+            self.fast_path.leave()
+            self.fast_path = None
 
     def _start_pipelined(self, now: float) -> list[float]:
         """The pipeline at one instant: a batch may enter; the replica wakes when it returns,
@@ -139,25 +123,16 @@ class Replica:
         if self.pipeline is not None:
             return self.pipeline.finish(now)
         step, self.in_flight, self.busy = self.in_flight, None, False
-        lane = self.lane
-        if self.run is not None:
-            lane.apply_run(self.run, len(self.run.ends))
-            lane.finish_due()
-            self.run = None
-        elif self.lane_decode:
-            lane.finish_due()
-            self.lane_decode = False
-        elif self.lane_step:
-            lane.commit()
-            self.lane_step = False
+        if self.fast_path is not None:
+            self.fast_path.finish_pending()
         if step is not None:
             return [self.engine.commit(step)]
-        if self.stretch is not None:
-            self.engine.apply_stretch(self.stretch)
-            self.stretch = None
+        if self.decode_run is not None:
+            self.engine.apply_decode_run(self.decode_run)
+            self.decode_run = None
         return []
 
-    def settle(self, now: float) -> float | None:
+    def cut(self, now: float) -> float | None:
         """Something is routed here at `now`: cut a stretch there. Steps over by `now` are
         applied, and the one under way ends as planned: its end is returned (None: no step).
 
@@ -166,34 +141,32 @@ class Replica:
         end (requests unfinished, KV held during it, the queue, cached prefixes) is the same
         either way. The last step of a stretch goes on as a begun step, committed at its end.
         """
-        if self.run is not None:   # a lane run: as a stretch, its last step's finishes at its end
-            run = self.run
-            steps = min(int(run.ends.searchsorted(now, side="right")) + 1, len(run.ends))
-            end = self.lane.apply_run(run, steps)
-            self.run, self.lane_decode = None, steps == len(run.ends)
+        end = self.fast_path.cut(now) if self.fast_path is not None else None
+        if end is not None:   # a fast path run: as a stretch, its last step's finishes at its end
             self.version += 1
             return end
-        stretch = self.stretch
+        stretch = self.decode_run
         if stretch is None:
             return None
         done = int(stretch.ends.searchsorted(now, side="right"))
         if done + 1 < len(stretch.ends):
-            end = self.engine.apply_stretch(stretch, done + 1)
-            self.stretch, self.in_flight, self.busy = None, None, True
+            end = self.engine.apply_decode_run(stretch, done + 1)
+            self.decode_run, self.in_flight, self.busy = None, None, True
             self.version += 1
             return end
-        step = self.engine.settle_stretch(stretch, now)
-        self.stretch = None
+        step = self.engine.cut_decode_run(stretch, now)
+        self.decode_run = None
         self.version += 1
         self.in_flight, self.busy = step, step is not None
         return None if step is None else step.end
 
     def held_tokens(self, now: float) -> float:
         """KV tokens held at `now`, a stretch under way included."""
-        if self.stretch is not None:
-            return self.stretch.held_at(now)
-        if self.run is not None:
-            return self.lane.held_during(self.run).held_at(now)
+        if self.decode_run is not None:
+            return self.decode_run.held_at(now)
+        held = self.fast_path.held_at(now) if self.fast_path is not None else None
+        if held is not None:
+            return held
         return self.engine.memory.held_tokens()
 
     def kv_demand_share(self, now: float) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from batchlab.metrics.normalized import normalized_figures
 from batchlab.fleet.simulate import FleetResult, ReplicaResult
 from batchlab.metrics.vllm import DEFAULT_PERCENTILES
-from batchlab.serving.run import run_figures
+from batchlab.experiments.run import run_figures
 
 
 def replica_figures(replica: ReplicaResult, percentiles=DEFAULT_PERCENTILES) -> dict:

@@ -13,14 +13,14 @@ from batchlab.fleet.clock import Handoff, run_fleet
 from batchlab.fleet.pipeline import replica_engine
 from batchlab.fleet.replica import Replica
 from batchlab.fleet.routers import Router, make_router
-from batchlab.gc_pause import gc_paused
+from batchlab.runtime.gc_pause import gc_paused
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import SINGLE_GPU, Layout
 from batchlab.metrics import SLO, RunMetrics, compute_metrics, compute_split_metrics
 from batchlab.metrics.latency import request_blocks, segment_positions
 from batchlab.request import Request
-from batchlab.serving.run import build_requests, usage_figures
-from batchlab.serving.systems import System
+from batchlab.experiments.run import build_requests, usage_figures
+from batchlab.experiments.systems import System
 from batchlab.trace import GATHER_TOKENS, StepLog, Trace
 from batchlab.workload import Workload
 from batchlab.workload.context import limit_context

@@ -19,7 +19,8 @@ from batchlab.errors import InputError
 from batchlab.fleet.simulate import ReplicaSpec
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import Layout, check_layout
-from batchlab.serving.systems import parse_system
+from batchlab.io_checks import brief
+from batchlab.experiments.systems import parse_system
 
 KEYS = ("count", "system", "model", "gpu", "tp", "pp", "role")
 ROLES = ("colocated", "prefill", "decode")
@@ -56,38 +57,60 @@ def _at(record: str, text: str) -> str:
     return f"{record}: {text}" if record else text
 
 
-def _int(record: str, key: str, value: object) -> int:
-    if isinstance(value, str):
+def _int(record: str, key: str, value: object, text: bool = True) -> int:
+    """A whole number >= 1; from a flag's text (`text`) a string is parsed, from a TOML table
+    a string is refused (`count = "2"` is a mistake)."""
+    if isinstance(value, str) and text:
         try:
             value = int(value.strip())
         except ValueError:
-            raise InputError(_at(record, f"field '{key}': must be a whole number, got {value!r}")) from None
+            raise InputError(_at(record, f"field '{key}': must be a whole number, got {brief(value)}")) from None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(_at(record, f"field '{key}': must be a whole number >= 1, got {value!r}"))
+        raise InputError(_at(record, f"field '{key}': must be a whole number >= 1, got {brief(value)}"))
     return value
 
 
-def replica_group(fields: dict[str, object], defaults: Defaults, record: str) -> tuple[str, list[ReplicaSpec]]:
+def replica_group(fields: dict[str, object], defaults: Defaults, record: str,
+                  typed: bool = False) -> tuple[str, list[ReplicaSpec]]:
     """(role, the `count` specs) of one replica entry, every key checked before anything is built.
-    `record` prefixes a message (empty: the fields are the command's own flags)."""
+    `record` prefixes a message (empty: the fields are the command's own flags); `typed`: the
+    values come from a file with types of its own (TOML), where a number must be a number."""
     unknown = [k for k in fields if k not in KEYS]
     if unknown:
         raise InputError(_at(record, f"unknown key {unknown[0]!r} (choose from {', '.join(KEYS)})"))
-    count = _int(record, "count", fields.get("count", 1))
+    count = _int(record, "count", fields.get("count", 1), not typed)
     if count > MAX_REPLICAS:
         raise InputError(_at(record, f"field 'count': at most {MAX_REPLICAS} replicas, got {count}"))
     role = str(fields.get("role", "colocated")).strip()
     if role not in ROLES:
         raise InputError(_at(record, f"field 'role': must be one of {', '.join(ROLES)}, got {role!r}"))
-    layout = Layout(_int(record, "tp", fields.get("tp", defaults.tp)), _int(record, "pp", fields.get("pp", defaults.pp)))
+    layout = Layout(_int(record, "tp", fields.get("tp", defaults.tp), not typed),
+                    _int(record, "pp", fields.get("pp", defaults.pp), not typed))
     try:
         system = parse_system(str(fields.get("system", defaults.system)), "system")
         model = defaults.model(str(fields.get("model", defaults.model_name)))
         gpu = defaults.gpu(str(fields.get("gpu", defaults.gpu_name)))
         check_layout(model, layout)
+        books(ReplicaSpec(system, model, gpu, layout), "gpu" if record else "--gpu")
     except InputError as exc:
         raise InputError(_at(record, str(exc))) from None
     return role, [ReplicaSpec(system, model, gpu, layout)] * count
+
+
+def books(spec: ReplicaSpec, flag: str) -> float:
+    """Bytes of the replica's memory manager's books; InputError naming `flag` (the GPU, whose
+    memory sets the KV capacity) when one replica's alone would not fit."""
+    from batchlab import limits
+    from batchlab.fleet.pipeline import kv_capacity
+
+    if spec.system.memory != "paged":
+        return 0.0
+    capacity = kv_capacity(spec.model, spec.gpu, spec.layout)
+    if spec.system.block_size > capacity:
+        raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
+                         f"whole KV capacity ({capacity:,} tokens)")
+    limits.kv_blocks(capacity, spec.system.block_size, flag)
+    return limits.replica_books(capacity, spec.system.block_size)
 
 
 def parse_replica(text: str, defaults: Defaults, record: str = "--replica") -> tuple[str, list[ReplicaSpec]]:
@@ -108,11 +131,12 @@ def load_fleet_file(path: str, defaults: Defaults, flag: str = "--fleet-config")
     """The `[[replica]]` tables of a TOML file, in order."""
     import tomllib   # only a fleet file needs it
 
-    from batchlab.io_checks import reading
+    from batchlab.io_checks import read_limited, reading
 
     try:
-        with open(path, "rb") as f, reading(path):
-            data = tomllib.load(f)
+        raw = read_limited(path, path)
+        with reading(path):
+            data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise InputError(f"field '{flag}': cannot read {path!r}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -123,7 +147,11 @@ def load_fleet_file(path: str, defaults: Defaults, flag: str = "--fleet-config")
     tables = data.get("replica")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise InputError(f"{path}: field 'replica': needs at least one [[replica]] table")
-    return [replica_group(t, defaults, f"{path} replica {k}") for k, t in enumerate(tables)]
+    for k, t in enumerate(tables):
+        for key in ("system", "model", "gpu", "role"):
+            if key in t and not isinstance(t[key], str):
+                raise InputError(f"{path} replica {k}: field '{key}': must be a string, got {t[key]!r}")
+    return [replica_group(t, defaults, f"{path} replica {k}", typed=True) for k, t in enumerate(tables)]
 
 
 def assemble(groups: list[tuple[str, list[ReplicaSpec]]], record: str) -> FleetPlan:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from batchlab.errors import InputError
-from batchlab.io_checks import MAX_TOKENS, brief, load_json, number, reading, whole
+from batchlab.io_checks import MAX_TOKENS, brief, load_json, number, read_limited, reading, whole
 from batchlab.hardware.presets import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
@@ -35,11 +35,12 @@ def _read(path: Path) -> dict:
     if path.suffix not in SPEC_SUFFIXES:
         raise InputError(f"{path}: a spec file must end in {' or '.join(SPEC_SUFFIXES)}")
     try:
+        raw = read_limited(path, str(path))
         if path.suffix == ".toml":
-            with path.open("rb") as handle, reading(str(path)):
-                data = tomllib.load(handle)
+            with reading(str(path)):
+                data = tomllib.loads(raw.decode("utf-8"))
         else:
-            data = load_json(path.read_text(encoding="utf-8"), str(path))
+            data = load_json(raw.decode("utf-8"), str(path))
     except OSError as exc:
         raise InputError(f"{path}: cannot read spec file ({exc.strerror})") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:

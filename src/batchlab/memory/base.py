@@ -4,6 +4,13 @@ A manager tracks, in tokens of KV cache, what each running request holds (`held`
 allocated) and what it actually stores (`stored`: tokens computed so far). Check-then-act as in
 nano-vllm's block manager: `try_admit` and `grow` either succeed and account, or fail and change
 nothing. `check_integrity` proves the books balance at any moment (mini-sglang's kvcache base).
+
+Every manager answers the same small questions, and nothing outside `memory/` reads more:
+`room()` (what admissions can take now), `need(request)` (what its admission takes),
+`fits(room, need, holding)` (whether it may take it) and `held_tokens()`. `can_admit` is
+`fits(room(), need(r), holding())`; the decode fast path asks the parts to admit a queue's head
+and the ones behind it in one step (subtracting each need from the room), and, on a manager
+whose decodes take blocks (`grows_in_blocks`), a request's `block_table` and `append_blocks`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ class MemoryManager(ABC):
     capacity_tokens: int | None = None  # None: unlimited
     may_refuse_growth: bool = False     # True only where `grow` can fail (paged)
     cache_version: int = 0              # changes whenever `cached_tokens` may answer differently
+    grows_in_blocks: bool = False       # decodes take a block whenever theirs fills (paged)
+    held_is_stored: bool = False        # what it holds is what its requests store (unlimited)
 
     @abstractmethod
     def reject_reason(self, request: Request) -> str | None:
@@ -32,6 +41,25 @@ class MemoryManager(ABC):
     @abstractmethod
     def can_admit(self, request: Request) -> bool:
         """Whether `try_admit(request)` would succeed now; changes nothing."""
+
+    # -- the common questions -------------------------------------------------------------
+
+    @abstractmethod
+    def room(self) -> int:
+        """What admissions can take now, in the unit of `need` (blocks, or tokens)."""
+
+    @abstractmethod
+    def need(self, request: Request) -> int:
+        """What admitting `request` takes from the room now."""
+
+    def fits(self, room: int, need: int, holding: bool) -> bool:
+        """Whether an admission that needs `need` may take it from `room` (`holding`: some
+        request holds memory already)."""
+        return need <= room
+
+    def holding(self) -> bool:
+        """Whether any request holds memory now."""
+        return bool(self.holders())
 
     def try_admit(self, request: Request) -> bool:
         """Take what `request` needs to start (or restart); False and no change if it can't."""
@@ -125,6 +153,16 @@ class MemoryManager(ABC):
         (a manager that reads its requests once for both overrides it)."""
         room = self.growth_room(requests, steps)
         return room, (self.decode_run_held(requests, room) if room else np.empty(0))
+
+    def block_table(self, request: Request) -> list[int]:
+        """The blocks `request` holds, in token order (paged managers); the list grows in place."""
+        raise TypeError(f"{self.name} memory has no blocks")
+
+    def append_blocks(self, tables: list[list[int]]) -> int:
+        """One more block at the end of each of `tables` (block tables of running requests, in
+        the order a step grows them); the tokens held after, or -1 and no change if too few
+        blocks are free. For the decode fast path, on managers that `grows_in_blocks`."""
+        raise TypeError(f"{self.name} memory has no blocks")
 
     def check_integrity(self) -> None:
         held = self.held_tokens()

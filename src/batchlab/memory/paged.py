@@ -1,6 +1,7 @@
 """Paged KV memory (vLLM's PagedAttention, SOSP'23): fixed-size blocks allocated on demand.
 
-Each running request owns a block table; free blocks sit on a free list. Admission allocates the
+Each running request owns a block table, kept on the request (`block_table.py`); free blocks sit
+on the block pool's free list (`block_pool.py`). Admission allocates the
 blocks for the tokens a request must compute before its next output (its prompt, plus its
 outputs after a preemption), as nano-vllm's `can_allocate`/`allocate`; every step then grows it
 token by token, a new block whenever one fills (`can_append`/`may_append`). When a request
@@ -20,6 +21,8 @@ import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.memory.block_pool import BlockPool
+from batchlab.memory.block_table import BlockTable
 from batchlab.request import Request, Status
 
 DEFAULT_BLOCK_SIZE = 16   # vLLM's default block size in tokens
@@ -27,6 +30,8 @@ DEFAULT_BLOCK_SIZE = 16   # vLLM's default block size in tokens
 
 class PagedMemory(MemoryManager):
     may_refuse_growth = True
+    grows_in_blocks = True
+    shared_blocks = False   # a prefix cache's blocks carry reference counts
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0) -> None:
@@ -45,12 +50,13 @@ class PagedMemory(MemoryManager):
         self.capacity_tokens = self.total_blocks * block_size
         self.watermark_blocks = int(watermark * self.total_blocks)
         self.host_blocks = host_capacity_tokens // block_size
-        self.free_list: list[int] = list(range(self.total_blocks - 1, -1, -1))
-        self.tables: dict[int, list[int]] = {}        # id(request) -> block ids
-        self.owners: dict[int, Request] = {}
-        self.swapped: dict[int, int] = {}             # id(request) -> blocks held in host memory
-        self.host_used = 0
+        self.pool = BlockPool(self.total_blocks, shared=self.shared_blocks)
+        self._held: dict[Request, None] = {}    # the requests holding blocks, in admission order
+        self._swapped: dict[Request, None] = {}  # the requests whose KV sits in host memory
+        self.host_used = 0                       # blocks of swapped KV in host memory
         self._k_split = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        if not self.shared_blocks:   # a prefix cache's decodes key and share blocks as they grow
+            self.append_blocks = self._block_appender()
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -63,19 +69,49 @@ class PagedMemory(MemoryManager):
             return f"needs {need} tokens of KV > capacity {self.capacity_tokens}"
         return None
 
+    def room(self) -> int:
+        return len(self.pool.free)
+
+    def need(self, request: Request) -> int:
+        return self.blocks_for(request.known_tokens)
+
+    def fits(self, room: int, need: int, holding: bool) -> bool:
+        # the watermark keeps room for running requests to grow; a lone request is never held back
+        return room - need >= (self.watermark_blocks if holding else 0)
+
+    def holding(self) -> bool:
+        return bool(self._held)
+
     def can_admit(self, request: Request) -> bool:
         need = self.blocks_for(request.known_tokens)
-        reserve = self.watermark_blocks if self.tables else 0
+        reserve = self.watermark_blocks if self._held else 0
         return self.free_blocks() - need >= reserve
 
+    def _table(self, request: Request) -> BlockTable:
+        """`request`'s block table, made at its first admission (or lookup)."""
+        table = request.kv
+        if table is None:
+            table = request.kv = BlockTable()
+        return table
+
     def _take(self, request: Request) -> None:
-        key = id(request)
-        self.tables[key] = self._allocate(self.blocks_for(request.known_tokens))
-        self.owners[key] = request
-        self.host_used -= self.swapped.pop(key, 0)   # swapped KV comes back into these blocks
+        table = request.kv   # (`_table`, inline: every admission passes here)
+        if table is None:
+            table = request.kv = BlockTable()
+        table.blocks = self._allocate(self.blocks_for(request.known_tokens))
+        self._held[request] = None
+        if self._swapped:
+            self._swapped_back(request, table)   # swapped KV comes back into these blocks
+
+    def _swapped_back(self, request: Request, table: BlockTable) -> None:
+        """Release `request`'s copy in host memory, if it has one."""
+        if request in self._swapped:
+            del self._swapped[request]
+            self.host_used -= table.swapped_blocks
+            table.swapped_blocks = 0
 
     def grow(self, request: Request, n_tokens: int) -> bool:
-        table = self.tables[id(request)]
+        table = request.kv.blocks
         need = self.blocks_for(request.computed + n_tokens) - len(table)
         if need <= 0:
             return True
@@ -87,22 +123,42 @@ class PagedMemory(MemoryManager):
     def grow_each(self, requests: list[Request]) -> bool:
         """Room for one more token for every request, all or nothing (the decodes of a step)."""
         bs = self.block_size
-        tables = map(self.tables.__getitem__, map(id, requests))
-        full = [table for r, table in zip(requests, tables) if r.computed + 1 > len(table) * bs]
-        if len(full) > len(self.free_list):
+        full = [table for r in requests if r.computed + 1 > len(table := r.kv.blocks) * bs]
+        free_list = self.pool.free
+        if len(full) > len(free_list):
             return False
         for table in full:
-            table.append(self.free_list.pop())
+            table.append(free_list.pop())
         return True
+
+    def block_table(self, request: Request) -> list[int]:
+        return request.kv.blocks
+
+    def _block_appender(self):
+        """`append_blocks` as a closure over the free list (which is never rebound): the decode
+        fast path calls it at most every step, where a method's lookups measured slower."""
+        free_list, total, bs = self.pool.free, self.total_blocks, self.block_size
+
+        def append_blocks(tables: list[list[int]]) -> int:
+            if len(tables) > len(free_list):
+                return -1
+            for table in tables:
+                table.append(free_list.pop())
+            return (total - len(free_list)) * bs
+        return append_blocks
 
     def free(self, request: Request) -> None:
         """Release the blocks `request` holds, and its host copy if it was swapped out (aborted)."""
-        key = id(request)
-        table = self.tables.pop(key, None)
-        self.owners.pop(key, None)
-        if table:
-            self.free_list.extend(reversed(table))
-        self.host_used -= self.swapped.pop(key, 0)
+        table = request.kv
+        if table is None:
+            return
+        if table.blocks is not None:
+            del self._held[request]
+            self.pool.free.extend(reversed(table.blocks))   # tail first: see block_pool.py
+            table.blocks = None
+        if self._swapped:
+            self._swapped_back(request, table)
+        request.kv = None
 
     def swap_out(self, request: Request) -> bool:
         """Move the blocks of `request`'s computed tokens to host memory; False if no room."""
@@ -110,30 +166,29 @@ class PagedMemory(MemoryManager):
         if self.host_used + blocks > self.host_blocks:
             return False
         self.free(request)
-        self.swapped[id(request)] = blocks
+        self._table(request).swapped_blocks = blocks
+        self._swapped[request] = None
         self.host_used += blocks
         return True
 
     def holders(self) -> list[Request]:
-        return list(self.owners.values())
+        return list(self._held)
 
     def held_tokens(self) -> int:
-        return (self.total_blocks - self.free_blocks()) * self.block_size
+        return (self.total_blocks - len(self.pool.free)) * self.block_size
 
     def free_blocks(self) -> int:
         """Blocks an allocation can take now (a prefix cache adds its evictable blocks)."""
-        return len(self.free_list)
-
-    def block_table(self, request: Request) -> list[int]:
-        return self.tables[id(request)]
+        return len(self.pool.free)
 
     def _allocate(self, n: int) -> list[int]:
-        if n > len(self.free_list):
-            raise IntegrityError(f"paged: allocating {n} blocks with {len(self.free_list)} free")
+        free_list = self.pool.free
+        if n > len(free_list):
+            raise IntegrityError(f"paged: allocating {n} blocks with {len(free_list)} free")
         if n <= 0:
             return []
-        taken = self.free_list[-n:]
-        del self.free_list[-n:]
+        taken = free_list[-n:]   # (BlockPool.take_free, inline: every admission and new block passes here)
+        del free_list[-n:]
         taken.reverse()
         return taken
 
@@ -142,8 +197,7 @@ class PagedMemory(MemoryManager):
     def _room(self, requests: list[Request]) -> list[int]:
         """Tokens each request can still add before it needs a new block."""
         bs = self.block_size
-        tables = map(self.tables.__getitem__, map(id, requests))
-        return [len(table) * bs - r.computed for r, table in zip(requests, tables)]
+        return [len(r.kv.blocks) * bs - r.computed for r in requests]
 
     def _extra_blocks(self, room: list[int], steps: int) -> np.ndarray:
         """[steps] blocks all requests together add to grow by 1, 2, ..., `steps` tokens each.
@@ -190,10 +244,11 @@ class PagedMemory(MemoryManager):
     def grow_run(self, requests: list[Request], n_tokens: int) -> None:
         # the blocks of all requests in one allocation, dealt out in request order: the same
         # block ids as one `grow` after another (each takes from the free list's end)
-        bs, tables = self.block_size, self.tables
+        bs = self.block_size
         grown: list[tuple[list[int], int]] = []
         total = 0
-        for r, table in zip(requests, map(tables.__getitem__, map(id, requests))):
+        for r in requests:
+            table = r.kv.blocks
             over = r.computed + n_tokens - len(table) * bs   # tokens beyond the blocks held
             if over > 0:
                 need = (over + bs - 1) // bs
@@ -210,20 +265,19 @@ class PagedMemory(MemoryManager):
 
     def check_integrity(self) -> None:
         super().check_integrity()
-        used = [b for table in self.tables.values() for b in table]
-        if len(used) + len(self.free_list) != self.total_blocks:
-            raise IntegrityError(f"paged: {len(used)} used + {len(self.free_list)} free != {self.total_blocks} blocks")
-        if len(set(used) | set(self.free_list)) != self.total_blocks:
-            raise IntegrityError("paged: a block is owned twice or both owned and free")
-        for key, table in self.tables.items():
-            r = self.owners[key]
+        self.pool.check([r.kv.blocks for r in self._held], "paged")
+        for r in self._held:
             if r.status is not Status.RUNNING:
                 raise IntegrityError(f"paged: {r.id} holds blocks but is {r.status.name}")
-            if len(table) * self.block_size < r.computed:
-                raise IntegrityError(f"paged: {r.id} stores {r.computed} tokens in {len(table)} blocks")
-        if not 0 <= self.host_used <= self.host_blocks or self.host_used != sum(self.swapped.values()):
-            raise IntegrityError(f"paged: host memory {self.host_used} of {self.host_blocks} blocks does not balance")
+            if len(r.kv.blocks) * self.block_size < r.computed:
+                raise IntegrityError(f"paged: {r.id} stores {r.computed} tokens in {len(r.kv.blocks)} blocks")
+        self._check_host()
+
+    def _check_host(self) -> None:
+        if not 0 <= self.host_used <= self.host_blocks or \
+                self.host_used != sum(r.kv.swapped_blocks for r in self._swapped):
+            raise IntegrityError(f"{self.name}: host memory {self.host_used} of {self.host_blocks} blocks does not balance")
 
     @property
     def empty(self) -> bool:
-        return not self.tables and not self.swapped and len(self.free_list) == self.total_blocks
+        return not self._held and not self._swapped and self.free_blocks() == self.total_blocks

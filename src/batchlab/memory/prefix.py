@@ -1,7 +1,8 @@
 """Paged memory with a prefix cache: vLLM's automatic prefix caching on top of PagedAttention.
 
 A full block whose tokens are known gets a key chained through its prefix (`hashing.py`); the
-cache maps keys to blocks. Blocks carry reference counts: a block shared by several running
+prefix index maps keys to blocks (`prefix_index.py`). The block pool's blocks carry reference
+counts (`block_pool.py`), and each request's blocks and keys live on the request (`block_table.py`): a block shared by several running
 requests is stored once. When the last holder lets go, a cached block is not freed but kept,
 unreferenced, in an LRU queue (vLLM's `block_pool.py`: its free queue doubles as the LRU of
 cached blocks); it is evicted only when an allocation finds no plain free block, least
@@ -32,14 +33,15 @@ of being prefilled; the copy is priced as swap-in traffic over the host link.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.memory.block_table import CachedBlockTable
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE, PagedMemory
+from batchlab.memory.prefix_index import PrefixIndex
 from batchlab.request import Request, Status
 
 HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hits", "queries")
@@ -51,6 +53,7 @@ class PrefixCacheMemory(PagedMemory):
     # base manager does, not through paged memory's batched shortcuts.
     grow_run = MemoryManager.grow_run
     decode_run_room = MemoryManager.decode_run_room
+    shared_blocks = True
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
@@ -65,23 +68,10 @@ class PrefixCacheMemory(PagedMemory):
         self.name = "paged-prefix"
         n = self.total_blocks
         self.cache_limit = n if cache_tokens is None else cache_tokens // block_size
-        self.host_limit = math.inf if math.isinf(host_cache_tokens) else int(host_cache_tokens) // block_size
-        self.host_cache: OrderedDict[int, None] = OrderedDict()   # keys of blocks kept in host memory, LRU
-        self.ref = [0] * n                             # holders of each block
-        self.extra_refs = 0                            # sum over blocks of max(ref - 1, 0)
-        self.key_of: list[int | None] = [None] * n     # the key a cached block is found by
-        self.cached: dict[int, int] = {}               # key -> block
-        # unreferenced cached blocks, oldest first; an OrderedDict, since a plain dict's
-        # iteration slows down after many deletions at its front
-        self.lru: OrderedDict[int, None] = OrderedDict()
-        # Per request, by id(request); entries that hold the request keep its id its own.
-        self._keys: dict[int, tuple[Request, list[int]]] = {}     # (request, key of each full known block)
-        self._registered: dict[int, int] = {}      # leading blocks keyed or reused
-        self._next_key_at: dict[int, int] = {}     # computed tokens that fill the next keyable block
-        self._version = 0   # cache_version's count
-        self._pending: dict[int, tuple[Request, int]] = {}   # (request, tokens) whose blocks to key at `_flush`
-        self._reused: dict[int, tuple[Request, int, int]] = {}    # (request, tokens reused, of them from host)
-        self._memo: dict[int, tuple[Request, int, int, int]] = {}  # (request, version, limit, hit blocks)
+        self.index = PrefixIndex(n, math.inf if math.isinf(host_cache_tokens) else int(host_cache_tokens) // block_size)
+        self._pending: list[Request] = []   # requests whose filled blocks await keying (`_flush`), in growth order
+        self._keying = 0           # held requests with blocks still to key (a table's next_key_at)
+        self._shared = 0           # held requests whose partial last block a fork shares (shared_tail)
         self.queries = 0           # prompt tokens looked up at first admissions
         self.hits = 0              # of those, tokens found in the cache
         self.recompute_hits = 0    # tokens found again at re-admissions after recompute preemptions
@@ -89,37 +79,43 @@ class PrefixCacheMemory(PagedMemory):
         self.host_hits = 0         # of `hits`, tokens copied back from the host tier
         self.history: list[tuple] = []
         self._now = 0.0
-        self._shared_tails: set[int] = set()   # id(request) whose partial last block a fork shares
         self.copies: list[tuple[int, int]] = []   # (from, to) blocks copied on write by this plan
 
     # -- lookups ---------------------------------------------------------------------------
 
-    def _keys_of(self, request: Request) -> list[int]:
-        entry = self._keys.get(id(request))
-        if entry is None or entry[0] is not request:   # the entry holds the request: its id stays its own
+    def _table(self, request: Request) -> CachedBlockTable:
+        """`request`'s table, made at its first lookup (it may wait before it is admitted); one
+        a plain paged manager made (a fleet's other replica) is replaced before it holds blocks."""
+        table = request.kv
+        if type(table) is not CachedBlockTable:
+            fresh = CachedBlockTable()
+            if table is not None:
+                fresh.blocks, fresh.swapped_blocks = table.blocks, table.swapped_blocks
+            table = request.kv = fresh
+        return table
+
+    def keys_of(self, request: Request) -> list[int]:
+        """The chained key of each full block of `request`'s known content (none without content)."""
+        table = self._table(request)
+        if table.keys is None or table.keys_block_size != self.block_size:
             content = request.content
-            entry = (request, [] if content is None else block_keys(content, self.block_size).tolist())
-            self._keys[id(request)] = entry
-        return entry[1]
+            table.keys = [] if content is None else block_keys(content, self.block_size).tolist()
+            table.keys_block_size = self.block_size
+        return table.keys
 
     def _hit_blocks(self, request: Request) -> int:
         """Leading blocks of `request` found in the cache, at most (known − 1) // block_size."""
         if request.swapped:
             return 0   # its own KV comes back from host memory
         self._flush()
-        keys = self._keys_of(request)
+        keys = self.keys_of(request)
         limit = min(len(keys), (request.known_tokens - 1) // self.block_size)
-        memo = self._memo.get(id(request))
-        if memo is not None and memo[0] is request and memo[1] == self._version and memo[2] == limit:
-            return memo[3]
-        cached, host, n = self.cached, self.host_cache, 0
-        if host:
-            while n < limit and (keys[n] in cached or keys[n] in host):
-                n += 1
-        else:
-            while n < limit and keys[n] in cached:
-                n += 1
-        self._memo[id(request)] = (request, self._version, limit, n)
+        index, table = self.index, request.kv
+        last = table.lookup
+        if last and last[0] is index and last[1] == index.version and last[2] == limit:
+            return last[3]
+        n = index.hits(keys, limit)
+        table.lookup = (index, index.version, limit, n)
         return n
 
     @property
@@ -127,70 +123,78 @@ class PrefixCacheMemory(PagedMemory):
         """Changes whenever `cached_tokens` may answer differently: read after keying what growth
         has filled (`_flush`), so that a reader holding an answer sees the change a lookup would."""
         self._flush()
-        return self._version
+        return self.index.version
 
     def cached_tokens(self, request: Request) -> int:
         return self._hit_blocks(request) * self.block_size
 
     def reused_tokens(self, request: Request) -> int:
-        entry = self._reused.get(id(request))
-        return entry[1] if entry is not None and entry[0] is request else 0
+        table = request.kv
+        return table.reused if table is not None else 0
 
     def loaded_tokens(self, request: Request) -> int:
-        entry = self._reused.get(id(request))
-        return entry[2] if entry is not None and entry[0] is request else 0
+        table = request.kv
+        return table.loaded if table is not None else 0
 
     # -- the interface ---------------------------------------------------------------------
 
     def free_blocks(self) -> int:
-        return len(self.free_list) + len(self.lru)
+        return self.pool.available()
 
-    def can_admit(self, request: Request) -> bool:
+    def room(self) -> int:
+        return self.pool.available()
+
+    def held_tokens(self) -> int:
+        return self.pool.used() * self.block_size
+
+    def need(self, request: Request) -> int:
+        """Blocks its admission takes out of the free ones: new blocks (host hits need new
+        blocks too) and the idle cached blocks it reuses, which leave the evictable pool."""
         hits = self._hit_blocks(request)
-        keys = self._keys_of(request)
+        keys = self.keys_of(request)
+        cached, ref = self.index.cached, self.pool.ref
         on_gpu = idle = 0
         for j in range(hits):
-            b = self.cached.get(keys[j])
+            b = cached.get(keys[j])
             if b is not None:
                 on_gpu += 1
-                idle += not self.ref[b]   # reused, so it leaves the evictable pool
-        need = self.blocks_for(request.known_tokens) - on_gpu   # host hits need new blocks too
-        reserve = self.watermark_blocks if self.tables else 0
-        return self.free_blocks() - idle - need >= reserve
+                idle += not ref[b]
+        return self.blocks_for(request.known_tokens) - on_gpu + idle
+
+    def can_admit(self, request: Request) -> bool:
+        reserve = self.watermark_blocks if self._held else 0
+        return self.free_blocks() - self.need(request) >= reserve
 
     def _take(self, request: Request) -> None:
-        key = id(request)
         hits = self._hit_blocks(request)
-        keys = self._keys_of(request)
-        table: list = []
+        keys = self.keys_of(request)
+        table, index, pool = request.kv, self.index, self.pool
+        cached = index.cached
+        blocks: list = []
         loads: list[int] = []      # positions of hits found in the host tier
         for j in range(hits):      # reference the reused blocks before allocating: never evict them
-            b = self.cached.get(keys[j])
+            b = cached.get(keys[j])
             if b is None:
-                self.host_cache.move_to_end(keys[j])
+                index.touch_host(keys[j])
                 loads.append(j)
             else:
-                if not self.ref[b]:
-                    del self.lru[b]
-                else:
-                    self.extra_refs += 1
-                self.ref[b] += 1
-            table.append(b)
+                pool.hold(b)
+            blocks.append(b)
         new = self._allocate(self.blocks_for(request.known_tokens) - hits + len(loads))
         for j, b in zip(loads, new):   # host copies land in new blocks, cached again on the GPU
-            table[j] = b
-            self.cached[keys[j]] = b
-            self.key_of[b] = keys[j]
-        table += new[len(loads):]
-        self.tables[key] = table
-        self.owners[key] = request
-        self.host_used -= self.swapped.pop(key, 0)
-        self._registered[key] = hits
-        self._set_next_key(key, hits, len(keys))
+            blocks[j] = b
+            index.load(keys[j], b)
+        blocks += new[len(loads):]
+        table.blocks = blocks
+        self._held[request] = None
+        if self._swapped:
+            self._swapped_back(request, table)
+        table.registered = hits
+        self._set_next_key(table, hits, len(keys))
         reused, loaded = hits * self.block_size, len(loads) * self.block_size
-        self._reused[key] = (request, reused, loaded)
+        table.reused, table.loaded = reused, loaded
         if loads:
-            self._version += 1
+            index.version += 1
         if request.swapped:
             pass   # its own KV comes back from host memory: no lookup to count
         elif not request.preemptions:    # its first admission: a request is re-admitted only after one
@@ -202,97 +206,111 @@ class PrefixCacheMemory(PagedMemory):
         self._sample()
 
     def grow(self, request: Request, n_tokens: int) -> bool:
-        key = id(request)
-        if self._shared_tails and key in self._shared_tails:
+        table = request.kv
+        if table.shared_tail:
             return self._grow_shared(request, n_tokens)
-        table = self.tables[key]
-        need = -(-(request.computed + n_tokens) // self.block_size) - len(table)
+        blocks = table.blocks
+        need = -(-(request.computed + n_tokens) // self.block_size) - len(blocks)
         if need > 0:
-            if need > len(self.free_list) + len(self.lru):
+            if need > self.pool.available():
                 return False
-            table.extend(self._allocate(need))
-        if self._next_key_at:   # someone has blocks still to key
-            at = self._next_key_at.get(key)
-            if at is not None and request.computed + n_tokens >= at:
-                self._pending[key] = (request, request.computed + n_tokens)
+            blocks.extend(self._allocate(need))
+        if self._keying:   # someone has blocks still to key
+            at = table.next_key_at
+            if at and request.computed + n_tokens >= at:
+                self._pend(request, table, request.computed + n_tokens)
         return True
 
     def grow_each(self, requests: list[Request]) -> bool:
-        if self._shared_tails and any(id(r) in self._shared_tails for r in requests):
+        if self._shared and any(r.kv.shared_tail for r in requests):
             return all(self.grow(r, 1) for r in requests)   # the scheduler retries what failed
-        bs, tables = self.block_size, self.tables
-        full = [table for r in requests if r.computed + 1 > len(table := tables[id(r)]) * bs]
-        if len(full) > self.free_blocks():
+        bs = self.block_size
+        full = [blocks for r in requests if r.computed + 1 > len(blocks := r.kv.blocks) * bs]
+        if len(full) > self.pool.available():
             return False
-        for table in full:
-            table.extend(self._allocate(1))
-        if self._next_key_at:   # only where generated tokens have known content (chat sessions)
-            next_key_at = self._next_key_at
+        for blocks in full:
+            blocks.extend(self._allocate(1))
+        if self._keying:   # only where generated tokens have known content (chat sessions)
             for r in requests:
-                at = next_key_at.get(id(r))
-                if at is not None and r.computed + 1 >= at:
-                    self._pending[id(r)] = (r, r.computed + 1)
+                table = r.kv
+                at = table.next_key_at
+                if at and r.computed + 1 >= at:
+                    self._pend(r, table, r.computed + 1)
         return True
 
     def growth_room(self, requests: list[Request], steps: int) -> int:
         """As paged memory, but a run of decode steps ends at the first step that fills a
         keyable block: its key may let a waiting request in, and keys must be taken in step order."""
-        if self._shared_tails and any(id(r) in self._shared_tails for r in requests):
+        if self._shared and any(r.kv.shared_tail for r in requests):
             return 0   # a copy on write comes first: step it
         self._flush()
         room = super().growth_room(requests, steps)
-        if self._next_key_at and room:
-            next_key_at = self._next_key_at
+        if self._keying and room:
             for r in requests:
-                at = next_key_at.get(id(r))
-                if at is not None:   # blocks filled before (a swapped-in request's) key at the first step
+                at = r.kv.next_key_at
+                if at:   # blocks filled before (a swapped-in request's) key at the first step
                     room = min(room, max(1, at - r.computed))
         return room
 
+    def append_blocks(self, tables: list[list[int]]) -> int:
+        raise TypeError("a prefix cache's decodes key and share blocks: they grow through `grow_each`")
+
     def free(self, request: Request) -> None:
         self._flush()
-        key = id(request)
-        self._shared_tails.discard(key)
-        table = self.tables.pop(key, None)
-        self.owners.pop(key, None)
-        if table:
+        table = request.kv
+        if table is None:
+            return
+        if table.shared_tail:
+            table.shared_tail = False
+            self._shared -= 1
+        blocks = table.blocks
+        if blocks is not None:
+            del self._held[request]
+            table.blocks = None
+        if blocks:
             done = request.computed // self.block_size   # blocks whose KV was really written
-            ref, key_of = self.ref, self.key_of
-            for j in range(len(table) - 1, -1, -1):     # tail first: it is evicted first
-                b = table[j]
+            pool, index = self.pool, self.index
+            ref, key_of, free_list, idle = pool.ref, index.key_of, pool.free, pool.idle
+            for j in range(len(blocks) - 1, -1, -1):     # tail first: it is evicted first
+                b = blocks[j]
                 ref[b] -= 1
                 if ref[b]:
-                    self.extra_refs -= 1
+                    pool.extra_refs -= 1
                     continue
                 k = key_of[b]
                 if k is not None and j >= done:   # keyed for a step a preemption cancelled
-                    del self.cached[k]
-                    key_of[b] = k = None
-                    self._version += 1
+                    index.forget(b)
+                    k = None
                 if k is None:
-                    self.free_list.append(b)
+                    free_list.append(b)
                 else:
-                    self.lru[b] = None
+                    idle[b] = None
             self._trim()
-        for book in (self._registered, self._next_key_at, self._memo):
-            book.pop(key, None)
+        if self._swapped:
+            self._swapped_back(request, table)   # an aborted request's copy in host memory
+        table.registered = 0
+        self._set_next_key(table, 0, 0)
+        table.lookup = ()
         if request.finished:
-            self._keys.pop(key, None)
-            self._reused.pop(key, None)
+            request.kv = None
 
     def shared_tokens(self) -> int:
         """Tokens of KV counted more than once when every holder's computed tokens are summed:
         a block held by r requests is one block, counted r times. Shared blocks are full but for
         a fork's partial last block, which holds only the tokens written before the fork."""
         bs = self.block_size
-        tokens = self.extra_refs * bs
+        tokens = self.pool.extra_refs * bs
+        if not self._shared:
+            return tokens
         tails: set[int] = set()
-        for key in self._shared_tails:   # forks not yet copied on write: rare and short-lived
-            computed, table = self.owners[key].computed, self.tables[key]
-            j, filled = divmod(computed, bs)
-            if filled and j < len(table) and table[j] not in tails:
-                tails.add(table[j])
-                tokens -= (self.ref[table[j]] - 1) * (bs - filled)
+        for r in self._held:   # forks not yet copied on write: rare and short-lived
+            if not r.kv.shared_tail:
+                continue
+            blocks = r.kv.blocks
+            j, filled = divmod(r.computed, bs)
+            if filled and j < len(blocks) and blocks[j] not in tails:
+                tails.add(blocks[j])
+                tokens -= (self.pool.ref[blocks[j]] - 1) * (bs - filled)
         return tokens
 
     def swap_out(self, request: Request) -> bool:
@@ -312,46 +330,60 @@ class PrefixCacheMemory(PagedMemory):
         prompt hold its blocks once plus at most n − 1 copies of the partial one. Only the
         prompt is the child's content: its outputs are its own. Always succeeds."""
         self._flush()
-        pkey, ckey = id(parent), id(child)
-        table = self.tables[pkey][:self.blocks_for(parent.computed)]
-        for b in table:
-            self.ref[b] += 1
-        self.extra_refs += len(table)
-        self.tables[ckey] = list(table)
-        self.owners[ckey] = child
-        keys = self._keys_of(child)[:child.prompt_tokens // self.block_size]
-        self._keys[ckey] = (child, keys)
-        self._registered[ckey] = min(self._registered.get(pkey, 0), len(keys))
-        self._set_next_key(ckey, self._registered[ckey], len(keys))
-        self._reused[ckey] = (child, 0, 0)
+        ptable = parent.kv
+        blocks = ptable.blocks[:self.blocks_for(parent.computed)]
+        ref = self.pool.ref
+        for b in blocks:
+            ref[b] += 1
+        self.pool.extra_refs += len(blocks)
+        ctable = self._table(child)
+        ctable.blocks = list(blocks)
+        self._held[child] = None
+        keys = ctable.keys = self.keys_of(child)[:child.prompt_tokens // self.block_size]
+        ctable.registered = min(ptable.registered, len(keys))
+        self._set_next_key(ctable, ctable.registered, len(keys))
+        ctable.reused = ctable.loaded = 0
         if parent.computed % self.block_size:
-            self._shared_tails.update((pkey, ckey))
+            for table in (ptable, ctable):
+                if not table.shared_tail:
+                    table.shared_tail = True
+                    self._shared += 1
         return True
 
     def _grow_shared(self, request: Request, n_tokens: int) -> bool:
         """`grow` for a request whose next token may land in a block others hold: copy it first."""
-        key = id(request)
-        table = self.tables[key]
+        table = request.kv
+        blocks, ref = table.blocks, self.pool.ref
         j = request.computed // self.block_size
-        if j < len(table) and self.ref[table[j]] > 1:
-            need = 1 + max(0, self.blocks_for(request.computed + n_tokens) - len(table))
+        if j < len(blocks) and ref[blocks[j]] > 1:
+            need = 1 + max(0, self.blocks_for(request.computed + n_tokens) - len(blocks))
             if need > self.free_blocks():
                 return False
             copy = self._allocate(1)[0]
-            self.ref[table[j]] -= 1
-            self.extra_refs -= 1
-            self.copies.append((table[j], copy))
-            table[j] = copy
-        self._shared_tails.discard(key)   # the last holder writes in place
+            ref[blocks[j]] -= 1
+            self.pool.extra_refs -= 1
+            self.copies.append((blocks[j], copy))
+            blocks[j] = copy
+        table.shared_tail = False   # the last holder writes in place
+        self._shared -= 1
         return self.grow(request, n_tokens)
 
     # -- the cache's own books -------------------------------------------------------------
 
-    def _set_next_key(self, key: int, registered: int, n_keys: int) -> None:
+    def _set_next_key(self, table: CachedBlockTable, registered: int, n_keys: int) -> None:
         if registered < n_keys:
-            self._next_key_at[key] = (registered + 1) * self.block_size
-        else:
-            self._next_key_at.pop(key, None)
+            if not table.next_key_at:
+                self._keying += 1
+            table.next_key_at = (registered + 1) * self.block_size
+        elif table.next_key_at:
+            self._keying -= 1
+            table.next_key_at = 0
+
+    def _pend(self, request: Request, table: CachedBlockTable, tokens: int) -> None:
+        """Key `request`'s blocks filled up to `tokens` computed tokens at the next `_flush`."""
+        if table.pending < 0:
+            self._pending.append(request)
+        table.pending = tokens
 
     def _flush(self) -> None:
         """Key the blocks that growth has filled since the last look at the cache, in the order
@@ -359,68 +391,50 @@ class PrefixCacheMemory(PagedMemory):
         fast-forwarded run's) allocations and evictions: stepping and fast-forwarding then key
         the same blocks."""
         if self._pending:
-            pending, self._pending = self._pending, {}
-            for key, (request, tokens) in pending.items():
-                if key in self.tables:
-                    self._register(request, tokens)
+            pending, self._pending = self._pending, []
+            for request in pending:
+                table = request.kv
+                tokens, table.pending = table.pending, -1
+                if table.blocks is not None:
+                    self._register(table, tokens)
 
-    def _register(self, request: Request, tokens: int) -> None:
-        """Key the blocks of `request` that `tokens` computed tokens fill, where content is known."""
-        key = id(request)
-        keys = self._keys[key][1]
-        start, stop = self._registered[key], min(tokens // self.block_size, len(keys))
-        table, cached, key_of = self.tables[key], self.cached, self.key_of
-        for j in range(start, stop):
-            k = keys[j]
-            if k not in cached:    # an equal block cached already stays the one found
-                b = table[j]
-                cached[k] = b
-                key_of[b] = k
-        self._registered[key] = stop
-        self._set_next_key(key, stop, len(keys))
-        self._version += 1
+    def _register(self, table: CachedBlockTable, tokens: int) -> None:
+        """Key the blocks of a table that `tokens` computed tokens fill, where content is known."""
+        keys = table.keys
+        stop = min(tokens // self.block_size, len(keys))
+        self.index.add(keys, table.blocks, table.registered, stop)
+        table.registered = stop
+        self._set_next_key(table, stop, len(keys))
 
     def _allocate(self, n: int) -> list[int]:
         """n blocks for a table (reference 1): plain free blocks first, then the LRU's oldest."""
         if n <= 0:
             return []
-        if n > self.free_blocks():
-            raise IntegrityError(f"paged-prefix: allocating {n} blocks with {self.free_blocks()} free or evictable")
-        plain = min(n, len(self.free_list))
-        taken = super()._allocate(plain) if plain else []
+        pool = self.pool
+        if n > pool.available():
+            raise IntegrityError(f"paged-prefix: allocating {n} blocks with {pool.available()} free or evictable")
+        plain = min(n, len(pool.free))
+        taken = pool.take_free(plain)
         if n > plain:
             taken += self._evict(n - plain)
-        ref = self.ref
+        ref = pool.ref
         for b in taken:
             ref[b] = 1
         return taken
 
     def _evict(self, n: int) -> list[int]:
-        """Take the n oldest unreferenced cached blocks out of the cache (one loop: on a long
-        trace with small blocks this runs millions of times)."""
-        popitem, cached, key_of = self.lru.popitem, self.cached, self.key_of
-        host, host_limit = self.host_cache, self.host_limit
-        out = []
-        for _ in range(n):
-            b = popitem(last=False)[0]
-            k = key_of[b]
-            del cached[k]
-            key_of[b] = None
-            out.append(b)
-            if host_limit:        # the block's KV moves down to the host tier
-                host[k] = None
-                host.move_to_end(k)
-                if len(host) > host_limit:
-                    host.popitem(last=False)
+        """Take the n oldest unreferenced cached blocks out of the cache (their keys move to the
+        host tier, if there is one)."""
+        out = self.pool.evict_oldest(n)
+        self.index.evicted(out)
         self.evictions += n
-        self._version += 1
         return out
 
     def _trim(self) -> None:
         """Keep at most `cache_limit` unreferenced cached blocks (the capacity experiment)."""
-        over = len(self.lru) - self.cache_limit
+        over = len(self.pool.idle) - self.cache_limit
         if over > 0:
-            self.free_list.extend(self._evict(over))
+            self.pool.free.extend(self._evict(over))
 
     # -- figures ---------------------------------------------------------------------------
 
@@ -433,7 +447,7 @@ class PrefixCacheMemory(PagedMemory):
         """One history row per planning moment with admissions, taken after them. Admissions are
         the moments that decide hits, and the only ones a fast-forwarded run of decode steps
         never skips, so the history is the same whether steps are stepped or fast-forwarded."""
-        row = (self._now, len(self.cached), len(self.lru), self.evictions, self.hits, self.queries)
+        row = (self._now, len(self.index.cached), len(self.pool.idle), self.evictions, self.hits, self.queries)
         if self.history and self.history[-1][0] == self._now:
             self.history[-1] = row
         else:
@@ -464,7 +478,7 @@ class PrefixCacheMemory(PagedMemory):
             "prefix_cache_evictions": self.evictions,
             "prefix_cache_capacity_blocks": self.cache_limit,
             "prefix_cache_host_hits": self.host_hits,
-            "prefix_cache_host_capacity_blocks": None if math.isinf(self.host_limit) else self.host_limit,
+            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
             "prefix_cache_mean_cached_share": self.mean_cached_share(),
         }
 
@@ -472,54 +486,40 @@ class PrefixCacheMemory(PagedMemory):
 
     def check_integrity(self) -> None:
         MemoryManager.check_integrity(self)
-        n = self.total_blocks
-        holders = [0] * n
-        for rkey, table in self.tables.items():
-            if len(set(table)) != len(table):
-                raise IntegrityError(f"paged-prefix: {self.owners[rkey].id} holds a block twice")
-            for b in table:
-                holders[b] += 1
-        if holders != self.ref:
-            bad = next(b for b in range(n) if holders[b] != self.ref[b])
-            raise IntegrityError(f"paged-prefix: block {bad} has {self.ref[bad]} references, {holders[bad]} holders")
-        if self.extra_refs != sum(c - 1 for c in holders if c > 1):
-            raise IntegrityError(f"paged-prefix: {self.extra_refs} shared references counted, "
-                                 f"{sum(c - 1 for c in holders if c > 1)} held")
-        referenced = sum(1 for c in holders if c)
-        free, lru = set(self.free_list), set(self.lru)
-        if len(free) != len(self.free_list):
-            raise IntegrityError("paged-prefix: a block is on the free list twice (freed twice)")
-        if free & lru or any(self.ref[b] for b in free | lru):
-            raise IntegrityError("paged-prefix: a free or evictable block is referenced or both")
-        if len(free) + len(lru) + referenced != n:
-            raise IntegrityError(f"paged-prefix: {len(free)} free + {len(lru)} cached unreferenced + "
-                                 f"{referenced} referenced != {n} blocks")
-        if any(self.key_of[b] is not None for b in free):
+        for r in self._held:
+            if len(set(r.kv.blocks)) != len(r.kv.blocks):
+                raise IntegrityError(f"paged-prefix: {r.id} holds a block twice")
+        pool, index = self.pool, self.index
+        pool.check([r.kv.blocks for r in self._held], "paged-prefix")
+        key_of = index.key_of
+        if any(key_of[b] is not None for b in pool.free):
             raise IntegrityError("paged-prefix: a block on the free list is still cached")
-        if any(self.key_of[b] is None for b in lru):
+        if any(key_of[b] is None for b in pool.idle):
             raise IntegrityError("paged-prefix: an evictable block is not cached")
-        if len(lru) > self.cache_limit:
-            raise IntegrityError(f"paged-prefix: {len(lru)} evictable blocks > cache limit {self.cache_limit}")
-        keyed = sum(1 for k in self.key_of if k is not None)
-        if keyed != len(self.cached) or any(self.key_of[b] != k for k, b in self.cached.items()):
+        if len(pool.idle) > self.cache_limit:
+            raise IntegrityError(f"paged-prefix: {len(pool.idle)} evictable blocks > cache limit {self.cache_limit}")
+        keyed = sum(1 for k in key_of if k is not None)
+        if keyed != len(index.cached) or any(key_of[b] != k for k, b in index.cached.items()):
             raise IntegrityError("paged-prefix: the key map and the blocks' keys disagree")
-        for rkey, table in self.tables.items():
-            r, keys = self.owners[rkey], self._keys.get(rkey, (None, []))[1]
-            for j in range(min(self._registered.get(rkey, 0), len(keys))):
-                k = self.key_of[table[j]]
+        keying = shared = 0
+        for r in self._held:
+            table = r.kv
+            keys = table.keys or []
+            for j in range(min(table.registered, len(keys))):
+                k = key_of[table.blocks[j]]
                 if k is not None and k != keys[j]:   # a shared block sits where its content is
                     raise IntegrityError(f"paged-prefix: {r.id} block {j} holds other content")
             if r.status is not Status.RUNNING:
                 raise IntegrityError(f"paged-prefix: {r.id} holds blocks but is {r.status.name}")
-            if len(table) * self.block_size < r.computed:
-                raise IntegrityError(f"paged-prefix: {r.id} stores {r.computed} tokens in {len(table)} blocks")
-        if not 0 <= self.host_used <= self.host_blocks or self.host_used != sum(self.swapped.values()):
-            raise IntegrityError(f"paged-prefix: host memory {self.host_used} of {self.host_blocks} blocks does not balance")
-        if len(self.host_cache) > self.host_limit:
-            raise IntegrityError(f"paged-prefix: {len(self.host_cache)} host blocks > host limit {self.host_limit}")
+            if len(table.blocks) * self.block_size < r.computed:
+                raise IntegrityError(f"paged-prefix: {r.id} stores {r.computed} tokens in {len(table.blocks)} blocks")
+            keying += bool(table.next_key_at)
+            shared += table.shared_tail
+        if (keying, shared) != (self._keying, self._shared):
+            raise IntegrityError(f"paged-prefix: {self._keying} requests counted with blocks to key and "
+                                 f"{self._shared} with shared tails, {keying} and {shared} held")
+        self._check_host()
+        if len(index.host) > index.host_limit:
+            raise IntegrityError(f"paged-prefix: {len(index.host)} host blocks > host limit {index.host_limit}")
         if not 0 <= self.host_hits <= self.hits <= self.queries:
             raise IntegrityError(f"paged-prefix: {self.hits} hit tokens of {self.queries} queried")
-
-    @property
-    def empty(self) -> bool:
-        return not self.tables and not self.swapped and self.free_blocks() == self.total_blocks

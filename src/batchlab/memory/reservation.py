@@ -28,7 +28,7 @@ class ReservationMemory(MemoryManager):
         self.name = f"reservation-{policy}"
         self.capacity_tokens = capacity_tokens
         self.max_context = max_context
-        self._reserved: dict[int, tuple[Request, int]] = {}
+        self._reserved: dict[Request, int] = {}   # each holder's reservation, in admission order
         self._used = 0
 
     def reservation(self, request: Request) -> int:
@@ -48,32 +48,41 @@ class ReservationMemory(MemoryManager):
             return f"reservation of {self.reservation(request)} tokens > KV capacity {self.capacity_tokens}"
         return None
 
+    def room(self) -> int:
+        return self.capacity_tokens - self._used
+
+    def need(self, request: Request) -> int:
+        return self.reservation(request)
+
+    def holding(self) -> bool:
+        return bool(self._reserved)
+
     def can_admit(self, request: Request) -> bool:
         return self._used + self.reservation(request) <= self.capacity_tokens
 
     def _take(self, request: Request) -> None:
         size = self.reservation(request)
-        self._reserved[id(request)] = (request, size)
+        self._reserved[request] = size
         self._used += size
 
     def grow(self, request: Request, n_tokens: int) -> bool:
         return True  # the reservation covers every token the request will ever compute
 
     def free(self, request: Request) -> None:
-        entry = self._reserved.pop(id(request), None)
-        if entry is not None:
-            self._used -= entry[1]
+        size = self._reserved.pop(request, None)
+        if size is not None:
+            self._used -= size
 
     def holders(self) -> list[Request]:
-        return [r for r, _ in self._reserved.values()]
+        return list(self._reserved)
 
     def held_tokens(self) -> int:
         return self._used
 
     def check_integrity(self) -> None:
         super().check_integrity()
-        if self._used != sum(size for _, size in self._reserved.values()):
+        if self._used != sum(self._reserved.values()):
             raise IntegrityError(f"{self.name}: usage {self._used} != sum of reservations")
-        for r, size in self._reserved.values():
+        for r, size in self._reserved.items():
             if r.computed > size:
                 raise IntegrityError(f"{self.name}: {r.id} stores {r.computed} > reserved {size}")

@@ -10,27 +10,40 @@ from batchlab.request import Request
 
 class UnlimitedMemory(MemoryManager):
     name = "unlimited"
+    held_is_stored = True
 
     def __init__(self) -> None:
-        self._holders: dict[int, Request] = {}
+        self._holders: dict[Request, None] = {}   # in admission order
 
     def reject_reason(self, request: Request) -> str | None:
         return None
+
+    def room(self) -> int:
+        return 0
+
+    def need(self, request: Request) -> int:
+        return 0
+
+    def fits(self, room: int, need: int, holding: bool) -> bool:
+        return True
+
+    def holding(self) -> bool:
+        return bool(self._holders)
 
     def can_admit(self, request: Request) -> bool:
         return True
 
     def _take(self, request: Request) -> None:
-        self._holders[id(request)] = request
+        self._holders[request] = None
 
     def grow(self, request: Request, n_tokens: int) -> bool:
         return True
 
     def free(self, request: Request) -> None:
-        self._holders.pop(id(request), None)
+        self._holders.pop(request, None)
 
     def holders(self) -> list[Request]:
-        return list(self._holders.values())
+        return list(self._holders)
 
     def held_tokens(self) -> int:
         return self.stored_tokens()

@@ -4,7 +4,7 @@ The names below load with their module on first use (PEP 562): a run that prints
 needs neither the per-request export nor the goodput search.
 """
 
-from batchlab.lazy import lazy_exports
+from batchlab.runtime.lazy import lazy_exports
 
 # public name -> the module under batchlab.metrics that defines it
 _EXPORTS = {

@@ -222,11 +222,18 @@ def parse_percentile_metrics(text: str, flag: str = "--percentile-metrics") -> t
     return check_metrics([item for item in text.split(",") if item.strip()] or [], flag)
 
 
+# Percentiles one run reports: a hundred is already a whole distribution.
+MAX_PERCENTILES = 100
+
+
 def parse_metric_percentiles(text: str, flag: str = "--metric-percentiles") -> tuple[float, ...]:
     """`"50,90,99"` (vLLM's `--metric-percentiles`) -> (50.0, 90.0, 99.0)."""
     items = [item.strip() for item in text.split(",")]
     if not any(items):
         raise InputError(f"field '{flag}': give at least one percentile, e.g. 50,90,99")
+    if len(items) > MAX_PERCENTILES:
+        raise InputError(f"field '{flag}': at most {MAX_PERCENTILES} percentiles (each is a figure per "
+                         f"metric in every table and result), got {len(items):,}")
     values = []
     for item in items:
         try:

@@ -15,7 +15,7 @@ from batchlab.request import Request
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.trace import Trace
 
-# Seed L02 §4.1 demo 4: six requests arriving at iterations 0, 0, 1, 2, 3, 6 with 6, 3, 9, 2, 5
+# Seed L02 demo 4: six requests arriving at iterations 0, 0, 1, 2, 3, 6 with 6, 3, 9, 2, 5
 # and 3 output tokens (read off its timelines), max_bs = 3. The seed does not give prompt
 # lengths; any do, since a whole prompt is one prefill iteration.
 DEMO_ARRIVALS = (0, 0, 1, 2, 3, 6)

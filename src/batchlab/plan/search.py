@@ -20,7 +20,7 @@ from batchlab.fleet.simulate import ReplicaSpec, simulate_fleet
 from batchlab.hardware import GPUSpec, ModelSpec
 from batchlab.hardware.parallel import Layout, check_layout
 from batchlab.metrics import SLO
-from batchlab.serving.systems import System
+from batchlab.experiments.systems import System
 from batchlab.workload import Workload
 
 DEFAULT_MAX_REPLICAS = 64

@@ -1,4 +1,4 @@
-"""The figures of a system comparison (`batchlab.serving.compare`)."""
+"""The figures of a system comparison (`batchlab.experiments.compare`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def representative(report: dict) -> tuple[int, float]:
 
 def plot_compare(report: dict, cfg, directory: str | Path) -> list[Path]:
     """`plot_report`, plus the figures of the representative run, re-run here (one run, not a pool)."""
-    from batchlab.serving.run import simulate
+    from batchlab.experiments.run import simulate
 
     paths = plot_report(report, directory)
     k, rate = representative(report)

@@ -1,6 +1,6 @@
 """Load curves of a comparison: TTFT and TPOT against arrival rate per system, and goodput bars.
 
-The input is the comparison's row format (`batchlab.serving.experiments.point`): a list of
+The input is the comparison's row format (`batchlab.experiments.experiments.point`): a list of
 {"name": system, "rates": [rows with rate, median_ttft_ms, p99_ttft_ms, mean_tpot_ms, ...]}, as in
 `compare(...)["systems"]`, so any experiment that reports per-rate rows can draw them.
 """

@@ -23,7 +23,7 @@ STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
 
 def fairness_figure(setting, systems, labels, rate: float, directory: str | Path, stem: str,
                     title: str = "") -> list[Path]:
-    from batchlab.serving.fairness import simulate_calls, tenant_traffic
+    from batchlab.experiments.fairness import simulate_calls, tenant_traffic
 
     workload = tenant_traffic(setting.workload, rate, setting.seed)
     runs = [simulate_calls(workload, s, setting.model, setting.gpu, slo=setting.slo, seed=setting.seed,
@@ -78,7 +78,7 @@ def fairness_figure(setting, systems, labels, rate: float, directory: str | Path
 def programs_figure(setting, systems, labels, rate: float, directory: str | Path, stem: str,
                     title: str = "") -> list[Path]:
     from batchlab.metrics.programs import program_latencies
-    from batchlab.serving.fairness import program_traffic, simulate_calls
+    from batchlab.experiments.fairness import program_traffic, simulate_calls
 
     traffic = (setting.programs.with_rate(rate) if setting.programs is not None
                else program_traffic(setting.workload, rate, setting.seed))

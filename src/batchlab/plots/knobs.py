@@ -114,7 +114,7 @@ def throughput_vs_tpot(systems: list[dict], directory: str | Path, stem: str, sl
 def ttft_distributions(setting, systems, rate: float, directory: str | Path, stem: str,
                        title: str = "") -> list[Path]:
     """The empirical CDF of TTFT for each system, re-run at `rate` in this process."""
-    from batchlab.serving.run import simulate
+    from batchlab.experiments.run import simulate
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(10.0, 5.0), layout="constrained")

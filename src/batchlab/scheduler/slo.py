@@ -7,7 +7,7 @@ this step, whose length it takes as the last step's (as the driver reports it) p
 `prefill_rate` prompt tokens per second. Requests predicted to meet their deadline go first,
 earliest deadline first; those predicted to miss go after all of them (`slo_action` "defer"),
 or are dropped from the queue with a reason (`slo_action` "reject", which a driver carries out
-through the engine's `abort`: see `batchlab.serving.dependent`). A prediction to miss is final:
+through the engine's `abort`: see `batchlab.experiments.dependent`). A prediction to miss is final:
 waiting longer only makes it later. A request that has already emitted (it was preempted) has
 had its first token; it goes first, as its deadline has passed.
 
@@ -33,7 +33,7 @@ class SloQueue(RankedQueue):
 
     def observe_step(self, duration: float) -> None:
         """A step (that planned work) took `duration`: the next is expected to take as long.
-        The driver tells it (`batchlab.serving.dependent`); without one, only prefills count."""
+        The driver tells it (`batchlab.experiments.dependent`); without one, only prefills count."""
         self.step_estimate = duration
         self.stale()
 

@@ -12,7 +12,7 @@ of the tenant that last left the queue: time spent away earns no credit, and a r
 cannot starve the others to catch up. The paper proves that, for any two tenants backlogged
 over an interval, the service they receive in it differs by at most 2·max(w_p·L_input,
 w_q·M), with L_input the longest prompt and M the tokens that fit in the KV memory
-(tests/test_fair_scheduling.py checks that bound on random workloads).
+(tests/test_scheduler_fairness.py checks that bound on random workloads).
 
 A request without a tenant counts as the tenant "" (one shared tenant). A preempted request is
 not charged its prompt again when it is re-admitted: the recomputation is the server's cost.

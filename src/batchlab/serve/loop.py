@@ -30,9 +30,10 @@ import time
 from dataclasses import dataclass, field
 
 from batchlab.engine import Engine
+from batchlab.engine.step import StepOutput
 from batchlab.executor.numpy_exec import NumpyExecutor
 from batchlab.memory.base import IntegrityError
-from batchlab.request import Request, Status
+from batchlab.request import Request, Status, StopRule
 from batchlab.serve.metrics import ServerMetrics
 from batchlab.serve.protocol import ApiError, Generation
 from batchlab.serve.tokenizer import BYTES
@@ -134,7 +135,7 @@ class EngineLoop:
             executor_before = self.executor.run_seconds
             try:
                 out = engine.step(self.now())
-                self._hand_off(out.emitted)
+                self._hand_off(out)
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
                 log.exception("engine step failed")
                 self._fail_all(f"engine failure: {exc}")
@@ -182,9 +183,10 @@ class EngineLoop:
         # the prompt's token ids are its content: what a prefix cache (and the samples) share
         content = Content.tokens(gen.prompt)
         samples = tuple(Request(s.id, job.arrival, len(gen.prompt), gen.max_tokens, index=self._index + k,
-                                content=content) for k, s in enumerate(job.samples, 1))
+                                content=content, stop=self._stop_rule(s.generation))
+                        for k, s in enumerate(job.samples, 1))
         r = Request(job.id, job.arrival, len(gen.prompt), gen.max_tokens, index=self._index,
-                    content=content, samples=samples)
+                    content=content, samples=samples, stop=self._stop_rule(gen))
         self._index += 1 + len(samples)
         every = [job, *job.samples]
         for each in every:
@@ -198,6 +200,11 @@ class EngineLoop:
         for each, request in zip(every, (r, *samples)):
             each.request = request
             self.jobs[each.id] = each
+
+    def _stop_rule(self, gen: Generation) -> StopRule:
+        """The tokens at which the engine's update ends a request: EOS unless ignored, and the
+        request's stop token ids once it has min_tokens outputs."""
+        return StopRule(None if gen.ignore_eos else self.eos, frozenset(gen.stop_token_ids), gen.min_tokens)
 
     def _abort(self, request_id: str) -> None:
         job = self.jobs.pop(request_id, None)
@@ -229,19 +236,24 @@ class EngineLoop:
             self.metrics.integrity_failures.inc()
             log.exception("KV memory integrity check failed")
 
-    def _hand_off(self, emitted: list[Request]) -> None:
-        """Each emitted token to its request's queue; stop at EOS, a stop token or a stop
-        string; retire finished requests."""
+    def _hand_off(self, step: StepOutput) -> None:
+        """Each emitted token to its request's queue: the step's tokens, with those the
+        engine's update ended at EOS or a stop token (`StopRule`); stop at a stop string;
+        retire finished requests."""
         executor, eos, events = self.executor, self.eos, []
-        outputs, samplers = executor.outputs, getattr(executor, "samplers", None)
+        samplers = getattr(executor, "samplers", None)
         reused = getattr(self.engine.memory, "reused_tokens", None)
-        for r in emitted:
+        tokens, stopped = step.tokens, {r.id for r in step.stopped}
+        for r in step.emitted:
             job = self.jobs[r.id]
             gen = job.generation
-            token = outputs[r.id][-1]
-            stop = gen.stop or gen.stop_token_ids
+            token = tokens[r.id]
             finish = None
-            if token == eos and not gen.ignore_eos or stop and self._stops(job, token, r.emitted):
+            if r.id in stopped:
+                if token != eos or gen.ignore_eos:   # a stop token id: the client is told which
+                    job.stop_reason = token
+                finish = "stop"
+            elif gen.stop and self._stops(job, token, r.emitted):
                 if not r.finished:
                     self.engine.stop(r.id)
                 finish = "stop"
@@ -261,16 +273,12 @@ class EngineLoop:
 
     @staticmethod
     def _stops(job: Job, token: int, emitted: int) -> bool:
-        """Whether `token` (output number `emitted`) ends `job` at a stop token id or string."""
+        """Whether `token` (output number `emitted`) ends `job` at a stop string (the engine
+        ends it at EOS and its stop token ids: `StopRule`)."""
         gen = job.generation
-        if gen.stop and token < BYTES:   # byte tokens only: EOS is no text
+        if token < BYTES:   # byte tokens only: EOS is no text
             job.tail = (job.tail + bytes((token,)))[-max(map(len, gen.stop)):]
-        if emitted < gen.min_tokens:
-            return False
-        if token in gen.stop_token_ids:
-            job.stop_reason = token
-            return True
-        if not gen.stop or token >= BYTES:
+        if emitted < gen.min_tokens or token >= BYTES:
             return False
         for s in gen.stop:
             if job.tail.endswith(s):

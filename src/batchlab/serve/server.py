@@ -36,6 +36,7 @@ class ServeConfig:
     seed: int = 0
     check_memory: bool = False             # the memory manager's integrity check after every step
     save_trace: str | None = None          # per-request CSV/JSON written at shutdown
+    save_steps: str | None = None          # the engine's step log (CSV) written at shutdown
 
     def __post_init__(self) -> None:
         for name in ("kv_cache_tokens", "max_waiting"):
@@ -58,7 +59,7 @@ def build_state(config: ServeConfig):
     from batchlab.serve.model_spec import parse_model
     from batchlab.serve.protocol import Limits
     from batchlab.serve.tokenizer import EOS
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     mini = parse_model(config.model)
     max_len = config.max_model_len or mini.max_context
@@ -76,7 +77,8 @@ def build_state(config: ServeConfig):
                     check_memory=config.check_memory, fast_forward=False)
     name = config.served_model_name or config.model
     metrics = ServerMetrics(name, max_len, cache_info(memory, config.kv_cache_tokens))
-    loop = EngineLoop(engine, executor, metrics, EOS, keep_trace=config.save_trace is not None)
+    loop = EngineLoop(engine, executor, metrics, EOS,
+                      keep_trace=config.save_trace is not None or config.save_steps is not None)
     return ServeState(loop=loop, limits=Limits(name, max_len, mini.vocab, EOS), metrics=metrics,
                       max_waiting=config.max_waiting, seed=config.seed)
 
@@ -174,4 +176,8 @@ def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DR
         return 1
     if config.save_trace:
         save_trace(state, config.save_trace)
+    if config.save_steps:
+        from batchlab.calibrate.step_replay import write_steps
+
+        write_steps(config.save_steps, state.loop.all_traces())
     return 0

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import time
 
+from batchlab.executor.base import StepResult
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
@@ -99,23 +100,26 @@ class TwinExecutor:
             return prompt[k % len(prompt)]
         return seeded_token(self.seeds[rid], k)
 
-    def _emit(self, rid: str) -> None:
+    def _emit(self, rid: str) -> int:
         out = self.outputs.setdefault(rid, [])
         out.append(self._token(rid, len(out)))
+        return out[-1]
 
     def run(self, plan: StepPlan) -> float:
+        return self.execute(plan).duration
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        """The plan's price (slowed by a fault) and the token each emitting request makes up."""
         entered = time.perf_counter()
         self.priced = self.pricer.run(plan) if plan else 0.0
-        for item in plan.items:
-            if item.emits:
-                self._emit(item.request.id)
+        tokens = {item.request.id: self._emit(item.request.id) for item in plan.items if item.emits}
         self.steps += 1
         self.run_seconds += time.perf_counter() - entered
-        return self.priced * self.slowdown
+        return StepResult(self.priced * self.slowdown, tokens)
 
-    def fork(self, parent: Request, child: Request) -> None:
+    def fork(self, parent: Request, child: Request) -> int:
         """A parallel sample's first token, made up from its own seed."""
-        self._emit(child.id)
+        return self._emit(child.id)
 
     def release(self, request: Request) -> None:
         pass   # no KV of its own: the memory manager keeps the books

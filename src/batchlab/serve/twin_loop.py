@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 import threading
 import time
 
 from batchlab.serve.loop import EngineLoop, Job, deliver
 
+log = logging.getLogger("batchlab.serve")
 CHAIN_LATE_S = 0.05   # how far behind a step's end the loop may wake and still chain the next
 
 
@@ -185,6 +187,7 @@ class TwinLoop(EngineLoop):
                 if not self._admit(start):
                     break
             self._step_start = float("inf")
+            deliver(self.outbox)   # requests refused as they were added (a failure, the engine's limits)
             self._maybe_reset()
             if engine.idle:
                 self._publish()
@@ -200,16 +203,18 @@ class TwinLoop(EngineLoop):
                 self.twin_metrics.late_steps.inc()
             try:
                 out = engine.begin(start)
+                if out.end > self.now():
+                    await TIMER.sleep_until(self.t0 + out.end)
+                late = self.now() - out.end
+                engine.commit(out)
+                self._hand_off(out)
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
+                log.exception("twin step failed")
                 self._fail_all(f"engine failure: {exc}")
                 deliver(self.outbox)
+                chained = None
                 continue
-            if out.end > self.now():
-                await TIMER.sleep_until(self.t0 + out.end)
-            late = self.now() - out.end
-            engine.commit(out)
             chained = out.end
-            self._hand_off(out.emitted)
             deliver(self.outbox)
             self._publish()
             self._account(out, late)

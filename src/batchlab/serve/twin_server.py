@@ -104,7 +104,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
     from batchlab.serve.protocol import Limits
     from batchlab.serve.twin import TwinExecutor, parse_twin
     from batchlab.serve.twin_loop import TwinLoop
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     model, gpu, layout = hardware(cfg)
     max_len = cfg.max_model_len or model.max_context

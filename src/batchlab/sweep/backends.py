@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from batchlab.errors import InputError
-from batchlab.serving.experiments import run_each
+from batchlab.experiments.experiments import run_each
 
 BACKENDS = ("pool", "ray", "serial")
 RAY_EXTRA = "pip install 'batchlab[ray]'"

@@ -47,7 +47,7 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
     """Every point and goodput search of the grid, in grid order; InputError on the first bad one."""
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.metrics import parse_metric_percentiles, parse_percentile_metrics
-    from batchlab.serving.experiments import Setting
+    from batchlab.experiments.experiments import Setting
     from batchlab.workload import make_workload
 
     try:
@@ -83,7 +83,7 @@ def build_tasks(cfg: SweepConfig) -> list[Task]:
             systems[spec] = (system, setting, shown, specs)
         return systems[spec]
 
-    from batchlab.serving.experiments import point
+    from batchlab.experiments.experiments import point
     from batchlab.sweep.runs import goodput_row
 
     tasks: list[Task] = []
@@ -114,7 +114,7 @@ def slo_of(cfg: SweepConfig):
 
 def _system(coords: dict, field_axes: list[str]):
     """The preset with this combination's field values, through the same parser as --systems."""
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.systems import parse_system
 
     spec = str(coords["system"]) + "".join(f":{a}={_text(coords[a])}" for a in field_axes)
     return parse_system(spec)

@@ -14,7 +14,7 @@ target = 0.9          # share of requests within the SLO, for max_goodput_rate
 model = ["Llama-3-8B"]
 gpu = ["H100-SXM", "A100-80GB"]
 system = ["orca-oracle", "paged"]    # presets, optionally with :field=value
-max_bs = [64, 256]                   # any field of batchlab.serving.systems.System
+max_bs = [64, 256]                   # any field of batchlab.experiments.systems.System
 rate = [1, 4, 16]
 
 [goodput]             # optional: one goodput search per combination of the other axes
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from batchlab.errors import InputError
 from batchlab.io_checks import MIN_RATE, number, reading, request_count, token_count, whole
-from batchlab.serving.systems import System
+from batchlab.experiments.systems import System
 
 SECTIONS = ("workload", "slo", "grid", "goodput", "report")
 WORKLOAD_FIELDS = {"kind": "chat", "requests": 100, "seed": 0, "arrival": "poisson", "burstiness": 1.0,

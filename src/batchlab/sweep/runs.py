@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from batchlab.serving.experiments import Setting, goodput
-from batchlab.serving.systems import System
+from batchlab.experiments.experiments import Setting, goodput
+from batchlab.experiments.systems import System
 
 
 def goodput_row(setting: Setting, system: System, target: float, fleet_rate: float | None) -> dict:

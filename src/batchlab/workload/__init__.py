@@ -4,7 +4,7 @@ The names below load with their module on first use (PEP 562): a generated workl
 never loads the trace readers or the prefix-sharing generators.
 """
 
-from batchlab.lazy import lazy_exports
+from batchlab.runtime.lazy import lazy_exports
 
 # Imported at once: the function `arrivals` must shadow its module's name, as it always has, and
 # every generated workload needs them.

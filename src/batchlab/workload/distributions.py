@@ -128,13 +128,13 @@ class FixedLengths:
 
 
 # ShareGPT-like conversation (docs/workloads.md explains the choice): output mean 230 tokens
-# as seed L02 §5's chat throughput implies, prompt mean 300, sigma 1.0 as in the Azure conv
+# as seed L02's chat throughput implies, prompt mean 300, sigma 1.0 as in the Azure conv
 # trace's output (median / mean = 0.61 = exp(-sigma²/2)); then about 1 request in 600 exceeds
 # 4096 tokens in total, as in seed L02 exercise 3.
 CHAT = LogNormalLengths(prompt_mean=300, prompt_sigma=1.0, output_mean=230, output_sigma=1.0)
-# Long-context (seed L02 §6.1): prompt mean 2048, output mean 512, sigma 0.5 each.
+# Long-context (seed L02): prompt mean 2048, output mean 512, sigma 0.5 each.
 LONG = LogNormalLengths(prompt_mean=2048, prompt_sigma=0.5, output_mean=512, output_sigma=0.5)
-# The Orca paper's synthetic workload (Yu et al., OSDI 2022, evaluation; seed L02 §4.5):
+# The Orca paper's synthetic workload (Yu et al., OSDI 2022, evaluation; seed L02):
 # prompt U(32,512), output U(1,128).
 ORCA = UniformLengths(prompt_low=32, prompt_high=512, output_low=1, output_high=128)
 

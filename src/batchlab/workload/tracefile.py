@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from batchlab.errors import InputError
-from batchlab.io_checks import reading
+from batchlab.io_checks import bounded_lines, reading
 
 
 @contextlib.contextmanager
@@ -21,7 +21,7 @@ def open_trace(path: Path, newline: str | None = None) -> Iterator[TextIO]:
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8", newline=newline) as stream:
-            yield stream
+            yield bounded_lines(stream, str(path))   # a file with no line ends never fills memory
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise InputError(f"{path}: cannot read the trace: {exc}") from exc
 

@@ -1,0 +1,545 @@
+"""The engine: the one loop every mode of batchlab runs on.
+
+Each step reads as its four parts: arrivals join the queue; the scheduler plans once from the
+start-of-step state; the executor prices (or performs) the plan; the commit advances the clock,
+stamps outputs, finishes requests and frees their memory. When nothing runs the clock jumps to
+the next arrival.
+
+Two clocks drive the same steps. The online interface (`add`, `abort`, `step`, `trace`), as
+vLLM's engine core has it, is what a server loops on the wall clock; `run` is the simulator's
+loop over the same calls on a virtual clock.
+
+A request with parallel samples (`Request.samples`, vLLM's n > 1) computes its prompt once; its
+samples wait for the prompt's first token and fork there (`_fork`), sharing the prompt's KV
+where the memory manager can.
+
+Runs of identical pure-decode steps (nobody can be admitted, nobody finishes before the last of
+them) are fast-forwarded in one vectorised piece when the executor can price them; the result
+is the same, bit for bit, as stepping one at a time (tested), only faster. In the simulator,
+steps whose plans are fixed by counts (every arrival starts at once, every decode finds its
+block) are advanced from running sums (`engine/fast_path.py`), again bit for bit.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+import batchlab.engine.fast_path as fast_path   # (the module: tests swap its parts)
+from batchlab.engine.pipelined import Pipeline
+from batchlab.engine.step import DecodeRun, StepOutput
+from batchlab.errors import InputError
+from batchlab.executor.base import DecodeRunPricer, Executor
+from batchlab.memory.base import MemoryManager
+from batchlab.memory.unlimited import UnlimitedMemory
+from batchlab.request import Request, Status, arrival_order, computed_of
+from batchlab.runtime.gc_pause import gc_paused
+from batchlab.scheduler.config import SchedulerConfig
+from batchlab.scheduler.plan import StepPlan
+from batchlab.scheduler.policy import Scheduler
+from batchlab.trace import RoundRecord, StepLog, Trace
+
+
+class Engine:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        executor: Executor,
+        memory: MemoryManager | None = None,
+        *,
+        max_context: int | None = None,
+        record_rounds: bool = False,
+        check_memory: bool = False,
+        fast_forward: bool = True,
+        token_lists: bool = True,
+        time_unit: str = "s",
+    ) -> None:
+        self.config = config
+        self.executor = executor
+        self.memory = memory if memory is not None else UnlimitedMemory()
+        self.max_context = max_context
+        self.record_rounds = record_rounds
+        self.check_memory = check_memory
+        # the fast paths read admission at the queue's head only: skip-blocked takes the steps
+        self.fast_forward = (fast_forward and not record_rounds and config.max_in_flight == 1
+                             and config.admission == "stop-at-head" and isinstance(executor, DecodeRunPricer)
+                             and not config.order.stepwise)
+        # False: a request that runs start to finish in the fast path keeps only its first
+        # token time in its own list; the trace takes them all from the fast path's step ends (for a
+        # caller that reads the trace, never the requests: a fleet holds every replica's lists)
+        self.token_lists = token_lists
+        self.time_unit = time_unit
+        # a real model's executor gives the tokens too (StepResult); a price gives a duration
+        self._execute = getattr(executor, "execute", None)
+
+    # -- the online interface ---------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget every request: a fresh scheduler, step log and work counters."""
+        self.scheduler = Scheduler(self.config, self.memory)
+        self.requests: list[Request] = []
+        self._ids: set[str] = set()
+        self.unfinished = 0
+        self.steps = StepLog()
+        # an fast path's step ends, and (index, first, stop) of the requests whose token
+        # times are ends[first:stop]: the trace gathers those in numpy (fast_path.py)
+        self.token_slices: list[tuple[np.ndarray, np.ndarray]] = []
+        self.rounds: list[RoundRecord] = []
+        self.work = {"prefill": 0, "decode": 0, "recomputed": 0, "swapped_out": 0, "swapped_in": 0}
+        self._parked: dict[str, Request] = {}   # parallel samples waiting for their prompt's first token
+
+    def add(self, request: Request) -> str | None:
+        """A request arrives: it joins the waiting queue, or is rejected (the reason is returned)."""
+        _check_new(request, self._ids)
+        return self._accept(request)
+
+    def _accept(self, request: Request) -> str | None:
+        self._ids.add(request.id)
+        self.requests.append(request)
+        reason = self._reject_reason(request)
+        if reason is not None:
+            for r in (request, *request.samples):
+                r.status = Status.REJECTED
+                r.reject_reason = reason
+            for sample in request.samples:
+                self._ids.add(sample.id)
+                self.requests.append(sample)
+            return reason
+        self.unfinished += 1
+        self.scheduler.enqueue(request)
+        for sample in request.samples:   # parallel sampling: they wait for the prompt's first token
+            self._ids.add(sample.id)
+            self.requests.append(sample)
+            sample.status = Status.WAITING
+            self._parked[sample.id] = sample
+            self.unfinished += 1
+        return None
+
+    def resume(self, request: Request) -> None:
+        """A request already under way joins the running set as it is, behind those there (a
+        case that starts mid-run, seed L11 §9): its computed and emitted counts stand. Only the
+        outputs it emits from here on get token times: before `trace`, the caller takes the
+        earlier ones off its `emitted` and `output_tokens` (tick.py does)."""
+        if request.status is not Status.PENDING or request.samples or not 0 <= request.emitted < request.output_tokens:
+            raise InputError(f"request {request.id!r}: only a fresh request with outputs left can resume")
+        if request.id in self._ids:
+            raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+        if not self.memory.try_admit(request):
+            raise InputError(f"request {request.id!r}: its KV does not fit in memory")
+        self._ids.add(request.id)
+        self.requests.append(request)
+        self.unfinished += 1
+        request.status = Status.RUNNING
+        self.scheduler.running.append(request)
+
+    def adopt(self, request: Request) -> str | None:
+        """A request computed in part elsewhere (a prefill replica's output, with its KV moved
+        here) joins the queue as it is; otherwise as `add`."""
+        if request.status is not Status.PENDING or not 0 < request.computed < request.known_tokens:
+            raise ValueError(f"request {request.id!r}: only a waiting request with part of its KV can be adopted")
+        if request.id in self._ids:
+            raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+        return self._accept(request)
+
+    def abort(self, request_id: str, reason: str = "aborted") -> bool:
+        """Drop an unfinished request wherever it is and free what it holds; False if none."""
+        sched = self.scheduler
+        request = sched.remove(request_id) or self._parked.pop(request_id, None)
+        if request is None:
+            return False
+        self.memory.free(request)   # idempotent: a waiting request holds nothing
+        self.executor.release(request)
+        request.status = Status.ABORTED
+        request.reject_reason = reason
+        self.unfinished -= 1
+        if not request.emitted:     # its samples' prompt goes with it
+            for sample in request.samples:
+                if sample.id in self._parked:
+                    self.abort(sample.id, reason)
+        return True
+
+    def stop(self, request_id: str) -> bool:
+        """Finish a running request before its output count (it emitted a stop token): it is
+        finished with what it emitted and frees what it holds; False if it is not running (or
+        waiting with outputs: a parallel sample queued at its fork, a preempted request)."""
+        sched = self.scheduler
+        request = next((r for r in sched.running if r.id == request_id), None)
+        if request is None:
+            request = next((r for r in sched.waiting.in_order() if r.id == request_id and r.emitted), None)
+            if request is None:
+                return False
+            sched.waiting.remove(request_id)
+        elif not request.emitted:
+            return False
+        else:
+            sched.running.remove(request)
+        request.output_tokens = request.emitted
+        self.finish(request)
+        return True
+
+    def forget_history(self) -> None:
+        """Drop finished, rejected and aborted requests and the step log, keeping the requests in
+        flight: a long-running server's books stay bounded (its trace restarts here)."""
+        self.requests = [r for r in self.requests if not r.finished]
+        self._ids = {r.id for r in self.requests}
+        self.steps = StepLog()
+        self.rounds = []
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is running or waiting: a step would have nothing to do."""
+        return not self.scheduler.running and not self.scheduler.waiting
+
+    def step(self, now: float) -> StepOutput:
+        """Plan, execute and commit one step starting at `now`."""
+        return self.commit(self.begin(now))
+
+    def begin(self, now: float) -> StepOutput:
+        """Plan and execute (or price) one step starting at `now`; nothing is stamped yet.
+
+        A caller that keeps several engines on one clock commits the step when its end comes,
+        so what others observe in between is the state before the step.
+        """
+        sched = self.scheduler
+        plan = sched.plan(now)
+        if not plan and not sched.running and not plan.preempted:
+            raise RuntimeError(f"no progress at t={now}: {len(sched.waiting)} waiting, none admissible")
+        priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
+        tokens = None
+        if not priced:
+            duration = 0.0
+        elif self._execute is not None:
+            result = self._execute(plan)
+            duration, tokens = result.duration, result.tokens
+        else:
+            duration = self.executor.run(plan)
+        self._log_step(plan, now, duration)
+        return StepOutput(now, now + duration, plan, [], tokens=tokens)
+
+    def trace(self) -> Trace:
+        """Everything added so far, in input order, with the per-step log."""
+        return Trace.from_requests(self.requests, self.steps, self.rounds, self.memory.capacity_tokens,
+                                   self.work, self.time_unit, self.token_slices)
+
+    # -- the simulator: the same steps on a virtual clock ----------------------------------------
+
+    @gc_paused()
+    def run(self, requests: list[Request]) -> Trace:
+        check_fresh(requests)
+        self.reset()
+        pending = sorted(requests, key=arrival_order)
+        if self.config.max_in_flight > 1:
+            return self._run_pipelined(pending)
+        next_arrival, t = 0, 0.0
+        fast = fast_path.applies(self)
+        while self.unfinished or next_arrival < len(pending):
+            while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
+                self._accept(pending[next_arrival])   # check_fresh checked them all
+                next_arrival += 1
+            if self.idle:
+                if next_arrival == len(pending):
+                    break  # the last arrivals were all rejected: nothing is left to run or wait for
+                t = max(t, pending[next_arrival].arrival)
+                continue
+            if fast:   # steps whose plans are fixed by counts, advanced from sums
+                t, next_arrival, ran = fast_path.advance(self, t, pending, next_arrival)
+                if ran or self.idle:
+                    continue
+            if self.fast_forward:
+                steps, held = self._fast_forward_steps()
+                if steps:
+                    upcoming = pending[next_arrival].arrival if next_arrival < len(pending) else None
+                    t = self._fast_forward(t, steps, held, upcoming)
+                    continue
+            t = self.step(t).end
+        return self.trace()
+
+    def _run_pipelined(self, pending: list[Request]) -> Trace:
+        """Orca's pipelined iterations (`Pipeline`) on the simulator's virtual clock."""
+        pipe = Pipeline(self)
+        next_arrival, t = 0, 0.0
+        while self.unfinished or next_arrival < len(pending):
+            pipe.finish(t)
+            while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
+                self._accept(pending[next_arrival])
+                next_arrival += 1
+            pipe.enter(t)
+            events = [pipe.batches[0][0]] if pipe.batches else []
+            if next_arrival < len(pending):
+                events.append(pending[next_arrival].arrival)
+            entry = pipe.next_entry_wake(t)
+            if entry is not None:
+                events.append(entry)
+            if not events:
+                if self.unfinished:
+                    raise RuntimeError(f"no progress at t={t}: {len(self.scheduler.waiting)} waiting, none admissible")
+                break
+            t = max(t, min(events))
+        return self.trace()
+
+    def _reject_reason(self, r: Request) -> str | None:
+        if self.max_context is not None and r.prompt_tokens + r.output_tokens > self.max_context:
+            return f"needs {r.prompt_tokens + r.output_tokens} tokens > max context {self.max_context}"
+        return self.memory.reject_reason(r)
+
+    # -- 4 commit -------------------------------------------------------------------------
+
+    def commit(self, step: StepOutput) -> StepOutput:
+        """Stamp a begun step's outputs at its end, finish requests and free their memory."""
+        plan, t, end = step.plan, step.start, step.end
+        if self.config.max_in_flight > 1:
+            for r in plan.decodes:
+                r.in_flight = False
+            for item in plan.prefills:
+                item.request.in_flight = False
+        for r in plan.preempted:
+            if r.swapped:
+                self.work["swapped_out"] += r.computed
+            else:
+                self.executor.release(r)
+        self.work["swapped_in"] += plan.swap_in_tokens
+        finished = step.finished
+        emitted: list[str] = []
+        self.work["decode"] += len(plan.decodes)
+        for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
+            computed = r.computed + 1
+            r.computed = r.peak_computed = computed
+            n_emitted = r.emitted + 1
+            r.emitted = n_emitted
+            r.token_times.append(end)
+            if n_emitted == r.output_tokens:
+                self.finish(r)
+                finished.append(r)
+        if self.record_rounds:
+            emitted += [r.id for r in plan.decodes]
+        for item in plan.prefills:
+            r = item.request
+            self._account_work(r, item.n_new)
+            r.computed += item.n_new
+            if item.emits:
+                self._emit(r, end, emitted, finished, step.forked, step.tokens)
+        if finished:
+            self.scheduler.running = [r for r in self.scheduler.running if r.status is Status.RUNNING]
+        if self.check_memory:
+            self.memory.check_integrity()
+        if self.record_rounds:
+            self._record_round(plan, t, emitted, finished)
+        if step.tokens:   # a real model's tokens: those that end their request early
+            tokens = step.tokens
+            for r in step.emitted:
+                rule = r.stop
+                if rule is not None and rule.stops(tokens[r.id], r.emitted):
+                    if not r.finished:
+                        self.stop(r.id)
+                    step.stopped.append(r)
+        return step
+
+    def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request],
+              forked: list[Request] | None = None, tokens: dict[str, int] | None = None) -> None:
+        r.emitted += 1
+        r.token_times.append(end)
+        emitted.append(r.id)
+        if r.samples and r.emitted == 1:
+            self._fork(r, end, emitted, finished, forked if forked is not None else [], tokens)
+        if r.emitted == r.output_tokens:
+            self.finish(r)
+            finished.append(r)
+
+    def _fork(self, r: Request, end: float, emitted: list[str], finished: list[Request],
+              forked: list[Request], tokens: dict[str, int] | None = None) -> None:
+        """Parallel sampling: `r` computed the prompt and its first token; each of its samples
+        starts here, sharing the prompt's KV where the manager can (`fork`) with a first token
+        drawn from the same logits (vLLM's fork of a sequence group). A sample the manager or
+        the seats cannot take now waits in the queue and computes the prompt itself later."""
+        sched = self.scheduler
+        fork_kv = getattr(self.executor, "fork", None)
+        for s in r.samples:
+            if self._parked.pop(s.id, None) is None:
+                continue   # aborted meanwhile
+            s.admitted_at = r.admitted_at
+            shared = (s.output_tokens > 1 and len(sched.running) < self.config.seats
+                      and self.memory.fork(r, s))
+            if shared:
+                s.status = Status.RUNNING
+                s.computed = s.peak_computed = r.computed
+                sched.running.append(s)
+            if fork_kv is not None:
+                token = fork_kv(r, s)   # its first token (and the KV it shares)
+                if tokens is not None:
+                    tokens[s.id] = token
+            self._emit(s, end, emitted, finished)
+            forked.append(s)
+            if not shared and not s.finished:
+                sched.enqueue(s)
+
+    def finish(self, r: Request) -> None:
+        """`r` emitted its last token: finished, its memory freed (the update's last part; the
+        fast path calls it for the requests it runs)."""
+        r.status = Status.FINISHED
+        self.memory.free(r)
+        self.executor.release(r)
+        self.unfinished -= 1
+
+    def _account_work(self, r: Request, n_new: int) -> None:
+        """Split a prefill step's tokens for `r` into recomputed ones and new work.
+
+        Positions below the request's peak were computed before and discarded by a
+        preemption; of the rest, prompt positions are prefill work and later ones decode work,
+        so prefill + decode stays ΣP + Σ(O−1) whatever the preemptions.
+        """
+        lo, hi = r.computed, r.computed + n_new
+        fresh_lo = max(lo, r.peak_computed)
+        self.work["recomputed"] += max(0, min(hi, r.peak_computed) - lo)
+        if hi > fresh_lo:
+            prompt_part = max(0, min(hi, r.prompt_tokens) - fresh_lo)
+            self.work["prefill"] += prompt_part
+            self.work["decode"] += hi - fresh_lo - prompt_part
+            r.peak_computed = hi
+
+    def _log_step(self, plan: StepPlan, t: float, duration: float) -> None:
+        decodes = len(plan.decodes)
+        self.steps.add(t, duration, decodes + len(plan.prefills), plan.prefill_tokens, decodes,
+                       self.memory.held_tokens(),
+                       sum(map(computed_of, self.scheduler.running)) - self.memory.shared_tokens(),
+                       len(self.scheduler.running))
+
+    def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
+        sched = self.scheduler
+        self.rounds.append(RoundRecord(
+            t=t,
+            admitted=[r.id for r in plan.admitted],
+            plan=[(i.request.id, i.phase.value, i.n_new) for i in plan.items],
+            active=[(r.id, r.prefill_remaining, r.output_remaining) for r in sched.running],
+            waiting=[r.id for r in sched.waiting.in_order()],
+            emitted=emitted,
+            finished=[r.id for r in finished],
+            preempted=[r.id for r in plan.preempted],
+        ))
+
+    # -- fast-forward of pure-decode runs -------------------------------------------------
+
+    def _fast_forward_steps(self) -> tuple[int, np.ndarray | None]:
+        """How many identical pure-decode steps can run now without a decision changing (0: none),
+        and the KV tokens held during each of them."""
+        sched = self.scheduler
+        running = sched.running
+        if not running or len(running) > self.config.budget:
+            return 0, None
+        if sched.waiting and sched.can_admit_more() and self.memory.can_admit(sched.waiting.head()):
+            return 0, None
+        steps = running[0].output_tokens
+        for r in running:   # all decoding? and the fewest outputs left
+            emitted = r.emitted
+            if not emitted or r.prompt_tokens + emitted - r.computed != 1:
+                return 0, None
+            left = r.output_tokens - emitted
+            if left < steps:
+                steps = left
+        return self.memory.decode_run_room(running, steps)
+
+    def begin_decode_run(self, now: float) -> DecodeRun | None:
+        """A fast-forwardable run of decode steps from `now`, priced but not applied; None if
+        there is none. For engines that others observe (a fleet's router): `cut_decode_run`
+        cuts it where something arrives, `apply_decode_run` runs it whole at its end."""
+        if not self.fast_forward or self.idle:
+            return None
+        steps, held = self._fast_forward_steps()
+        return self._price_decode_run(now, steps, held) if steps else None
+
+    def cut_decode_run(self, stretch: DecodeRun, now: float) -> StepOutput | None:
+        """Cut a stretch at `now`: the steps that ended by then are applied; the one under way
+        at `now`, if any, becomes a begun step to commit at its end (as if stepped)."""
+        done = int(np.searchsorted(stretch.ends, now, side="right"))
+        if done:
+            self.apply_decode_run(stretch, done)
+        if done == len(stretch.ends):
+            return None
+        running = self.scheduler.running
+        if self.memory.may_refuse_growth:
+            self.memory.grow_run(running, 1)   # within the stretch's growth room
+        plan = StepPlan(decodes=list(running))
+        start = stretch.start if done == 0 else float(stretch.ends[done - 1])
+        self._log_step(plan, start, float(stretch.durations[done]))
+        return StepOutput(start, float(stretch.ends[done]), plan, [])
+
+    def _price_decode_run(self, t: float, steps: int, held: np.ndarray) -> DecodeRun:
+        durations = self.executor.decode_run(list(map(computed_of, self.scheduler.running)), steps)
+        ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
+        return DecodeRun(t, durations, ends, held)
+
+    def _fast_forward(self, t: float, steps: int, held: np.ndarray, upcoming: float | None) -> float:
+        """Run decode steps until the first finish, or until an arrival could be admitted.
+
+        An arrival can be admitted when a seat is free and either nobody waits, or the queue
+        order may put the newcomer ahead of a head that does not fit (every order but fcfs).
+        """
+        sched = self.scheduler
+        stretch = self._price_decode_run(t, steps, held)
+        newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
+        if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
+            # the arrival joins at the first step boundary at or after it
+            steps = min(steps, 1 + int(np.searchsorted(stretch.ends[:steps - 1], upcoming, side="left")))
+        return self.apply_decode_run(stretch, steps)
+
+    def apply_decode_run(self, stretch: DecodeRun, steps: int | None = None) -> float:
+        """Apply the first `steps` steps of a stretch (all by default); the end of the last."""
+        sched, memory = self.scheduler, self.memory
+        steps = len(stretch.ends) if steps is None else steps
+        durations, ends = stretch.durations[:steps], stretch.ends[:steps]
+        running = sched.running
+        batch = len(running)
+        stored0 = -memory.shared_tokens()   # KV stored before the first step, summed below
+        if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
+            memory.grow_run(running, steps)
+        times = ends.tolist()
+        finished = False
+        for r in running:
+            computed = r.computed
+            stored0 += computed
+            computed += steps
+            r.computed = r.peak_computed = computed
+            emitted = r.emitted + steps
+            r.emitted = emitted
+            r.token_times.extend(times)
+            if emitted == r.output_tokens:
+                self.finish(r)
+                finished = True
+        self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0)
+        self.work["decode"] += steps * batch
+        if finished:
+            sched.running = [r for r in running if r.status is Status.RUNNING]
+        if self.check_memory:
+            memory.check_integrity()
+        return times[-1]
+
+
+def check_fresh(requests: list[Request]) -> None:
+    """The whole list is checked before any request is added, so a bad one changes nothing."""
+    if not requests:
+        raise InputError("field 'requests': the request list is empty")
+    seen: set[str] = set()
+    for r in requests:
+        _check_new(r, seen)
+        seen.add(r.id)
+        if r.samples:
+            seen.update(sample.id for sample in r.samples)
+
+
+def _check_new(request: Request, seen: set[str]) -> None:
+    if request.status is not Status.PENDING or request.computed or request.emitted:
+        raise InputError(f"request {request.id!r}: already used in a run; build fresh requests for each run")
+    if request.id in seen:
+        raise InputError(f"request {request.id!r}: field 'id': duplicate id")
+    if not request.samples:
+        return
+    ids = {request.id}
+    for sample in request.samples:   # parallel samples: fresh, of the same prompt, no samples of their own
+        if sample.status is not Status.PENDING or sample.computed or sample.emitted:
+            raise InputError(f"request {sample.id!r}: already used in a run; build fresh requests for each run")
+        if sample.id in seen or sample.id in ids:
+            raise InputError(f"request {sample.id!r}: field 'id': duplicate id")
+        if sample.prompt_tokens != request.prompt_tokens or sample.samples:
+            raise InputError(f"request {sample.id!r}: field 'samples': a sample of {request.id!r} must "
+                             f"have its {request.prompt_tokens} prompt tokens and no samples of its own")
+        ids.add(sample.id)

@@ -1,0 +1,563 @@
+"""The fast path: the simulator's steps advanced from running sums while nothing is decided.
+
+While every request admitted starts with its whole prompt in one step and every decode finds the
+KV block it needs, each plan is fixed by counts: every running request decodes one token and the
+newcomers (the queue's head onward, while seats and memory take them) prefill. A step's price
+then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
+is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
+block. The fast path runs such steps with no work per running request in between; a request's
+counters and token times are written when it finishes, and everyone's when the fast path hands back
+to the general loop, at the first step where a prompt would be chunked, a decode would find no
+block (a preemption) or a request that is not fresh would be admitted.
+
+The result is the general loop's, bit for bit: the same plans in the same order, the same
+blocks taken from the same free list, the same prices from the executor's own formula, the same
+step log and work counts (tests/test_fast_path.py checks it against the general loop).
+
+It applies to the simulator's loop with paged (no prefix cache), reservation or unlimited memory,
+the roofline executor, continuous batching in arrival order and one batch in flight; requests
+with parallel samples, and every other configuration, take the general loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+
+import numpy as np
+
+from batchlab.executor.costed import RooflineExecutor
+from batchlab.hardware.cost import affine_range
+from batchlab.memory.paged import PagedMemory
+from batchlab.memory.reservation import ReservationMemory
+from batchlab.memory.unlimited import UnlimitedMemory
+from batchlab.request import Request, Status
+from batchlab.engine.step import DecodeRun
+from batchlab.trace import BlockGrowth
+
+MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: no subclass
+# Pure-decode steps below which a run is stepped one at a time in plain Python rather than
+# priced in one numpy piece (numpy's set-up costs about as much as this many Python steps).
+RUN_MIN = 24
+# Step-log rows the fast path keeps as tuples before handing them to the step log, which packs them.
+FLUSH_ROWS = 4096
+# FastPath step ends kept in one C array before the next (no token lists: FastPath.ends).
+ENDS_CHUNK = 1 << 16
+
+
+def applies(engine) -> bool:
+    """Whether `engine`'s configuration is one the fast path reproduces exactly."""
+    c = engine.config
+    return (engine.fast_forward and not engine.check_memory and not engine.record_rounds
+            and type(engine.memory) in MEMORIES and type(engine.executor) is RooflineExecutor
+            and c.batching == "continuous" and c.prefill != "prefill-first"
+            and c.max_in_flight == 1 and c.order.name == "fcfs")
+
+
+def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tuple[float, int, int]:
+    """The simulator's loop in the fast path from `t`: (the clock, the next pending arrival, steps run).
+
+    Arrivals up to each step's start are added to `engine` as the general loop adds them; on
+    return every request, the memory, the step log and the work counts are as after stepping.
+    """
+    fast = FastPath.enter(engine)
+    if fast is None:
+        return t, next_arrival, 0
+    n_pending = len(pending)
+    next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
+    # engine.run checked every request before the first was added: each is accepted as it is
+    add, begin_next, finish_pending = engine.add, fast.begin_next, fast.finish_pending
+    while True:
+        if next_t <= t:   # arrivals join the queue, as the general loop adds them
+            while next_arrival < n_pending and pending[next_arrival].arrival <= t:
+                if pending[next_arrival].samples:
+                    break
+                add(pending[next_arrival])
+                next_arrival += 1
+            else:
+                next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
+            if next_t <= t:
+                break   # a request with parallel samples: the general loop takes it
+        if fast.idle:
+            if next_arrival == n_pending:
+                break
+            t = max(t, next_t)   # idle: the clock jumps to the next arrival
+            continue
+        end = begin_next(t, next_t, next_t)
+        if end is None:
+            break
+        finish_pending()
+        t = end
+    fast.leave()
+    return t, next_arrival, fast.s
+
+
+class FastPath:
+    """An engine's running set kept as sums, with what is due at which step (module docstring).
+
+    A step is planned (`plan`: nothing changes unless it holds), begun (`begin`: admissions, new
+    blocks, the price and the step log) and committed (`commit`: first tokens and finishes).
+    While nobody waits, `decode` runs steps of pure decodes one after another with the sums in
+    local variables, and a longer run of them is priced in one numpy piece (`price_run`) and
+    applied (`apply_run`, whole or its first steps); finishes come by `finish_due`.
+    `leave` writes every request as after stepping.
+    """
+
+    def __init__(self, engine) -> None:
+        memory, config = engine.memory, engine.config
+        self.engine, self.memory, self.waiting = engine, memory, engine.scheduler.waiting
+        self.grows = memory.grows_in_blocks
+        self.stored_held = memory.held_is_stored
+        # the KV held, where the step log takes it from the manager (unlimited memory's is the
+        # computed tokens the fast path keeps, and summing them from the manager would cost a pass)
+        self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
+        self.price = engine.executor.affine   # the executor's own price of a step's sums
+        self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
+        self.bs = getattr(memory, "block_size", 1)
+        # id -> [request, step, computed then, emitted then, index in ends of its first token
+        # (-1: it came in running)], in running (admission) order
+        self.live: dict[int, list] = {}
+        self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
+        self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
+        self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
+        # each fast step's end: Python floats that token lists share, or (no token lists) C
+        # doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done (no object per step, and
+        # no one array growing by copies)
+        self.ends: list[float] | array = [] if engine.token_lists else array("d")
+        self.ends_done: list[array] = []
+        self.rows: list[tuple] = []                     # step-log rows not yet in the step log
+        self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
+        self.s = 0              # fast steps run: the index of the next one
+        self.computed = 0       # KV tokens of the running requests: what a step reads
+        self.decoded = self.prefilled = 0    # work not yet in the engine's counts
+        self.duration = 0.0     # the last step's
+        self.begun: tuple | None = None      # the begun step's (end, newcomers)
+        self.pending = None   # what begin_next began: a priced run, or what ends it (finish_due, commit)
+        self.held = self.held_tokens()        # KV held (but on unlimited memory), kept current
+
+    @classmethod
+    def enter(cls, engine) -> FastPath | None:
+        """The fast path over `engine`'s running set; None unless every running request is decoding."""
+        running = engine.scheduler.running
+        for r in running:
+            if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
+                return None
+        fast = cls(engine)
+        for r in running:
+            fast.start(r, r.computed, r.emitted, 0)
+            fast.computed += r.computed
+        return fast
+
+    @property
+    def idle(self) -> bool:
+        return not self.live and not self.waiting.heap   # the heap: a truth value without a call
+
+    # -- what a driver runs: the next piece, under way until its end ----------------------
+
+    def begin_next(self, now: float, until: float, run_until: float = math.inf) -> float | None:
+        """Begin what comes next at `now`: while nobody waits, a run of pure decodes up to the
+        next finish priced in one piece (ending by `run_until`, when it has room for RUN_MIN
+        steps before it) or else decode steps up to the first that ends at or after `until`;
+        otherwise one step. Its end; what began is under way until `finish_pending` (a run may
+        be `cut` first). None, and nothing changed, where the general loop must step."""
+        if not self.waiting.heap:
+            if now + RUN_MIN * self.duration <= run_until and self.s + RUN_MIN <= self.next_finish():
+                run = self.price_run(now, run_until)
+                if run is not None:
+                    self.pending = run
+                    return run.end
+            end = self.decode(now, until)
+            if end is not None:
+                self.pending = self.finish_due
+            return end
+        plan = self.plan()
+        if plan is None:
+            return None
+        self.pending = self.commit
+        return self.begin(now, plan)
+
+    def finish_pending(self) -> None:
+        """The end of what began: a run applied and its last step's finishes, decode steps'
+        finishes, or a step's commit."""
+        pending, self.pending = self.pending, None
+        if isinstance(pending, DecodeRun):
+            self.apply_run(pending, len(pending.ends))
+            self.finish_due()
+        elif pending is not None:
+            pending()
+
+    def cut(self, now: float) -> float | None:
+        """Something reaches the engine at `now` while a run is under way: its steps up to the
+        one under way at `now` are applied; that one's end is returned, its finishes left to
+        `finish_pending` if it is the run's last (None: no run is under way)."""
+        run = self.pending
+        if not isinstance(run, DecodeRun):
+            return None
+        steps = min(int(run.ends.searchsorted(now, side="right")) + 1, len(run.ends))
+        end = self.apply_run(run, steps)
+        self.pending = self.finish_due if steps == len(run.ends) else None
+        return end
+
+    def held_at(self, now: float) -> float | None:
+        """KV held at `now` while a run is under way (None: none is)."""
+        run = self.pending
+        return self.held_during(run).held_at(now) if isinstance(run, DecodeRun) else None
+
+    # -- one step ------------------------------------------------------------------------
+
+    def plan(self) -> tuple | None:
+        """The next step's (newcomers, prompt tokens, attention units, decodes taking a block),
+        newcomers taken from the queue; None, and nothing changed, if the fast path cannot run it."""
+        waiting, batch = self.waiting, len(self.live)
+        if waiting.heap:
+            planned = _newcomers(waiting, len(waiting.heap), self.memory, self.seats - batch, self.chunk,
+                                 self.budget - batch)
+            if planned is None:
+                return None
+            newcomers, prompt_sum, attn, room = planned
+        else:
+            newcomers, prompt_sum, attn, room = [], 0, 0, self.memory.room()
+        grow = self.crossings.get(self.s)
+        if (not batch and not newcomers) or batch + prompt_sum > self.budget \
+                or (grow is not None and len(grow) > room):   # stuck, chunked, or a preemption
+            for r in newcomers:
+                waiting.push(r)
+            return None
+        return newcomers, prompt_sum, attn, grow
+
+    def begin(self, t: float, plan: tuple) -> float:
+        """Begin the planned step at `t`: admissions, then the decodes' new blocks, in the
+        scheduler's order; its price and its step-log row. Its end."""
+        newcomers, prompt_sum, attn, grow = plan
+        memory, batch, computed = self.memory, len(self.live), self.computed
+        for r in newcomers:
+            memory.try_admit(r)
+            r.status = Status.RUNNING
+            r.admitted_at = t
+        if grow is not None:
+            del self.crossings[self.s]
+            memory.append_blocks(grow)   # plan checked the room
+        # the executor's price of these sums: decodes read their cached tokens, prompts start from none
+        n_new, emits = batch + prompt_sum, batch + len(newcomers)
+        duration = self.price.step(n_new, computed, emits, 2 * computed + 2 * batch + attn)
+        end = t + duration
+        if newcomers or grow is not None:
+            self.held = self.held_tokens()
+        held = computed if self.stored_held else self.held
+        self.rows.append((t, duration, emits, prompt_sum, batch, held, computed, emits))
+        if len(self.rows) == FLUSH_ROWS:   # to the step log as a matrix: long runs have many
+            self.flush_rows()
+        self.ends.append(end)
+        self.duration = duration
+        self.decoded += batch
+        self.prefilled += prompt_sum
+        self.computed = computed + n_new
+        self.s += 1
+        self.begun = (end, newcomers)
+        return end
+
+    def commit(self) -> None:
+        """The begun step's end: newcomers' first tokens, then finishes in the commit's order
+        (decodes first, then prefills that emitted their last token)."""
+        end, newcomers = self.begun
+        self.begun = None
+        if not newcomers:
+            if self.s - 1 in self.finishing:
+                self.finish_due()
+            return
+        single = []   # outputs of one token: finished by their prefill
+        for r in newcomers:
+            p = r.prompt_tokens
+            r.computed = r.peak_computed = p
+            r.emitted = 1
+            r.token_times.append(end)
+            if r.output_tokens > 1:
+                self.start(r, p, 1, self.s, self.s - 1)
+            else:
+                single.append(r)
+        self.finish_due()
+        for r in single:
+            self.computed -= r.computed
+            self.engine.finish(r)
+        if single:
+            self.held = self.held_tokens()
+
+    def decode(self, t: float, until: float) -> float | None:
+        """Steps of pure decodes from `t` while nobody waits: plan and begin's work for that
+        case, one step after another until one ends at or after `until`, a run would price the
+        rest in one piece, or the fast path cannot go on; the last one's end (its finishes wait for
+        finish_due), or None, and nothing changed, if the fast path cannot run the first."""
+        live, finishing, crossings, bs = self.live, self.finishing, self.crossings, self.bs
+        append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
+        price = self.price
+        compute_rate, memory_rate, overhead = price.compute_rate, price.memory_rate, price.overhead
+        stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
+        s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
+        decoded = 0   # into self.decoded on the way out
+        # begin's integer sums with no prompts, kept by adding what one step adds (the same
+        # integers, so the same floats): flops and bytes, and their growth per step
+        flops, nbytes, more_flops, more_bytes = price.decode(batch, computed)
+        while batch <= budget:   # else the decodes alone are over the budget: the general loop's
+            grow = crossings.pop(s, None)
+            if grow is not None:   # paged: these take a block each, in running order
+                after = append_blocks(grow)
+                if after < 0:   # a preemption: the general loop's
+                    crossings[s] = grow
+                    break
+                held = after
+            # RooflinePrice.seconds, inline: a call per step measured slower
+            compute_s = float(flops) / compute_rate
+            memory_s = float(nbytes) / memory_rate
+            duration = (compute_s if compute_s > memory_s else memory_s) + overhead
+            end = t + duration
+            rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
+            if len(rows) == FLUSH_ROWS:
+                self.flush_rows()
+                rows = self.rows
+            ends.append(end)
+            computed += batch
+            flops += more_flops
+            nbytes += more_bytes
+            decoded += batch
+            s += 1
+            if end >= until:
+                break
+            t = end
+            if s - 1 in finishing:   # finishes: the sums change, and a run may now pay
+                self.s, self.computed, self.held, self.duration = s, computed, held, duration
+                self.finish_due()
+                batch, computed, held = len(live), self.computed, self.held
+                if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
+                    self.decoded += decoded
+                    return end
+                flops, nbytes, more_flops, more_bytes = price.decode(batch, computed)
+        if end is not None:
+            self.s, self.computed, self.held, self.duration = s, computed, held, duration
+            self.decoded += decoded
+        return end
+
+    # -- runs of pure decodes ------------------------------------------------------------
+
+    def price_run(self, t: float, next_t: float) -> DecodeRun | None:
+        """Pure-decode steps from `t` up to the next finish, while they start before `next_t`
+        and every decode finds its block, priced in one numpy piece; None if too few.
+
+        The prices are decode's, as arrays: the same integers, the same float operations as
+        the roofline executor's decode_run, equal to pricing each step alone."""
+        s, batch, computed, price = self.s, len(self.live), self.computed, self.price
+        steps = min(self.next_finish() - s + 1, 1 << 20)
+        if next_t < math.inf:   # no step is shorter than the first: at most this many start before the arrival
+            first = price.seconds(*price.decode(batch, computed)[:2])
+            if first > 0:
+                steps = min(steps, int((next_t - t) / first) + 2)
+        if steps < RUN_MIN:
+            return None
+        # slot 0 holds t, for the running sum of ends
+        durations = price.decode_run(batch, computed, steps, start=t)
+        if durations is None:
+            return None
+        ends = np.add.accumulate(durations)[1:]   # t + d0, then each end plus the next duration, in order
+        durations = durations[1:]
+        if next_t < math.inf:   # step j > 0 starts at ends[j - 1]: those before the arrival run
+            steps = min(steps, 1 + int(ends[:steps - 1].searchsorted(next_t, side="left")))
+        if self.grows:
+            if batch * (steps // self.bs + 1) <= self.memory.room():
+                held = None   # no decode can miss its block: the KV held is counted from what it takes when applied
+            else:
+                steps, held = self._growth(steps)
+        elif self.stored_held:   # unlimited memory holds what is stored
+            held = affine_range(computed, batch, steps)
+        else:   # reservations do not change while requests decode
+            held = np.full(steps, float(self.memory.held_tokens()))
+        if not steps:
+            return None
+        if steps < len(ends):
+            durations, ends, held = durations[:steps], ends[:steps], None if held is None else held[:steps]
+        return DecodeRun(t, durations, ends, held)
+
+    def _growth(self, steps: int) -> tuple[int, np.ndarray]:
+        """The steps of a run from fast step s that find every new block they need (the free
+        list only shrinks in a run), and the KV held during each."""
+        s, crossings = self.s, self.crossings
+        free = self.memory.room()
+        at, taken = [], []   # the run's steps that take blocks, and how many
+        for k in self._booked(steps):
+            grow = crossings[k]
+            if len(grow) > free:   # a preemption: stepped, by the general loop
+                steps = k - s
+                break
+            free -= len(grow)
+            at.append(k - s)
+            taken.append(len(grow))
+        held0 = self.memory.held_tokens() // self.bs
+        return steps, BlockGrowth(held0, self.bs, at, taken).held(steps)
+
+    def held_during(self, run: DecodeRun) -> DecodeRun:
+        """`run` with the KV held during each of its steps, counted now if pricing left it to
+        the run's application (a router that reads a replica's KV asks mid-run)."""
+        if run.held is None:
+            run.held = self._growth(len(run.ends))[1]
+        return run
+
+    def _booked(self, steps: int) -> list[int]:
+        """Those of the next `steps` fast steps at which decodes take blocks, in order: the
+        steps found among the booked ones (a set intersection, looked up in C), or the booked
+        ones in range when they are fewer (every booked step is still ahead: the fast path takes them
+        as it passes them)."""
+        s, crossings = self.s, self.crossings
+        if steps <= len(crossings):
+            return sorted(crossings.keys() & range(s, s + steps))
+        return sorted(k for k in crossings if k < s + steps)
+
+    def apply_run(self, run: DecodeRun, steps: int) -> float:
+        """Apply a run's first `steps` steps (their new blocks, step by step in running order,
+        as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
+        s, batch, held = self.s, len(self.live), run.held
+        if self.grows:
+            crossings, append_blocks = self.crossings, self.memory.append_blocks
+            held0, at, taken = self.memory.held_tokens() // self.bs, [], []
+            for k in self._booked(steps):
+                grow = crossings.pop(k)
+                append_blocks(grow)   # price_run found the room
+                at.append(k - s)
+                taken.append(len(grow))
+            if held is None:   # _growth's count, left to the step log: it counts every run's at once
+                held = BlockGrowth(held0, self.bs, at, taken)
+        self.flush_rows()
+        ends, durations = run.ends, run.durations
+        if steps < len(ends):   # cut short: the step log keeps copies, not views of the whole run
+            ends, durations = ends[:steps].copy(), durations[:steps].copy()
+            held = held[:steps].copy() if isinstance(held, np.ndarray) else held
+        self.engine.steps.add_run(run.start, ends, durations, batch, held, self.computed)
+        if type(self.ends) is list:
+            self.ends.extend(ends.tolist())
+        else:
+            self.ends.frombytes(ends.tobytes())
+            if len(self.ends) >= ENDS_CHUNK:
+                self.ends_done.append(self.ends)
+                self.ends = array("d")
+        self.held = self.held_tokens()
+        self.duration = float(durations[-1])
+        self.decoded += batch * steps
+        self.computed += batch * steps
+        self.s = s + steps
+        return float(ends[-1])
+
+    # -- the running set, request by request ----------------------------------------------
+
+    def start(self, r: Request, computed: int, emitted: int, step: int, first: int = -1) -> None:
+        """`r` decodes from fast step `step` on, with `computed` cached tokens and `emitted`
+        outputs (from ends[first] on if all are this fast path's): when it finishes and, on paged
+        memory, the steps at which it takes a block."""
+        self.live[id(r)] = [r, step, computed, emitted, first]
+        last = step + r.output_tokens - emitted - 1
+        if last not in self.finishing:
+            heapq.heappush(self.finish_steps, last)
+            self.finishing[last] = []
+        self.finishing[last].append(r)
+        if not self.grows:
+            return
+        bs, crossings, table = self.bs, self.crossings, self.memory.block_table(r)
+        at = step + len(table) * bs - computed   # its blocks are full at that step's start
+        while at <= last:   # the table itself: it stays the request's while the fast path runs it
+            crossings.setdefault(at, []).append(table)
+            at += bs
+
+    def next_finish(self) -> float:
+        """The first fast step, from the next on, in which someone finishes (inf: none)."""
+        heap = self.finish_steps
+        while heap and heap[0] < self.s:
+            heapq.heappop(heap)
+        return heap[0] if heap else math.inf
+
+    def finish_due(self) -> None:
+        """Finish, in running order, those whose last token came with the last step run."""
+        due = self.finishing.pop(self.s - 1, None)
+        if due is None:
+            return
+        token_lists = self.engine.token_lists
+        for r in due:
+            entry = self.live.pop(id(r))
+            sliced = entry[4] >= 0   # its token times, whole, are a slice of this fast path's step ends
+            self.write_back(entry, token_lists or not sliced)
+            if sliced:
+                self.sliced.extend((r.index, entry[4], self.s))
+            self.computed -= r.computed
+            self.engine.finish(r)
+        self.held = self.held_tokens()
+
+    def write_back(self, entry: list, token_times: bool = True) -> Request:
+        """Write a running request's counters and (unless told not to) token times as of the
+        steps run."""
+        r, step, computed, emitted, _ = entry
+        k = self.s - step
+        r.computed = r.peak_computed = computed + k
+        r.emitted = emitted + k
+        if token_times:
+            back = self.s - step   # its steps in this fast path: the last `back` ends
+            n = len(self.ends)
+            r.token_times.extend(self.ends[n - back:] if back <= n else self.ends_since(step))
+        return r
+
+    def ends_since(self, step: int) -> list[float]:
+        """The ends of fast steps `step` onward, across chunks (FastPath.ends)."""
+        out, first = [], 0
+        for chunk in (*self.ends_done, self.ends):
+            if first + len(chunk) > step:
+                out.extend(chunk[max(step - first, 0):])
+            first += len(chunk)
+        return out
+
+    def all_ends(self) -> np.ndarray:
+        """Every fast step's end, in order."""
+        if type(self.ends) is list:
+            return np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
+        return np.concatenate([np.frombuffer(chunk, dtype=np.float64) for chunk in (*self.ends_done, self.ends)])
+
+    def flush_rows(self) -> None:
+        self.engine.steps.add_rows(self.rows)
+        self.rows = []
+
+    def leave(self) -> None:
+        """Write everything the fast path has run into the engine: it may step on its own again."""
+        engine = self.engine
+        if self.s:
+            engine.scheduler.running = [self.write_back(entry) for entry in self.live.values()]
+            self.flush_rows()
+            engine.work["decode"] += self.decoded
+            engine.work["prefill"] += self.prefilled
+            self.decoded = self.prefilled = 0
+        if self.sliced:   # the trace gathers those token times from the ends as an array
+            engine.token_slices.append((self.all_ends(), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
+            self.sliced = []
+
+
+def _nothing_held() -> int:
+    return 0
+
+
+def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budget: float):
+    """Whom the scheduler admits now: from the queue's head while `seats` and the memory take
+    them (taken out of the queue), with their prompt tokens, attention units and the memory room
+    left; None, and the queue as it was, if one of them is not fresh or would not prefill its
+    whole prompt in this step (`chunk`, and the `budget` the decodes leave)."""
+    newcomers: list[Request] = []
+    room, holding = memory.room(), memory.holding()
+    prompt_sum = attn = 0
+    while len(newcomers) < n_waiting and len(newcomers) < seats:
+        r = waiting.head()
+        need = memory.need(r)
+        if not memory.fits(room, need, holding):
+            break   # it waits, and everyone behind it: admission never skips the head
+        p = r.prompt_tokens
+        if r.admitted_at is not None or r.emitted or r.samples or p > chunk or prompt_sum + p > budget:
+            for q in newcomers:
+                waiting.push(q)
+            return None
+        newcomers.append(waiting.pop_head())
+        room -= need
+        holding = True
+        prompt_sum += p
+        attn += p * (p + 1)
+    return newcomers, prompt_sum, attn, room

@@ -1,0 +1,93 @@
+"""The blocks of a paged KV cache: who may take which, and how many hold each.
+
+As vLLM's `block_pool.py`: free blocks wait on a free list, and a block may be held by several
+requests at once (a prefix cache's hit, a fork), counted by its reference count. A cached block
+that nobody holds any more is free too, but it keeps its content until it is needed: it waits
+in `idle`, least recently freed first, and an allocation takes it (evicting its content) only
+when no plain free block is left. So the free blocks double as the cache's LRU.
+
+The plain free list is a stack (the block freed last is taken first), and a released table's
+blocks are pushed tail first, so a request admitted after another's release gets its blocks in
+the same order; `take_free` hands out blocks in the order a table lists them. (The managers
+push and pop the free list inline where every admission or step passes.)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from batchlab.memory.base import IntegrityError
+
+
+class BlockPool:
+    """`total` blocks: a free list; with `shared`, reference counts and the idle cached blocks."""
+
+    def __init__(self, total: int, shared: bool = False) -> None:
+        self.total = total
+        self.free: list[int] = list(range(total - 1, -1, -1))   # a stack: pop takes block 0 first
+        # Holders of each block, and the sum over blocks of (holders − 1): the references
+        # beyond the first, which a request's own count of stored tokens counts twice.
+        self.ref: list[int] = [0] * total if shared else []
+        self.extra_refs = 0
+        # Cached blocks no one holds, oldest first: free, but evicted only when the plain free
+        # list is empty (an OrderedDict: a plain dict's iteration slows after deletes at its front).
+        self.idle: OrderedDict[int, None] = OrderedDict()
+
+    def available(self) -> int:
+        """Blocks an allocation can take now: plain free ones and idle cached ones."""
+        return len(self.free) + len(self.idle)
+
+    def used(self) -> int:
+        """Blocks held by requests."""
+        return self.total - len(self.free) - len(self.idle)
+
+    def take_free(self, n: int) -> list[int]:
+        """n plain free blocks, in the order they were freed last first (n ≤ len(free))."""
+        if n <= 0:
+            return []
+        free = self.free
+        taken = free[-n:]
+        del free[-n:]
+        taken.reverse()
+        return taken
+
+    def evict_oldest(self, n: int) -> list[int]:
+        """Take the n least recently freed idle blocks out of `idle` (their content is lost)."""
+        popitem = self.idle.popitem
+        return [popitem(last=False)[0] for _ in range(n)]
+
+    def hold(self, block: int) -> None:
+        """One more holder of `block` (shared pools): an idle block is held again."""
+        if self.ref[block]:
+            self.extra_refs += 1
+        else:
+            del self.idle[block]
+        self.ref[block] += 1
+
+    def check(self, tables: list[list[int]], name: str) -> None:
+        """Every block is exactly one of free, idle or held, and (shared) held as often as counted."""
+        used = [b for table in tables for b in table]
+        free, idle = set(self.free), set(self.idle)
+        if not self.ref:
+            if len(used) + len(self.free) != self.total:
+                raise IntegrityError(f"{name}: {len(used)} used + {len(self.free)} free != {self.total} blocks")
+            if len(set(used) | free) != self.total:
+                raise IntegrityError(f"{name}: a block is owned twice or both owned and free")
+            return
+        holders = [0] * self.total
+        for b in used:
+            holders[b] += 1
+        if holders != self.ref:
+            bad = next(b for b in range(self.total) if holders[b] != self.ref[b])
+            raise IntegrityError(f"{name}: block {bad} has {self.ref[bad]} references, {holders[bad]} holders")
+        if self.extra_refs != sum(c - 1 for c in holders if c > 1):
+            raise IntegrityError(f"{name}: {self.extra_refs} shared references counted, "
+                                 f"{sum(c - 1 for c in holders if c > 1)} held")
+        if len(free) != len(self.free):
+            raise IntegrityError(f"{name}: a block is on the free list twice (freed twice)")
+        if free & idle or any(self.ref[b] for b in free | idle):
+            raise IntegrityError(f"{name}: a free or evictable block is referenced or both")
+        referenced = sum(1 for c in holders if c)
+        if len(free) + len(idle) + referenced != self.total:
+            raise IntegrityError(f"{name}: {len(free)} free + {len(idle)} cached unreferenced + "
+                                 f"{referenced} referenced != {self.total} blocks")

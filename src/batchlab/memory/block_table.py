@@ -1,0 +1,40 @@
+"""What a paged manager keeps for one request, kept on the request itself (`Request.kv`).
+
+As mini-sglang keeps a cache handle on its `Req`: the request carries its block table from its
+admission to its release, so a manager needs no per-request dictionaries, and nothing keyed by
+`id(request)` can outlive the request. A prefix cache keeps the request's block keys here too,
+from its first lookup (it may wait before it is admitted) until it finishes.
+"""
+
+from __future__ import annotations
+
+
+class BlockTable:
+    """A request's blocks in a paged manager. A plain class with slots: one is made per admitted
+    request, and its making should cost no more than the dictionary entries it replaces."""
+
+    __slots__ = ("blocks", "swapped_blocks")
+
+    def __init__(self) -> None:
+        self.blocks: list[int] | None = None   # the blocks holding its KV, in token order; None: none
+        self.swapped_blocks = 0                # blocks of its KV copied to host memory by a swap preemption
+
+
+class CachedBlockTable(BlockTable):
+    """A request's blocks in a prefix cache, with its block keys and where its keying stands."""
+
+    __slots__ = ("keys", "keys_block_size", "lookup", "registered", "next_key_at", "pending", "reused",
+                 "loaded", "shared_tail")
+
+    def __init__(self) -> None:
+        self.blocks = None
+        self.swapped_blocks = 0
+        self.keys: list[int] | None = None     # the chained key of each full block of its known content
+        self.keys_block_size = 0               # the block size `keys` were cut at
+        self.lookup: tuple = ()                # (index, version, limit, hit blocks) of its last lookup
+        self.registered = 0                    # leading blocks keyed or reused
+        self.next_key_at = 0                   # computed tokens that fill its next keyable block; 0: none
+        self.pending = -1                      # computed tokens whose filled blocks await keying; -1: none
+        self.reused = 0                        # tokens its latest admission found in the cache
+        self.loaded = 0                        # of those, copied back from the host tier
+        self.shared_tail = False               # a fork shares its partial last block: copy before writing

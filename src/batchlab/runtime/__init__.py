@@ -1,0 +1,1 @@
+"""The process's runtime: the allocator's thresholds, garbage-collector pauses, lazy imports."""

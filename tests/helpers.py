@@ -1,0 +1,121 @@
+"""Helpers more than one test module uses; test modules import from here (or conftest), never
+from one another.
+
+- `assert_same` / `assert_same_trace`: two results equal bit for bit (floats by their hex);
+- `MODEL`, `GPU`, `ROOFLINE_STEP_S`, `PROFILE`: the paper GPU and the hypothesis profile of the
+  engine's identity tests (fast-forward, the decode fast path);
+- `ARRIVAL`, `OFFSETS`, `TIMES`, `SERVED`: a hand-made trace of four requests;
+- `small_sweep`: a four-point sweep config;
+- `count_colours`: distinct colours of a rendered figure;
+- `imported_modules`: every module a source file imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+from hypothesis import Phase
+
+from batchlab.hardware import resolve_gpu, resolve_model
+from batchlab.trace import Trace
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "batchlab"
+
+MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
+# A small decode step of this model on this GPU lasts about 6 ms; roofline arrivals are drawn in
+# these units so that they fall inside decode stretches as often as unit-time arrivals do.
+ROOFLINE_STEP_S = 0.006
+# The same examples on every run (CI is deterministic); no explain phase, whose extra runs make a
+# failure take minutes to report.
+PROFILE = {"deadline": None, "derandomize": True, "database": None,
+           "phases": (Phase.explicit, Phase.generate, Phase.shrink)}
+
+
+def assert_same(x, y, where: str) -> None:
+    assert type(x) is type(y), where
+    if isinstance(x, np.ndarray):
+        assert x.dtype == y.dtype and x.shape == y.shape, where
+        assert x.tobytes() == y.tobytes(), f"{where}: {x.tolist()} != {y.tolist()}"
+    elif isinstance(x, dict):
+        assert x.keys() == y.keys(), where
+        for key in x:
+            assert_same(x[key], y[key], f"{where}[{key!r}]")
+    elif isinstance(x, float):
+        assert x.hex() == y.hex(), f"{where}: {x!r} != {y!r}"
+    elif isinstance(x, (list, tuple)):
+        assert len(x) == len(y), where
+        for k, (a, b) in enumerate(zip(x, y)):
+            assert_same(a, b, f"{where}[{k}]")
+    else:
+        assert x == y, f"{where}: {x!r} != {y!r}"
+
+
+def assert_same_trace(fast: Trace, stepped: Trace) -> None:
+    """Every field of the Trace: token times, step log, work, rejections, preemptions, ..."""
+    for f in dataclasses.fields(Trace):
+        assert_same(getattr(fast, f.name), getattr(stepped, f.name), f.name)
+
+
+# Hand-made trace. Request 0 arrives at 0 and emits tokens at 1, 1.5, 2.5; request 1 arrives at
+# 0.5 and emits one token at 2; request 2 arrives at 1 and emits at 2, 2.25, 2.5, 3; request 3
+# arrives at 1.5 and is rejected.
+ARRIVAL = [0.0, 0.5, 1.0, 1.5]
+OFFSETS = [0, 3, 4, 8, 8]
+TIMES = [1.0, 1.5, 2.5, 2.0, 2.0, 2.25, 2.5, 3.0]
+SERVED = np.array([True, True, True, False])
+
+
+SMALL_SWEEP = """
+[workload]
+kind = "chat"
+requests = 50
+seed = 3
+
+[slo]
+ttft = 1.0
+tpot_ms = 50.0
+
+[grid]
+gpu = ["A100-80GB"]
+system = ["static", "orca-oracle"]
+max_bs = [16, 128]
+rate = [4, 16]
+
+[goodput]
+enabled = GOODPUT
+"""
+
+
+def small_sweep(goodput: bool = False) -> str:
+    """A sweep config of 2 systems x 2 batch caps x 2 rates on one GPU, 50 requests a point."""
+    return SMALL_SWEEP.replace("GOODPUT", "true" if goodput else "false")
+
+
+def count_colours(img) -> int:
+    """Distinct pixel colours: each RGB(A) pixel packed into one integer, then counted."""
+    channels = np.round(img * 255).astype(np.uint32)          # [h, w, c]
+    packed = np.zeros(channels.shape[:2], dtype=np.uint32)
+    for c in range(channels.shape[-1]):
+        packed = (packed << 8) | channels[..., c]
+    return len(np.unique(packed))
+
+
+def imported_modules(path: Path, root: Path = SRC.parent) -> set[str]:
+    """Every module a file imports, at the top or inside functions, relative imports resolved
+    (`root` holds the top-level package)."""
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names

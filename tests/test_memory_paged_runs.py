@@ -1,0 +1,52 @@
+"""Paged memory's one-pass answers for a fast-forwarded stretch equal the step-by-step ones."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from batchlab.memory import PagedMemory
+from batchlab.request import Request, Status
+
+
+def running_set(capacity: int, block_size: int, rows: list[tuple[int, int]]) -> tuple[PagedMemory, list[Request]]:
+    """Requests admitted with their prompts, then grown by `extra` computed tokens each (as
+    many as fit), and one freed in between so the free list is out of order."""
+    memory = PagedMemory(capacity, block_size)
+    requests = []
+    for k, (prompt, extra) in enumerate(rows):
+        r = Request(f"r{k}", 0.0, prompt, 64, index=k)
+        if not memory.try_admit(r):
+            break
+        r.status = Status.RUNNING
+        r.computed = prompt
+        if memory.grow(r, extra):
+            r.computed += extra
+        requests.append(r)
+    if len(requests) > 2:
+        memory.free(requests.pop(1))
+    return memory, requests
+
+
+states = st.tuples(st.integers(200, 3000), st.sampled_from([1, 4, 16]),
+                   st.lists(st.tuples(st.integers(1, 90), st.integers(0, 40)), min_size=1, max_size=30))
+
+
+@settings(max_examples=150, deadline=None)
+@given(states, st.integers(1, 200))
+def test_decode_run_room_is_growth_room_and_held(state, steps):
+    memory, requests = running_set(*state)
+    room, held = memory.decode_run_room(requests, steps)
+    assert room == memory.growth_room(requests, steps)
+    expected = memory.decode_run_held(requests, room) if room else np.empty(0)
+    assert held.dtype == expected.dtype and held.tobytes() == expected.tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(states, st.integers(1, 60))
+def test_grow_run_takes_the_blocks_one_grow_after_another_takes(state, n_tokens):
+    memory, requests = running_set(*state)
+    other, others = running_set(*state)   # the same state again (tables are keyed by id)
+    memory.grow_run(requests, n_tokens)
+    for r in others:
+        other.grow(r, n_tokens)
+    assert [memory.block_table(r) for r in requests] == [other.block_table(r) for r in others]
+    assert memory.pool.free == other.pool.free

@@ -75,7 +75,10 @@ def test_static_chat_wastes_most_seats_and_continuous_none():
     from batchlab.experiments.systems import parse_system
     from batchlab.workload import make_workload
 
-    model, gpu = resolve_model("llama-3-8b"), resolve_gpu("h100-sxm")
+    import dataclasses
+
+    # the seed's paper GPU (--cost roofline)
+    model, gpu = resolve_model("llama-3-8b"), dataclasses.replace(resolve_gpu("h100-sxm"), cost_model="roofline")
     w = make_workload("chat", 200, 16.0, 0)
     static = simulate(w, parse_system("static"), model, gpu).figures()
     orca = simulate(w, parse_system("orca-oracle"), model, gpu).figures()

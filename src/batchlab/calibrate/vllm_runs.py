@@ -37,8 +37,8 @@ def predict_e2e_ms(run: LatencyRun, cost: str | None = None, **gpu_fields) -> fl
     vLLM-like engine (paged memory, chunked prefill) on the preset GPU, with the preset's
     cost model unless `cost` names one; `gpu_fields` override the preset's fields."""
     from batchlab.hardware import resolve_gpu, resolve_model
-    from batchlab.serving.run import simulate
-    from batchlab.serving.systems import parse_system
+    from batchlab.experiments.run import simulate
+    from batchlab.experiments.systems import parse_system
     from batchlab.workload import make_workload
 
     gpu = resolve_gpu(run.gpu)

@@ -20,11 +20,33 @@ class ServeFailed(RuntimeError):
     """The server exited, or did not answer GET /health in time, while starting."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(count: int = 1) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, and with `count` > 1 the first of
+    that many consecutive ones (a twin's replicas listen on consecutive ports)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first = s.getsockname()[1]
+        if count == 1:
+            return first
+        if first + count > 65536:
+            continue
+        socks = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+# An ephemeral port can be taken between finding it free and the child binding it: try anew.
+START_TRIES = 3
 
 
 class ServeProcess:
@@ -36,17 +58,25 @@ class ServeProcess:
 
     def __init__(self, *flags: str, start_s: float = START_S, cwd: Path | str | None = None,
                  stdout=subprocess.DEVNULL, program: list[str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        ports = int(flags[flags.index("--replicas") + 1]) if "--replicas" in flags else 1
         program = program or [sys.executable, "-m", "batchlab.cli", "serve"]
-        self.proc = subprocess.Popen([*program, "--port", str(self.port), *flags],
-                                     cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
-        try:
-            self._wait_healthy(start_s)
-        except BaseException:
-            self.proc.kill()
-            self.proc.wait()
-            raise
+        for attempt in range(START_TRIES):
+            self.port = free_port(ports)
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.proc = subprocess.Popen([*program, "--port", str(self.port), *flags],
+                                         cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+            try:
+                self._wait_healthy(start_s)
+                return
+            except ServeFailed as exc:
+                self.proc.kill()
+                self.proc.wait()
+                if "Address already in use" not in str(exc) or attempt == START_TRIES - 1:
+                    raise
+            except BaseException:
+                self.proc.kill()
+                self.proc.wait()
+                raise
 
     def _wait_healthy(self, start_s: float) -> None:
         deadline = time.monotonic() + start_s

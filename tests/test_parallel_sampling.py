@@ -45,7 +45,9 @@ def admitted(memory, request: Request) -> None:
 
 # -- the block manager by hand ------------------------------------------------------------------
 
-def test_fork_shares_every_block_and_copies_the_partial_one_on_write():
+def forked_three():
+    """Three samples of a 6-token prompt in 4-token blocks, forked: (memory, the samples, the
+    prompt's two blocks)."""
     memory = PrefixCacheMemory(64, 4)          # 16 blocks of 4 tokens
     leader = group("a", 6, 4, 3)               # 6 prompt tokens: one full block and 2 tokens
     admitted(memory, leader)
@@ -53,35 +55,49 @@ def test_fork_shares_every_block_and_copies_the_partial_one_on_write():
     for child in leader.samples:
         assert memory.fork(leader, child)
         child.status, child.computed = Status.RUNNING, 6
-        assert memory.block_table(child) == [b0, b1]
+    return memory, (leader, *leader.samples), (b0, b1)
+
+
+def written_once():
+    """`forked_three`, after each sample wrote its first output (a plan, then its commit)."""
+    memory, samples, blocks = forked_three()
+    memory.observe(1.0)
+    for r in samples:
+        assert memory.grow(r, 1)
+    for r in samples:
+        r.computed += 1
+    return memory, samples, blocks
+
+
+def test_a_fork_shares_every_block_of_its_prompt_the_partial_one_included():
+    memory, samples, (b0, b1) = forked_three()
+    assert [memory.block_table(r) for r in samples] == [[b0, b1]] * 3
     assert memory.pool.ref[b0] == memory.pool.ref[b1] == 3
     assert memory.held_tokens() == 2 * 4      # three samples of 6 tokens in two blocks, not six
     assert memory.shared_tokens() == 2 * 4 + 2 * 2   # the full block and the 2 tokens, counted twice more
     memory.check_integrity()
 
-    # the first sample to write its first output (position 6, in block 1) copies block 1
-    memory.observe(1.0)
-    assert memory.grow(leader, 1)
-    c1 = memory.block_table(leader)[1]
-    assert c1 not in (b0, b1) and memory.copies == [(b1, c1)] and memory.pool.ref[b1] == 2
-    first, second = leader.samples
-    assert memory.grow(first, 1)
-    c2 = memory.block_table(first)[1]
-    assert memory.copies == [(b1, c1), (b1, c2)] and memory.pool.ref[b1] == 1
-    assert memory.grow(second, 1)              # the last holder writes in place: no copy
-    assert memory.block_table(second) == [b0, b1] and len(memory.copies) == 2
-    assert memory.pool.ref[b0] == 3
+
+def test_each_sample_copies_the_shared_partial_block_before_writing_but_the_last_holder():
+    memory, (leader, first, second), (b0, b1) = written_once()
+    c1, c2 = memory.block_table(leader)[1], memory.block_table(first)[1]
+    assert c1 not in (b0, b1) and c2 not in (b0, b1, c1)
+    assert memory.copies == [(b1, c1), (b1, c2)]   # in the order the samples wrote
+    assert memory.block_table(second) == [b0, b1]  # the last holder writes in place: no copy
+    assert memory.pool.ref[b0] == 3 and memory.pool.ref[b1] == 1
     assert memory.held_tokens() == 4 * 4      # P's 2 blocks + n − 1 = 2 copies
     assert memory.shared_tokens() == 2 * 4    # only the full block is held three times now
-    for r in (leader, first, second):
-        r.computed += 1
     memory.check_integrity()
+
+
+def test_after_the_copies_samples_grow_privately_and_release_everything():
+    memory, samples, _ = written_once()
     memory.observe(2.0)                        # a new plan: the executor did the last one's copies
     assert memory.copies == []
-    for r in (leader, first, second):           # block 1 fills up privately; the next one is new
+    for r in samples:                          # block 1 fills up privately; the next one is new
         assert memory.grow(r, 2)
-    assert memory.copies == [] and len({memory.block_table(r)[2] for r in (leader, first, second)}) == 3
-    for r in (leader, first, second):
+    assert memory.copies == [] and len({memory.block_table(r)[2] for r in samples}) == 3
+    for r in samples:
         r.status = Status.FINISHED
         memory.free(r)
     memory.check_integrity()

@@ -117,7 +117,6 @@ def check_sizes(args: argparse.Namespace, fleet, link, workload, runs: int = 1) 
     """Refuse, before any replica is built, a fleet run that cannot fit in memory or finish
     (`batchlab.limits`), and a KV link whose transfers would overflow the run's clock."""
     from batchlab import limits
-    from batchlab.errors import InputError
     from batchlab.fleet.specs import books
 
     record = "--fleet-config" if args.fleet_config and not args.replica else "--replica" if args.replica \

@@ -42,7 +42,7 @@ case, n = sys.argv[1], int(sys.argv[2])
 
 
 def make(size):
-    """The case's run of `size` requests (None: the case's own size)."""
+    # the case's run of `size` requests (None: the case's own size)
     if case == "vidur":
         workload = make_workload("fixed", size or 10_000, 10.0, 0, prompt=512, output=128)
         return lambda: simulate(workload, PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["A100-80GB"])

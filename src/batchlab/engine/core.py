@@ -92,9 +92,11 @@ class Engine:
     def add(self, request: Request) -> str | None:
         """A request arrives: it joins the waiting queue, or is rejected (the reason is returned)."""
         _check_new(request, self._ids)
-        return self._accept(request)
+        return self.accept(request)
 
-    def _accept(self, request: Request) -> str | None:
+    def accept(self, request: Request) -> str | None:
+        """`add` without the per-request check, for a driver that checked the whole list first
+        (`check_fresh`): the simulator, the fast path, a fleet."""
         self._ids.add(request.id)
         self.requests.append(request)
         reason = self._reject_reason(request)
@@ -140,7 +142,7 @@ class Engine:
             raise ValueError(f"request {request.id!r}: only a waiting request with part of its KV can be adopted")
         if request.id in self._ids:
             raise InputError(f"request {request.id!r}: field 'id': duplicate id")
-        return self._accept(request)
+        return self.accept(request)
 
     def abort(self, request_id: str, reason: str = "aborted") -> bool:
         """Drop an unfinished request wherever it is and free what it holds; False if none."""
@@ -235,7 +237,7 @@ class Engine:
         fast = fast_path.applies(self)
         while self.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
-                self._accept(pending[next_arrival])   # check_fresh checked them all
+                self.accept(pending[next_arrival])   # check_fresh checked them all
                 next_arrival += 1
             if self.idle:
                 if next_arrival == len(pending):
@@ -262,7 +264,7 @@ class Engine:
         while self.unfinished or next_arrival < len(pending):
             pipe.finish(t)
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
-                self._accept(pending[next_arrival])
+                self.accept(pending[next_arrival])
                 next_arrival += 1
             pipe.enter(t)
             events = [pipe.batches[0][0]] if pipe.batches else []

@@ -67,7 +67,8 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     # engine.run checked every request before the first was added: each is accepted as it is
-    add, begin_next, finish_pending = engine.add, fast.begin_next, fast.finish_pending
+    add, queued = engine.accept, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
+    live, finishing = fast.live, fast.finishing
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -79,16 +80,31 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        if fast.idle:
-            if next_arrival == n_pending:
+        # begin_next and finish_pending, inline: the simulator passes here at every piece
+        if not queued:   # pure decodes: a run of them in one numpy piece, or decode steps
+            if not live:
+                if next_arrival == n_pending:
+                    break
+                t = max(t, next_t)   # idle: the clock jumps to the next arrival
+                continue
+            if t + RUN_MIN * fast.duration <= next_t and fast.s + RUN_MIN <= fast.next_finish():
+                run = fast.price_run(t, next_t)
+                if run is not None:
+                    t = fast.apply_run(run, len(run.ends))
+                    fast.finish_due()
+                    continue
+            end = fast.decode(t, next_t)
+            if end is None:
                 break
-            t = max(t, next_t)   # idle: the clock jumps to the next arrival
+            t = end
+            if fast.s - 1 in finishing:
+                fast.finish_due()
             continue
-        end = begin_next(t, next_t, next_t)
-        if end is None:
+        plan = fast.plan()
+        if plan is None:
             break
-        finish_pending()
-        t = end
+        t = fast.begin(t, plan)
+        fast.commit()
     fast.leave()
     return t, next_arrival, fast.s
 

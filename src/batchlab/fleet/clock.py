@@ -136,7 +136,7 @@ def _route(request: Request, pool: Sequence[Replica], router: Router, now: float
     if adopt:
         replica.engine.adopt(request)
     else:
-        replica.engine.add(request)
+        replica.engine.accept(request)   # run_fleet checked every request first
     replica.routed.append(request.index)
     return replica.index
 

@@ -145,16 +145,20 @@ class RooflinePrice:
         return (compute_s if compute_s > memory_s else memory_s) + self.overhead
 
     def step(self, sum_new: int, sum_past: int, n_emit: int, attn_units: int) -> float:
-        """One step's time from its sums (step_totals' arguments)."""
-        return self.seconds(self.fn * sum_new + self.fe * n_emit + self.fa * attn_units,
-                            self.weights(sum_new) + self.bn * sum_new + self.bp * sum_past + self.be * n_emit)
+        """One step's time from its sums (step_totals' arguments); `seconds` and `weights`
+        inline (the fast path calls it at every step that admits)."""
+        weights = self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(sum_new)
+        compute_s = float(self.fn * sum_new + self.fe * n_emit + self.fa * attn_units) / self.compute_rate
+        memory_s = float(weights + self.bn * sum_new + self.bp * sum_past + self.be * n_emit) / self.memory_rate
+        return (compute_s if compute_s > memory_s else memory_s) + self.overhead
 
     def decode(self, batch: int, cached: int) -> tuple[int, int, int, int]:
         """A step of `batch` decodes over `cached` tokens in all: its (FLOPs, bytes) and what
         each grows by per step of a run (every sequence one token longer)."""
         per_batch_f, per_cached_f = self.fn + self.fe + 2 * self.fa, 2 * self.fa
         flops = per_batch_f * batch + per_cached_f * cached
-        nbytes = self.weights(batch) + (self.bn + self.be) * batch + self.bp * cached
+        weights = self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(batch)
+        nbytes = weights + (self.bn + self.be) * batch + self.bp * cached
         return flops, nbytes, per_cached_f * batch, self.bp * batch
 
     def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:

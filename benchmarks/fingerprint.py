@@ -38,7 +38,15 @@ except ImportError:   # a checkout from before serving/ was named experiments/
 from batchlab.workload import make_workload
 from batchlab.workload.registry import workload_kinds
 
-MODEL, H100 = MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"]
+def paper(gpu):
+    """A preset as the seed's paper GPU (the roofline, no engine time): what every run here was
+    fingerprinted on before the presets were calibrated by default."""
+    fields = {f.name for f in dataclasses.fields(gpu)}
+    return dataclasses.replace(gpu, cost_model="roofline",
+                               **({"engine_overhead_s": 0.0} if "engine_overhead_s" in fields else {}))
+
+
+MODEL, H100, A100 = MODEL_PRESETS["Llama-3-8B"], paper(GPU_PRESETS["H100-SXM"]), paper(GPU_PRESETS["A100-80GB"])
 N = 300          # requests per run
 RATE = 24.0      # req/s: queues build up on every preset
 TRACES = ("azure-conv", "mooncake-conv", "mooncake-synthetic")
@@ -93,7 +101,7 @@ def engine_runs() -> dict[str, str]:
                 continue   # long prompts: two systems say enough, the rest only add time
             out[f"trace/{name}/{kind}"] = trace_digest(simulate(workload, system, MODEL, H100).trace)
     vidur = make_workload("fixed", 10_000, 10.0, 0, prompt=512, output=128)
-    out["trace-large/vidur-10k"] = trace_digest(simulate(vidur, PRESETS["paged"], MODEL, GPU_PRESETS["A100-80GB"]).trace)
+    out["trace-large/vidur-10k"] = trace_digest(simulate(vidur, PRESETS["paged"], MODEL, A100).trace)
     for name in ("paged", "orca-max"):
         azure = make_workload("azure-conv", 10**9, None, 0)
         out[f"trace-large/azure-conv/{name}"] = trace_digest(simulate(azure, PRESETS[name], MODEL, H100).trace)
@@ -131,21 +139,41 @@ def fleet_runs() -> dict[str, str]:
     pp = ReplicaSpec(PRESETS["orca-max"], MODEL, H100, Layout(1, 2))
     result = simulate_fleet(make_workload("chat", 400, 12.0, 2), [pp] * 2, "least-outstanding", seed=2)
     out["fleet/pipelined"] = digest(result.assignment, *(trace_digest(r.trace) for r in result.replicas))
-    mixed = [spec, ReplicaSpec(parse_system("chunked"), MODEL, GPU_PRESETS["A100-80GB"])]
+    mixed = [spec, ReplicaSpec(parse_system("chunked"), MODEL, A100)]
     result = simulate_fleet(workload, mixed * 2, "least-kv", seed=2)
     out["fleet/mixed"] = digest(result.assignment, *(trace_digest(r.trace) for r in result.replicas))
     return out
 
 
 def cli_runs() -> dict[str, str]:
+    """Each CLI run on the seed's paper GPU (`--cost roofline`); the operators run on a spec of
+    the H100 preset without the engine time, as the presets were before it."""
+    import tempfile
+
     out = {}
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    for name, args in CLI.items():
-        done = subprocess.run([sys.executable, "-m", "batchlab.cli", *args], capture_output=True, env=env)
-        if done.returncode:
-            raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr.decode()[-400:]}")
-        out[f"cli/{name}"] = hashlib.sha256(done.stdout).hexdigest()
+    with tempfile.TemporaryDirectory() as folder:
+        ops_gpu = os.path.join(folder, "h100-ops.toml")
+        engine = "engine_overhead_s = 0.0\n" if "engine_overhead_s" in {
+            f.name for f in dataclasses.fields(H100)} else ""
+        with open(ops_gpu, "w") as spec:
+            spec.write(f'[gpu]\nbase = "H100-SXM"\nname = "H100-SXM"\n{engine}')
+        for name, args in CLI.items():
+            out[f"cli/{name}"] = _cli_digest(name, _paper_args(args, ops_gpu), env)
     return out
+
+
+def _paper_args(args: list[str], ops_gpu: str) -> list[str]:
+    if "--cost" in args:   # the operators run: on the H100 without the engine time
+        return [*args, "--gpu", ops_gpu]
+    return [*args, "--cost", "roofline"]
+
+
+def _cli_digest(name: str, args: list[str], env: dict) -> str:
+    done = subprocess.run([sys.executable, "-m", "batchlab.cli", *args], capture_output=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr.decode()[-400:]}")
+    return hashlib.sha256(done.stdout).hexdigest()
 
 
 def main() -> None:

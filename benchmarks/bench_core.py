@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
 try:
     from batchlab.experiments.run import simulate
@@ -41,19 +41,24 @@ from batchlab.workload import make_workload
 case, n = sys.argv[1], int(sys.argv[2])
 
 
+def paper(name):
+    # the seed's paper GPU (the roofline), on either checkout
+    return dataclasses.replace(resolve_gpu(name), cost_model="roofline")
+
+
 def make(size):
     # the case's run of `size` requests (None: the case's own size)
     if case == "vidur":
         workload = make_workload("fixed", size or 10_000, 10.0, 0, prompt=512, output=128)
-        return lambda: simulate(workload, PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["A100-80GB"])
+        return lambda: simulate(workload, PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], paper("A100-80GB"))
     if case == "million":
         from batchlab.fleet import ReplicaSpec, simulate_fleet
         workload = make_workload("chat", size or n, 64 * 20.0, seed=0)
-        spec = ReplicaSpec(PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], GPU_PRESETS["H100-SXM"])
+        spec = ReplicaSpec(PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], paper("H100-SXM"))
         return lambda: simulate_fleet(workload, [spec] * 64, "round-robin")
     workload = make_workload("mooncake-conv", size, None)
     system = parse_system("paged-prefix:block_size=512")
-    return lambda: simulate(workload, system, resolve_model("Llama-3.1-8B"), resolve_gpu("H100-SXM"))
+    return lambda: simulate(workload, system, resolve_model("Llama-3.1-8B"), paper("H100-SXM"))
 
 
 if case == "million":

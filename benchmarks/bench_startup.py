@@ -35,7 +35,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 VIDUR = ["simulate", "--system", "paged", "--model", "Llama-3-8B", "--gpu", "A100-80GB", "--workload", "fixed",
-         "--prompt", "512", "--output", "128", "--request-rate", "10"]
+         "--prompt", "512", "--output", "128", "--request-rate", "10", "--cost", "roofline"]
 COMMANDS = {"batchlab --version": ["--version"], "batchlab --help": ["--help"],
             "Vidur's run, 1 request": [*VIDUR, "--num-prompts", "1"],
             "Vidur's run, 10,000 requests": [*VIDUR, "--num-prompts", "10000"]}

@@ -42,14 +42,14 @@ CASES = {
 }
 
 CHILD = """
-import json, sys, time
+import dataclasses, json, sys, time
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.experiments.run import simulate
 from batchlab.experiments.systems import parse_system
 from batchlab.workload import make_workload
 kind, n, rate, system, model = json.loads(sys.argv[1])
 w = make_workload(kind, n, rate, seed=0)
-m, g, s = resolve_model(model), resolve_gpu("H100-SXM"), parse_system(system)
+m, g, s = resolve_model(model), dataclasses.replace(resolve_gpu("H100-SXM"), cost_model="roofline"), parse_system(system)
 cpu, wall = time.process_time(), time.perf_counter()
 r = simulate(w, s, m, g)
 print(json.dumps([time.process_time() - cpu, time.perf_counter() - wall, r.trace.n_steps]))

@@ -14,6 +14,7 @@ the Mooncake conversation trace at 512- and 16-token blocks, and fleets routed b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -60,8 +61,9 @@ def trace_hash(trace, figures: dict, history=None) -> str:
 
 
 def runs(quick: bool):
-    model, gpu = resolve_model(MODEL), resolve_gpu(GPU)
-    small = resolve_gpu("A100-40GB")
+    # the seed's paper GPU (the roofline): the hashes were taken on it
+    model, gpu = resolve_model(MODEL), dataclasses.replace(resolve_gpu(GPU), cost_model="roofline")
+    small = dataclasses.replace(resolve_gpu("A100-40GB"), cost_model="roofline")
     # about 15,000 tokens of KV: preemptions, evictions and host-tier hits on every workload below
     tight = replace(small, name="A100-40GB-tight", memory=20e9)
     chat = make_workload("chat", 400, 20.0, seed=1)

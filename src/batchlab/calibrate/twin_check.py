@@ -148,16 +148,6 @@ def max_streams(result: dict) -> int:
 
 def twin_spread(runs: list[dict]) -> list[dict]:
     """As `validate.spread`, against TWIN_AIMS."""
-    out = []
-    for load in dict.fromkeys(r["load"] for r in runs):
-        mine = [r for r in runs if r["load"] == load]
-        for key, aim in TWIN_AIMS.items():
-            rows = [next(row for row in r["rows"] if row["key"] == key) for r in mine]
-            errors = [row["error"] for row in rows]
-            known = [abs(e) for e in errors if e is not None]
-            out.append({"load": load, "key": key, "aim": aim, "errors": errors,
-                        "measured": [row["measured"] for row in rows],
-                        "predicted": [row["predicted"] for row in rows],
-                        "worst": max(known) if known else None,
-                        "met": bool(known) and len(known) == len(errors) and max(known) <= aim})
-    return out
+    from batchlab.calibrate.validate import spread
+
+    return spread(runs, TWIN_AIMS)

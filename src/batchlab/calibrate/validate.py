@@ -380,14 +380,14 @@ def split_runs(replays: list, paths, cfg: ValidateConfig, model) -> None:
                                  lambda w, spec=spec: simulate_requests(w, cfg, model, spec)[1])
 
 
-def spread(runs: list[dict]) -> list[dict]:
+def spread(runs: list[dict], aims: dict[str, float] = AIMS) -> list[dict]:
     """Per load and aimed-at figure: each repeat's error, the worst |error| and whether every
     repeat is within the aim."""
     out = []
     loads = list(dict.fromkeys(r["load"] for r in runs))
     for load in loads:
         mine = [r for r in runs if r["load"] == load]
-        for key, aim in AIMS.items():
+        for key, aim in aims.items():
             rows = [next(row for row in r["rows"] if row["key"] == key) for r in mine]
             errors = [row["error"] for row in rows]
             known = [abs(e) for e in errors if e is not None]

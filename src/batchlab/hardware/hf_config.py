@@ -110,6 +110,12 @@ def _layer_types(c: _Config, n_layers: int) -> int | None:
     return types.count("sliding_attention")
 
 
+def _even_layers_slide(c: _Config, fields: dict) -> None:
+    """A window on the layers `layer_types` marks, or without it on the even ones."""
+    windowed = _layer_types(c, fields["n_layers"])
+    _window(c, fields, (fields["n_layers"] + 1) // 2 if windowed is None else windowed)
+
+
 def _quantization(c: _Config, fields: dict) -> None:
     """Weight widths from quantization_config: fp8 (DeepSeek-V3, Llama-3.3-70B-FP8), mxfp4
     experts (gpt-oss), 4- or 8-bit weight-only (GPTQ, AWQ)."""
@@ -221,18 +227,14 @@ def _gpt_oss(c: _Config, name: str) -> dict:
                   n_experts=c.int("num_local_experts"),
                   experts_per_token=c.int("num_experts_per_tok", c.data.get("experts_per_token")),
                   expert_ffn=fields["ffn"])
-    windowed = _layer_types(c, fields["n_layers"])
-    # transformers' GptOssConfig: without layer_types, even layers slide
-    _window(c, fields, (fields["n_layers"] + 1) // 2 if windowed is None else windowed)
+    _even_layers_slide(c, fields)   # transformers' GptOssConfig without layer_types
     return fields
 
 
 def _gemma2(c: _Config, name: str) -> dict:
     fields = _base(c, name)
     fields["tied_embeddings"] = c.bool("tie_word_embeddings", True)
-    windowed = _layer_types(c, fields["n_layers"])
-    # transformers' Gemma2: layer i slides when i is even
-    _window(c, fields, (fields["n_layers"] + 1) // 2 if windowed is None else windowed)
+    _even_layers_slide(c, fields)   # transformers' Gemma2: layer i slides when i is even
     return fields
 
 

@@ -40,7 +40,8 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
                    help="override the share of GPU memory for weights and KV")
     g.add_argument("--cost", choices=("roofline", "operators"),
                    help="cost model: one roofline per step, or one per operator "
-                        "(default: the GPU spec's cost_model, roofline for the presets)")
+                        "(default: the GPU spec's cost_model, operators for the presets; roofline is the "
+                        "seed's paper GPU)")
     g.add_argument("--dtype", choices=tuple(DTYPES),
                    help="activations' and unquantized weights' dtype, as vLLM's --dtype "
                         "(default: auto, the model's)")

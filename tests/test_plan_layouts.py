@@ -46,3 +46,13 @@ def test_expert_parallel_layouts_for_a_mixture_of_experts(capsys):
                "--enable-expert-parallel", "--cost", "operators")
     assert [r["ep"] for r in out["candidates"]] == [2] * len(out["candidates"])
     assert out["candidates"][0]["choice"] == "H100-SXM tp 2 ep 2"
+
+
+def test_cost_prices_an_expert_parallel_layout(capsys):
+    assert main(["cost", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--tp", "4",
+                 "--enable-expert-parallel", "--batch", "32", "--context", "1000", "--breakdown",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "all_to_all" in {row["op"] for row in out["breakdown"]}
+    assert main(["cost", "--tp", "2", "--enable-expert-parallel"]) == 2   # a dense model
+    assert "--enable-expert-parallel" in capsys.readouterr().err

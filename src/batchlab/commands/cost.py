@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     parser.add_argument("--pp", type=int, default=1, metavar="M",
                         help="pipeline parallel degree: stages the layers are split into "
                              "(default: %(default)s)")
+    parser.add_argument("--enable-expert-parallel", action="store_true",
+                        help="a mixture of experts' experts spread whole over each stage's tp GPUs "
+                             "(ep = tp), reached by all-to-all")
     parser.add_argument("--breakdown", action="store_true",
                         help="also print the step operator by operator (with --cost operators)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -73,8 +76,8 @@ def compute(args) -> dict:
     from batchlab.io_checks import named
 
     model, gpu = hardware(args)
-    with named("tp", "--tp"), named("pp", "--pp"):
-        layout = Layout(tp=args.tp, pp=args.pp)
+    with named("tp", "--tp"), named("pp", "--pp"), named("ep", "--enable-expert-parallel"):
+        layout = Layout(tp=args.tp, pp=args.pp, ep=args.tp if args.enable_expert_parallel else 1)
         model_cost = CostModel(model, gpu, layout)
     shape = uniform_shape(args.batch, args.context, args.new_tokens, window=model.sliding_window)
     cost = uniform_step_cost(model, gpu, args.batch, args.context, args.new_tokens)

@@ -4,19 +4,23 @@ until the queue, the clock or the counters change (a plan asks for the head a fe
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from batchlab.request import Request
 from batchlab.scheduler.order import WaitingQueue
 
 
-class RankedQueue(WaitingQueue):
-    """`heap` holds (arrival key, request) pairs in no order; `rank` decides who is first."""
+class RankedQueue(WaitingQueue, ABC):
+    """`heap` holds (arrival key, request) pairs in no order; `rank` decides who is first.
+    Each kind of queue (VTC, SLO, programs) says what its rank is."""
 
     def __init__(self, order) -> None:
         super().__init__(order)
         self._slot: int | None = None   # the head's place in `heap`, until something changes
 
+    @abstractmethod
     def rank(self, r: Request) -> tuple:
-        raise NotImplementedError
+        """The sort key of `r` now: the smallest goes first."""
 
     def _head_slot(self) -> int:
         if self._slot is None:

@@ -188,23 +188,28 @@ def parse_case(text: str, source: str, overrides: dict[str, object] | None = Non
                     **{name: values[name] for name in SETTINGS})
 
 
+def _record_numbers(item: object, record: str, fields: tuple[str, ...]) -> list[int]:
+    """The whole-number fields after `id` of one record (an object with exactly `fields`), or
+    an InputError naming the record and the field."""
+    if not isinstance(item, dict):
+        raise InputError(f"{record}: must be an object with fields {', '.join(fields)}, got {brief(item)}")
+    unknown = sorted(set(item) - set(fields))
+    if unknown:
+        raise InputError(f"{record}: field {unknown[0]!r}: unknown field (expected {', '.join(fields)})")
+    missing = [name for name in fields if name not in item]
+    if missing:
+        raise InputError(f"{record}: field {missing[0]!r}: missing")
+    if not isinstance(item["id"], str) or not item["id"]:
+        raise InputError(f"{record}: field 'id': must be a non-empty string, got {item['id']!r}")
+    return [_check_int(item[name], name, f"{record} (id {item['id']!r})") for name in fields[1:]]
+
+
 def _parse_active(items: object, source: str) -> tuple[TickActive, ...]:
     if not isinstance(items, list):
         raise InputError(f"{source}: field 'active': must be a list, got {type(items).__name__}")
     parsed = []
     for k, item in enumerate(items):
-        record = f"{source}: active {k}"
-        if not isinstance(item, dict):
-            raise InputError(f"{record}: must be an object with fields {', '.join(ACTIVE_FIELDS)}, got {brief(item)}")
-        unknown = sorted(set(item) - set(ACTIVE_FIELDS))
-        if unknown:
-            raise InputError(f"{record}: field {unknown[0]!r}: unknown field (expected {', '.join(ACTIVE_FIELDS)})")
-        missing = [name for name in ACTIVE_FIELDS if name not in item]
-        if missing:
-            raise InputError(f"{record}: field {missing[0]!r}: missing")
-        if not isinstance(item["id"], str) or not item["id"]:
-            raise InputError(f"{record}: field 'id': must be a non-empty string, got {item['id']!r}")
-        prefill, output = (_check_int(item[name], name, f"{record} (id {item['id']!r})") for name in ACTIVE_FIELDS[1:])
+        prefill, output = _record_numbers(item, f"{source}: active {k}", ACTIVE_FIELDS)
         parsed.append(TickActive(item["id"], prefill, output))
     return tuple(parsed)
 
@@ -218,18 +223,7 @@ def _parse_requests(items: object, source: str, allow_empty: bool = False) -> tu
     for k, item in enumerate(items):
         last = " (the last record)" if k == len(items) - 1 and k > 0 else ""
         record = f"{source}: request {k}{last}"
-        if not isinstance(item, dict):
-            raise InputError(f"{record}: must be an object with fields {', '.join(REQUEST_FIELDS)}, got {brief(item)}")
-        unknown = sorted(set(item) - set(REQUEST_FIELDS))
-        if unknown:
-            raise InputError(f"{record}: field {unknown[0]!r}: unknown field (expected {', '.join(REQUEST_FIELDS)})")
-        missing = [name for name in REQUEST_FIELDS if name not in item]
-        if missing:
-            raise InputError(f"{record}: field {missing[0]!r}: missing")
-        if not isinstance(item["id"], str) or not item["id"]:
-            raise InputError(f"{record}: field 'id': must be a non-empty string, got {item['id']!r}")
-        arrival, prompt, output = (_check_int(item[name], name, f"{record} (id {item['id']!r})")
-                                   for name in REQUEST_FIELDS[1:])
+        arrival, prompt, output = _record_numbers(item, record, REQUEST_FIELDS)
         parsed.append(TickRequest(item["id"], arrival, prompt, output))
     return tuple(parsed)
 

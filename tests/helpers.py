@@ -7,7 +7,8 @@ from one another.
 - `ARRIVAL`, `OFFSETS`, `TIMES`, `SERVED`: a hand-made trace of four requests;
 - `small_sweep`: a four-point sweep config;
 - `count_colours`: distinct colours of a rendered figure;
-- `imported_modules`: every module a source file imports.
+- `imported_modules`: every module a source file imports;
+- `main_within`: the CLI's exit code, or a failure if it hangs.
 """
 
 from __future__ import annotations
@@ -119,3 +120,28 @@ def imported_modules(path: Path, root: Path = SRC.parent) -> set[str]:
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
+
+
+# A bad-input case still running after this long is a hang: fail it instead of waiting.
+HANG_S = 60
+
+
+def main_within(argv: list[str], seconds: int = HANG_S) -> int:
+    """`batchlab.cli.main(argv)`'s exit code (argparse's own usage errors included), failing the
+    test if it has not answered within `seconds`."""
+    import signal
+
+    from batchlab.cli import main
+
+    def hang(signum, frame):
+        raise AssertionError(f"no answer in {seconds} s: the command hangs on this input")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -11,23 +11,19 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 from batchlab.cli import main
+from helpers import main_within
 
 TINY = ["--workload", "fixed", "--prompt", "8", "--output", "4", "--requests", "3"]
 ONE = [*TINY, "--jobs", "1"]
 CMP = [*ONE, "--rates", "1", "--no-goodput", "--overload-rate", "0"]
 DIR = object()   # an input that is a directory
-HANG_S = 60      # a case still running after this long is a hang: fail it instead of waiting
 
-
-def _hang(signum, frame):
-    raise AssertionError(f"no answer in {HANG_S} s: the command hangs on this input")
 
 
 def _tick(**fields) -> str:
@@ -600,15 +596,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, argv, ne
     monkeypatch.chdir(tmp_path)
     _make(tmp_path, _needed(argv))
     before = _listing(tmp_path)
-    previous = signal.signal(signal.SIGALRM, _hang)
-    signal.alarm(HANG_S)
-    try:
-        code = main(argv)
-    except SystemExit as exc:     # argparse's own usage errors, should main() let one through
-        code = exc.code
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    code = main_within(argv)
     out, err = capsys.readouterr()
     lines = err.strip("\n").splitlines()
     assert code == 2, f"exit {code}; stderr: {err!r}"

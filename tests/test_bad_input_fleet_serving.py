@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
 
 from batchlab.cli import main
+from helpers import main_within
 
 ONE = ["--workload", "fixed", "--prompt", "8", "--output", "4", "--requests", "3", "--jobs", "1"]
 FLEET = ["fleet", *ONE]
@@ -26,7 +26,6 @@ BENCH = ["bench", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2", "--d
 CAL = ["calibrate", "p.csv", "--gpu", "H100-SXM", "--model", "Llama-3-8B"]
 SERVE = ["serve", "--port", "0"]
 DEEP = "[" * 100_000 + "]" * 100_000
-HANG_S = 60
 PLAIN = "op,tokens,batch,context,ms,tp,bytes\n"
 MLP = ("num_tokens,num_tensor_parallel_workers,n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,"
        "time_stats.mlp_up_proj.median\n")
@@ -401,24 +400,13 @@ def _listing(root: Path) -> dict:
             for p in sorted(root.rglob("*"))}
 
 
-def _hang(signum, frame):
-    raise AssertionError(f"no answer in {HANG_S} s: the command hangs on this input")
-
 
 @pytest.mark.parametrize("argv, needle, files", [pytest.param(a, n, f, id=i) for i, a, n, f in CASES])
 def test_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys, argv, needle, files):
     monkeypatch.chdir(tmp_path)
     _make(tmp_path, argv, files)
     before = _listing(tmp_path)
-    previous = signal.signal(signal.SIGALRM, _hang)
-    signal.alarm(HANG_S)
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    code = main_within(argv)
     out, err = capsys.readouterr()
     lines = err.strip("\n").splitlines()
     assert code == 2, f"exit {code}; stderr: {err[-2000:]!r}"

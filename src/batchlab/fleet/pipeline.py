@@ -14,8 +14,8 @@ import dataclasses
 from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.costed import CostExecutor, make_executor
-from batchlab.hardware import GPUSpec, ModelSpec, kv_capacity_tokens
-from batchlab.hardware.parallel import Layout, check_layout, kv_capacity_tokens_split
+from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.parallel import Layout, check_layout
 from batchlab.scheduler.plan import StepPlan
 from batchlab.experiments.systems import System
 
@@ -25,11 +25,6 @@ class PipelineExecutor(CostExecutor):
 
     def run_stages(self, plan: StepPlan) -> tuple[float, float]:
         return self.stage_time(plan), self.run(plan)
-
-
-def kv_capacity(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
-    """Tokens of KV the replica holds: the single-GPU figure itself when the layout is one GPU."""
-    return kv_capacity_tokens(model, gpu) if layout.trivial else kv_capacity_tokens_split(model, gpu, layout)
 
 
 def in_flight(system: System, layout: Layout) -> int:
@@ -46,10 +41,7 @@ def replica_engine(system: System, model: ModelSpec, gpu: GPUSpec, layout: Layou
                          "per step; `simulate` and `compare` do")
     slots = in_flight(system, layout)
     executor = PipelineExecutor(model, gpu, layout) if slots > 1 else make_executor(model, gpu, layout)
-    if system.memory == "unlimited":
-        memory = system.memory_manager(model, gpu)
-    else:
-        memory = system.memory_for_capacity(kv_capacity(model, gpu, layout), model.max_context)
+    memory = system.memory_manager(model, gpu, layout)
     config = system.scheduler_config()
     if slots > 1:
         config = dataclasses.replace(config, max_in_flight=slots)

@@ -101,11 +101,11 @@ def books(spec: ReplicaSpec, flag: str) -> float:
     """Bytes of the replica's memory manager's books; InputError naming `flag` (the GPU, whose
     memory sets the KV capacity) when one replica's alone would not fit."""
     from batchlab import limits
-    from batchlab.fleet.pipeline import kv_capacity
+    from batchlab.hardware.parallel import kv_capacity_tokens_on
 
     if spec.system.memory != "paged":
         return 0.0
-    capacity = kv_capacity(spec.model, spec.gpu, spec.layout)
+    capacity = kv_capacity_tokens_on(spec.model, spec.gpu, spec.layout)
     if spec.system.block_size > capacity:
         raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
                          f"whole KV capacity ({capacity:,} tokens)")

@@ -96,7 +96,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
     """One twin's ServeState (its own engine, memory, loop and metrics), checked before it listens."""
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
-    from batchlab.fleet.pipeline import kv_capacity
+    from batchlab.hardware.parallel import kv_capacity_tokens_on
     from batchlab.serve import protocol
     from batchlab.serve.app import ServeState
     from batchlab.serve.faults import ReplicaFaults
@@ -112,7 +112,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
         raise InputError(f"field '--max-model-len': {max_len} exceeds model {model.name}'s "
                          f"max_context {model.max_context}")
     system = parse_system(cfg.system, "--system")
-    capacity = cfg.kv_cache_tokens or kv_capacity(model, gpu, layout)
+    capacity = cfg.kv_cache_tokens or kv_capacity_tokens_on(model, gpu, layout)
     memory = system.memory_for_capacity(capacity, max_len)
     executor = TwinExecutor(make_executor(model, gpu, layout), cfg.output)
     engine = Engine(system.scheduler_config(), executor, memory, max_context=max_len,

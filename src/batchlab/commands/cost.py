@@ -6,7 +6,7 @@ import argparse
 import json
 
 from batchlab.commands import flagtypes
-from batchlab.commands.options import MS_PER_S, add_hardware, hardware
+from batchlab.commands.options import EXPERT_PARALLEL_HELP, MS_PER_S, add_hardware, hardware
 
 # An hour: no batching question asks about longer steps, and the search for the largest batch
 # under a bound doubles the batch, so a bound like 1e308 ms would run past any float.
@@ -41,9 +41,7 @@ def register(subparsers) -> None:
     parser.add_argument("--pp", type=int, default=1, metavar="M",
                         help="pipeline parallel degree: stages the layers are split into "
                              "(default: %(default)s)")
-    parser.add_argument("--enable-expert-parallel", action="store_true",
-                        help="a mixture of experts' experts spread whole over each stage's tp GPUs "
-                             "(ep = tp), reached by all-to-all")
+    parser.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
     parser.add_argument("--breakdown", action="store_true",
                         help="also print the step operator by operator (with --cost operators)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                               for sys in systems], min(jobs, len(systems)))
     out = {"systems": [{"name": sys.name, **s.to_dict(), "gpus_needed": s.gpus_needed(args.fleet_rate)}
                        for sys, s in zip(systems, searches)],
-           "config": {"model": model.name, "gpu": gpu.name, **options.layout_fields(setting.layout),
+           "config": {"model": model.name, "gpu": gpu.name, **setting.layout.result_fields(),
                       "workload": setting.workload.name,
                       "requests": len(setting.workload), "slo_ms": slo.to_ms(), "slo_target": args.slo_target,
                       "fleet_rate": args.fleet_rate}}

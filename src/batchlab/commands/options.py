@@ -117,8 +117,10 @@ def add_layout(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="GPUs each layer is split over (default: %(default)s)")
     g.add_argument("--pipeline-parallel-size", "--pp", dest="pp", type=flagtypes.count, default=1,
                    metavar="N", help="pipeline stages, each on its own tp GPUs (default: %(default)s)")
-    g.add_argument("--enable-expert-parallel", action="store_true",
-                   help="a mixture of experts' experts spread whole over each stage's tp GPUs "
+    g.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
+
+
+EXPERT_PARALLEL_HELP = ("as vLLM: a mixture of experts' experts spread whole over each stage's tp GPUs "
                         "(ep = tp), reached by all-to-all")
 
 
@@ -132,11 +134,6 @@ def layout(args: argparse.Namespace, model):
         chosen = Layout(args.tp, args.pp, args.tp if args.enable_expert_parallel else 1)
         check_layout(model, chosen)
     return chosen
-
-
-def layout_fields(chosen) -> dict:
-    """The layout as a result's fields: none for one GPU, so single-GPU results stay as they were."""
-    return {} if chosen.trivial else {"tp": chosen.tp, "pp": chosen.pp, "ep": chosen.ep}
 
 
 # vLLM's spellings, as the ModelSpec fields they set.

@@ -21,9 +21,7 @@ def register(subparsers) -> None:
                    help="tensor parallel degrees to try, e.g. 1,2,4,8 (default: %(default)s)")
     g.add_argument("--pp", type=flagtypes.name_list, default="1", metavar="LIST",
                    help="pipeline stages to try (default: %(default)s)")
-    g.add_argument("--enable-expert-parallel", action="store_true",
-                   help="as vLLM: a mixture of experts' experts spread whole over each stage's "
-                        "tp GPUs (ep = tp), reached by all-to-all")
+    g.add_argument("--enable-expert-parallel", action="store_true", help=options.EXPERT_PARALLEL_HELP)
     g.add_argument("--system", default="paged", metavar="SPEC",
                    help="each replica's system, a preset with :field=value overrides (default: %(default)s)")
     g.add_argument("--router", default="least-outstanding", metavar="NAME",

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(workload, system, model, gpu, slo=slo, context_mode=args.context_mode, seed=args.seed,
                       layout=layout)
     data = {"num_prompts": len(workload), "request_rate": rate, "burstiness": options.arrival_process(args)[1],
-            **options.layout_fields(layout),
+            **layout.result_fields(),
             **result.to_dict(per_request=bool(args.csv or args.requests_json), percentiles=percentiles)}
     rows = data.pop("per_request", None)
     from batchlab.commands.written import say_wrote

@@ -76,7 +76,7 @@ def compare(cfg: CompareConfig, jobs: int, on_done: Callable[[], None] | None = 
     report = {
         "config": {
             "model": st.model.name, "gpu": st.gpu.name,
-            **({} if st.layout.trivial else {"tp": st.layout.tp, "pp": st.layout.pp, "ep": st.layout.ep}),
+            **st.layout.result_fields(),
             "workload": st.workload.name,
             "requests": len(st.workload), "seed": st.seed, "context_mode": st.context_mode,
             "slo_ms": st.slo.to_ms(), "slo_target": cfg.target, "rates": list(cfg.rates),

@@ -43,6 +43,11 @@ class Layout:
     def gpus(self) -> int:
         return self.tp * self.pp
 
+    def result_fields(self) -> dict:
+        """The layout as a result's fields: none for one GPU, so single-GPU results stay as
+        they were."""
+        return {} if self.trivial else {"tp": self.tp, "pp": self.pp, "ep": self.ep}
+
     @property
     def trivial(self) -> bool:
         """One GPU: priced exactly as the single-GPU models always did."""

@@ -40,6 +40,7 @@ class StepOutput:
     finished: list[Request]   # filled by the commit
     forked: list[Request] = field(default_factory=list)   # parallel samples started by the commit
     tokens: dict[str, int] | None = None   # a real model's: the token each emitting request drew
+    logprobs: dict | None = None   # a real model's: those tokens' logprobs, where asked (StepResult)
     stopped: list[Request] = field(default_factory=list)   # ended by the commit at a stop token
 
     @property

@@ -73,7 +73,7 @@ class NumpyExecutor:
         self.total = Counter()   # FLOPs and bytes of every step run so far
         self.reused: dict[str, int] = {}   # tokens of KV each request read from a prefix cache
         self.copied_blocks = 0   # blocks copied on write (parallel samples)
-        # first-token logits of prompts with parallel samples, until the commit forks them
+        # first-token logits of prompts with parallel samples, until the update forks them
         self._first_logits: dict[str, np.ndarray] = {}
         self.steps = 0
         self.run_seconds = 0.0   # wall time inside `run`: the server's share of a step is the rest
@@ -173,7 +173,7 @@ class NumpyExecutor:
         self._swap(plan)
         self._adopt_prefixes(plan)
         self._copy_on_write()
-        if self._first_logits:   # kept until the commit that forks the samples has happened
+        if self._first_logits:   # kept until the update that forks the samples has happened
             self._first_logits = {rid: row for rid, row in self._first_logits.items()
                                   if rid in self._running and not self._running[rid].emitted}
         items = plan.items

@@ -10,7 +10,6 @@ run that does not finish. The figures per request, per token and per block were 
 
 from __future__ import annotations
 
-import math
 
 from batchlab.errors import InputError
 
@@ -118,18 +117,6 @@ def mini_model(config, flag: str, kv_tokens: int = 0) -> None:
         check_memory(weights + rope + kv, flag if flag != "--model" else "--kv-cache-tokens",
                      f"the model with a full KV cache of {kv_tokens:,} tokens "
                      f"({size_text(kv)} of K and V)")
-
-
-def bench_prompts(prompt_tokens: int, flag: str) -> None:
-    """A benchmark's prompts, made and encoded before the clock starts."""
-    check_memory(prompt_tokens * BENCH_BYTES_PER_PROMPT_TOKEN, flag,
-                 f"{prompt_tokens:,} prompt tokens, encoded before sending")
-
-
-def transfer_seconds(nbytes: float, bandwidth: float, latency_s: float) -> float:
-    """One KV transfer over a link; inf when it overflows."""
-    with_bw = nbytes / bandwidth if bandwidth > 0 else math.inf
-    return with_bw + latency_s
 
 
 # Timed runs per operator of `calibrate --mini` and repeats of `validate`: a hundred already

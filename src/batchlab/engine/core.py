@@ -22,8 +22,6 @@ block) are advanced from running sums (`engine/fast_path.py`), again bit for bit
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 import batchlab.engine.fast_path as fast_path   # (the module: tests swap its parts)

@@ -18,7 +18,16 @@ import numpy as np
 from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.unit import UnitExecutor
-from batchlab.io_checks import MAX_REQUESTS, MAX_TOKENS, brief, load_json, reading, token_count, whole
+from batchlab.io_checks import (
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    brief,
+    load_json,
+    read_limited,
+    reading,
+    token_count,
+    whole,
+)
 from batchlab.metrics.seats import seats_held
 from batchlab.request import Request, arrival_order
 from batchlab.scheduler.config import SchedulerConfig
@@ -148,14 +157,21 @@ def _check_int(value: object, name: str, record: str | None) -> int:
 
 # -- reading a case ----------------------------------------------------------------------
 
+# A case file is read whole, so a bound: a request is about 70 bytes of JSON, so this holds
+# millions of them, and /dev/zero or a FIFO that never ends is refused instead of filling memory.
+MAX_CASE_CHARS = 256 * 2**20
+
+
 def read_case_text(path: str) -> tuple[str, str]:
     """The text of a case file (`-` is standard input) and the name to cite in errors."""
     if path == "-":
         with reading("<stdin>"):      # bytes that are not UTF-8 text
-            return sys.stdin.read(), "<stdin>"
+            text = sys.stdin.read(MAX_CASE_CHARS + 1)
+        if len(text) > MAX_CASE_CHARS:
+            raise InputError(f"<stdin>: larger than {MAX_CASE_CHARS // 2**20} MB, which no case is")
+        return text, "<stdin>"
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        return read_limited(path, path, MAX_CASE_CHARS).decode("utf-8"), path
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"field 'FILE': cannot read {path!r}: {reason}") from None

@@ -78,8 +78,6 @@ def _same(specs: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple((s, s) for s in specs)
 
 
-LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "slo_attainment")
-
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment(
         "reservation", "§6.1", "KV reservation: memory held vs stored", "long", LONG_SLO,

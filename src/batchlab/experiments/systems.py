@@ -118,7 +118,7 @@ class System:
         """This system's memory manager over `capacity` tokens of KV (a real model's own cache)."""
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        if self.memory == "paged":   # its books grow with the blocks: refuse what cannot fit
+        if self.memory == "paged":   # its bookkeeping grows with the blocks: refuse what cannot fit
             from batchlab.limits import kv_blocks
             kv_blocks(capacity, self.block_size, "--gpu")
         if self.memory.startswith("reservation-"):

@@ -2,8 +2,9 @@
 
 A case is a list of requests `(id, arrival, prompt_tokens, output_tokens)` plus `max_active`,
 `token_budget`, `chunk_size` and a policy; it may start mid-run, with requests already active
-at tick 0 in a given state `(id, prefill_remaining, output_remaining)` (seed L11 §9 Q3). It runs on the one engine with the unit executor
-(every round lasts one tick) and prefill `chunked`: decode first, FIFO within a phase.
+at tick 0 in a given state `(id, prefill_remaining, output_remaining)`. It runs on the one
+engine with the unit executor (every round lasts one tick) and prefill `chunked`: decode first,
+FIFO within a phase.
 Everything is checked before anything runs; the first problem raises `InputError` naming the
 record and the field.
 """
@@ -276,7 +277,7 @@ class TickResult:
         return held, held - tr.steps["batch"]
 
     def seat_counts(self) -> dict:
-        """Seat-rounds held and idle over the run, and the idle share (seed L02 §1.2's seat waste)."""
+        """Seat-rounds held and idle over the run, and the idle share (the seed's seat waste)."""
         held, idle = (int(x.sum()) for x in self.seats())
         return {"seat_rounds_held": held, "seat_rounds_idle": idle, "seat_waste": idle / held if held else None}
 

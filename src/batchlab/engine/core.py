@@ -118,7 +118,7 @@ class Engine:
 
     def resume(self, request: Request) -> None:
         """A request already under way joins the running set as it is, behind those there (a
-        case that starts mid-run, seed L11 §9): its computed and emitted counts stand. Only the
+        tick case that starts mid-run): its computed and emitted counts stand. Only the
         outputs it emits from here on get token times: before `trace`, the caller takes the
         earlier ones off its `emitted` and `output_tokens` (tick.py does)."""
         if request.status is not Status.PENDING or request.samples or not 0 <= request.emitted < request.output_tokens:

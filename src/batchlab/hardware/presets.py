@@ -148,7 +148,7 @@ class Chip:
 # The fitted GPUs' chips. Boost clocks: A100 1,410 MHz (NVIDIA A100 Tensor Core GPU
 # Architecture whitepaper, table 1); H100 SXM5 1,980 MHz (its datasheet's 67 TFLOPS FP32 over
 # 132 SMs x 128 FP32 lanes x 2).
-_FIT_CHIPS = {"A100-80GB": Chip(108, 1.41e9, 2.039e12), "H100-SXM": Chip(132, 1.98e9, 3.35e12)}
+FIT_CHIPS = {"A100-80GB": Chip(108, 1.41e9, 2.039e12), "H100-SXM": Chip(132, 1.98e9, 3.35e12)}
 
 
 def _carry_row_kernels(fit: dict, base: Chip, chip: Chip) -> None:
@@ -179,7 +179,7 @@ def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
     How far this is off where a check exists: docs/hardware.md."""
     fit = dict(_FITS[base])
     if chip is not None:
-        _carry_row_kernels(fit, _FIT_CHIPS[base], chip)
+        _carry_row_kernels(fit, FIT_CHIPS[base], chip)
     links = ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s")
     if link_bytes_s is None:
         for field in links:
@@ -228,11 +228,13 @@ _GPUS = (
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, **_A100_FIT),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM (BF16 989 and FP8
     # 1,979 TFLOPS dense), 4.8 TB/s HBM3e, 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both ways.
-    # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory),
-    # at the H100's 1,980 MHz boost clock (the datasheet's 67 TFLOPS FP32 / (132 x 128 x 2)).
+    # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory).
+    # Its per-token kernels keep the H100's shares of bandwidth: its vLLM run is one of the
+    # three vLLM's engine time is fitted on (VLLM_ENGINE_STEP_S), and carried per SM-clock they
+    # would move that fit (docs/hardware.md).
     GPUSpec("H200", **_CALIBRATED, peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
-            **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S, Chip(132, 1.98e9, 4.8e12))),
+            **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S)),
     # NVIDIA HGX B200 specification, per GPU of the eight: FP8 72 and BF16 36 PFLOPS with
     # sparsity for the board (4.5 and 2.25 PFLOPS dense each), 1.44 TB HBM3e (180 GB each),
     # 64 TB/s (8 TB/s each), NVLink 5 1.8 TB/s both ways; PCIe Gen5 host. 148 SMs: NVIDIA

@@ -6,6 +6,7 @@ Formats, told apart by their columns:
 - Vidur `mlp.csv` (microsoft/vidur, data/profiling/compute/<gpu>/<model>/mlp.csv): one row per
   (num_tokens, num_tensor_parallel_workers), `time_stats.<op>.median` in ms for one layer, and
   the model's shape (n_head, n_kv_head, n_embd, n_expanded_embd, vocab_size, use_gated_mlp).
+  A file without post_attention_layernorm profiles a parallel block (phi-2): its add is two.
 - Vidur `attention.csv`: `time_stats.attn_prefill.median`, `time_stats.attn_decode.median`,
   `time_stats.attn_kv_cache_save.median` with batch_size, prefill_chunk_size, kv_cache_size,
   is_prefill, n_embd, n_q_head, n_kv_head, num_tensor_parallel_workers.

@@ -101,3 +101,18 @@ def test_runs_without_a_split_say_why_once_per_reason():
             {"load": "over", "repeat": 2, "split_missing": None}]
     assert _split_missing({"runs": runs, "repeats": 2}) == [
         "no error split for light (repeat 1), light (repeat 2): no log"]
+
+
+def test_a_mini_servers_kv_capacity_is_read_from_it_and_a_disagreeing_flag_exits_2(mini, cli):
+    from argparse import Namespace
+
+    from batchlab.commands.validate import _reported_kv
+
+    left_out = Namespace(base_url=mini, kv_cache_tokens=None)
+    assert _reported_kv(ValidateConfig(), left_out).kv_cache_tokens == 4096
+    agrees = Namespace(base_url=mini, kv_cache_tokens=4096)
+    assert _reported_kv(ValidateConfig(kv_cache_tokens=4096), agrees).kv_cache_tokens == 4096
+    out = cli("validate", "--base-url", mini, "--model", "tiny", "--kv-cache-tokens", "8192", *SMALL)
+    assert out.returncode == 2 and not out.stdout
+    (line,) = out.stderr.strip().splitlines()
+    assert "field '--kv-cache-tokens': 8192 disagrees" in line and "which serves 4096" in line

@@ -86,3 +86,22 @@ def since(url: str, at: tuple[int, int]) -> tuple[list[dict], tuple[np.ndarray, 
     order = np.argsort(start, kind="stable")
     return rows, (start[order], np.asarray([s["duration"] for s in steps], dtype=np.float64)[order],
                   np.asarray([s["batch"] for s in steps], dtype=np.int64)[order])
+
+
+def reported_kv_tokens(url: str) -> int | None:
+    """The KV capacity a mini server says it was given (`vllm:cache_config_info`'s
+    `kv_cache_tokens` label at /metrics); None if it says none or cannot be read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+            text = r.read(PAGE_BYTES).decode("utf-8", errors="replace")
+        for family in text_string_to_metric_families(text):
+            if family.name == "vllm:cache_config_info":
+                for sample in family.samples:
+                    value = sample.labels.get("kv_cache_tokens", "")
+                    if value.isascii() and value.isdigit():
+                        return int(value)
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    return None

@@ -44,7 +44,8 @@ def register(subparsers) -> None:
                         help="scheduler and memory manager, as `batchlab serve --system` "
                              f"(default: {DEFAULT_SYSTEM}{twin})")
     parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, metavar="N",
-                        help=f"the server's KV capacity in tokens (default: {DEFAULT_KV_CACHE_TOKENS}{twin})")
+                        help=f"the server's KV capacity in tokens (default: {DEFAULT_KV_CACHE_TOKENS}; with "
+                             "--base-url, what the server reports: a value it disagrees with exits 2)")
     parser.add_argument("--device", metavar="SPEC.toml",
                         help="the device spec to predict with (`batchlab calibrate --mini --out`); "
                              "default: calibrate this machine first (`calibrate --mini --repeats "
@@ -59,7 +60,8 @@ def register(subparsers) -> None:
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     parser.add_argument("--base-url", metavar="URL",
                         help="a running server to measure instead of starting one: a mini server "
-                             "(its --model, --system and --kv-cache-tokens must be these), or a "
+                             "(its --model and --system must be these; its KV capacity is read "
+                             "from its /metrics), or a "
                              "twin (`serve --simulate`: its own model, GPU, tp, system and KV "
                              "capacity are read from its /metrics, and a --model, --system or "
                              "--kv-cache-tokens that disagrees with them exits 2). Either way the "
@@ -143,6 +145,7 @@ def compute(args) -> dict:
         if info is not None:   # a twin: its own model, GPU and system, replayed as they are
             check_twin_flags(given, info, args.base_url)
             return _compute_twin(args, cfg, info)
+        cfg = _reported_kv(cfg, args)
     mini, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
     from batchlab.experiments.systems import parse_system
 
@@ -154,6 +157,23 @@ def compute(args) -> dict:
     out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)
     out["device"] = device
     return out
+
+
+def _reported_kv(cfg, args):
+    """A running mini server's KV capacity as it reports it: taken when --kv-cache-tokens is left
+    out, and a --kv-cache-tokens that disagrees with it refused by name."""
+    from dataclasses import replace
+
+    from batchlab.calibrate.served import reported_kv_tokens
+    from batchlab.errors import InputError
+
+    served = reported_kv_tokens(args.base_url.rstrip("/"))
+    if served is None or served == cfg.kv_cache_tokens:
+        return cfg
+    if args.kv_cache_tokens is not None:
+        raise InputError(f"field '--kv-cache-tokens': {args.kv_cache_tokens} disagrees with the server at "
+                         f"{args.base_url}, which serves {served} (leave --kv-cache-tokens out to use its own)")
+    return replace(cfg, kv_cache_tokens=served)
 
 
 def _compute_twin(args, cfg, info: dict) -> dict:

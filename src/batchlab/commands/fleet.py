@@ -117,16 +117,16 @@ def check_sizes(args: argparse.Namespace, fleet, link, workload, runs: int = 1) 
     """Refuse, before any replica is built, a fleet run that cannot fit in memory or finish
     (`batchlab.limits`), and a KV link whose transfers would overflow the run's clock."""
     from batchlab import limits
-    from batchlab.fleet.specs import books
+    from batchlab.fleet.specs import replica_bookkeeping_bytes
 
     record = "--fleet-config" if args.fleet_config and not args.replica else "--replica" if args.replica \
         else "--prefill-replicas" if fleet.decode is not None else "--replicas"
     specs = fleet.entry + (fleet.decode or [])
-    held = sum(books(spec, "--gpu") for spec in specs)
-    limits.check_memory(held, record, f"the books of {len(specs):,} replicas' KV caches")
+    held = sum(replica_bookkeeping_bytes(spec, "--gpu") for spec in specs)
+    limits.check_memory(held, record, f"the bookkeeping of {len(specs):,} replicas' KV caches")
     if len(workload):
         limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),
-                          runs=runs, books=held)
+                          runs=runs, bookkeeping=held)
     if link is None or not len(workload):
         return
     flag = "--kv-link-latency" if args.kv_link_latency is not None and link.latency_s > limits.MAX_EVENT_S / 2 \
@@ -283,9 +283,9 @@ ORCA_RUNS_PER_SYSTEM = 26
 def _check_orca_sizes(args, workload, systems, model, gpu, layout) -> None:
     from batchlab import limits
     from batchlab.fleet import ReplicaSpec
-    from batchlab.fleet.specs import books
+    from batchlab.fleet.specs import replica_bookkeeping_bytes
     from batchlab.experiments.systems import parse_system
 
-    held = max(books(ReplicaSpec(parse_system(name), model, gpu, layout), "--gpu") for name in systems)
+    held = max(replica_bookkeeping_bytes(ReplicaSpec(parse_system(name), model, gpu, layout), "--gpu") for name in systems)
     limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),
-                      runs=ORCA_RUNS_PER_SYSTEM * len(systems), at_once=options.jobs(args), books=held)
+                      runs=ORCA_RUNS_PER_SYSTEM * len(systems), at_once=options.jobs(args), bookkeeping=held)

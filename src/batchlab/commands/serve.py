@@ -140,7 +140,7 @@ def check_flags(args) -> None:
     except (OSError, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise InputError(f"field '--host': cannot listen on {args.host!r}: {reason}") from None
-    if args.simulate:   # a twin holds no weights and no K and V: its KV books only
+    if args.simulate:   # a twin holds no weights and no K and V: its KV bookkeeping only
         from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM
 
         if args.kv_cache_tokens is not None:

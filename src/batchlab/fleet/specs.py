@@ -91,14 +91,14 @@ def replica_group(fields: dict[str, object], defaults: Defaults, record: str,
         model = defaults.model(str(fields.get("model", defaults.model_name)))
         gpu = defaults.gpu(str(fields.get("gpu", defaults.gpu_name)))
         check_layout(model, layout)
-        books(ReplicaSpec(system, model, gpu, layout), "gpu" if record else "--gpu")
+        replica_bookkeeping_bytes(ReplicaSpec(system, model, gpu, layout), "gpu" if record else "--gpu")
     except InputError as exc:
         raise InputError(_at(record, str(exc))) from None
     return role, [ReplicaSpec(system, model, gpu, layout)] * count
 
 
-def books(spec: ReplicaSpec, flag: str) -> float:
-    """Bytes of the replica's memory manager's books; InputError naming `flag` (the GPU, whose
+def replica_bookkeeping_bytes(spec: ReplicaSpec, flag: str) -> float:
+    """Bytes of the replica's memory manager's bookkeeping; InputError naming `flag` (the GPU, whose
     memory sets the KV capacity) when one replica's alone would not fit."""
     from batchlab import limits
     from batchlab.hardware.parallel import kv_capacity_tokens_on
@@ -110,7 +110,7 @@ def books(spec: ReplicaSpec, flag: str) -> float:
         raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
                          f"whole KV capacity ({capacity:,} tokens)")
     limits.kv_blocks(capacity, spec.system.block_size, flag)
-    return limits.replica_books(capacity, spec.system.block_size)
+    return limits.kv_bookkeeping_bytes(capacity, spec.system.block_size)
 
 
 def parse_replica(text: str, defaults: Defaults, record: str = "--replica") -> tuple[str, list[ReplicaSpec]]:

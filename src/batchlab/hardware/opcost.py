@@ -104,8 +104,6 @@ from batchlab.hardware.parallel import (
 from batchlab.hardware.shapes import WEIGHT_BITS, experts_touched_skewed, kv_value_bytes
 from batchlab.hardware.specs import ROW_KERNELS, GPUSpec, ModelSpec
 
-OP_CLASSES = ("matmul", "attn_prefill", "attn_decode", "norm", "elementwise", "rope", "act",
-              "add", "embedding")
 # Operators and their classes; the order is the order of a layer (then once per step).
 OP_CLASS = {
     "norm": "norm", "qkv": "matmul", "rope": "rope", "kv_write": "elementwise",

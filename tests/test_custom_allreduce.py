@@ -82,3 +82,20 @@ def test_a_tp_step_saves_the_difference_on_each_of_its_all_reduces(monkeypatch):
     assert nccl - kernel == pytest.approx(saved, rel=1e-9)
     # one GPU has no all-reduce: its price is the same either way
     assert float(OperatorCost(model, H100).step_time(shape)) == one_gpu
+
+
+def test_fast_forwarded_decode_runs_price_the_kernel_as_steps_one_by_one():
+    """A decode run is priced as arrays, a step alone as floats: at TP 8 both shots occur
+    (two-shot from 16 tokens of a 70B) and the runs land on the same bytes."""
+    from batchlab.experiments.run import simulate
+    from batchlab.experiments.systems import parse_system
+    from batchlab.workload import make_workload
+
+    workload = make_workload("chat", 120, 12.0, 3)
+    model = resolve_model("Llama-3-70B")
+    runs = [simulate(workload, parse_system("paged"), model, A100, layout=Layout(8), record_rounds=stepped)
+            for stepped in (False, True)]   # recording every round turns fast-forwarding off
+    assert runs[0].trace.token_times.tobytes() == runs[1].trace.token_times.tobytes()
+    steps = runs[0].trace.steps
+    decode_message = steps["decode_tokens"][steps["prefill_tokens"] == 0] * model.hidden * 2
+    assert (decode_message < 256 * KIB).any() and (decode_message >= 256 * KIB).any()

@@ -5,7 +5,9 @@ A replica spec is comma-separated `key=value` pairs (a system spec keeps its own
     count=2,system=paged:max_bs=64,gpu=A100-80GB,tp=2,pp=1,model=Llama-3-8B,role=prefill
 
 Every key is optional: `system`, `model` and `gpu` default to the command's flags, `tp` and
-`pp` to 1, `count` to 1 and `role` to colocated. A TOML file lists the same keys in `[[replica]]`
+`pp` to 1, `ep` (expert parallel GPUs of a mixture of experts: 1, or tp as vLLM's
+--enable-expert-parallel spreads them) to tp under --enable-expert-parallel and else 1, `count`
+to 1 and `role` to colocated. A TOML file lists the same keys in `[[replica]]`
 tables. A fleet is colocated (every replica serves whole requests) or disaggregated (roles
 prefill and decode, at least one of each), never a mix.
 """
@@ -22,7 +24,7 @@ from batchlab.hardware.parallel import Layout, check_layout
 from batchlab.io_checks import brief
 from batchlab.experiments.systems import parse_system
 
-KEYS = ("count", "system", "model", "gpu", "tp", "pp", "role")
+KEYS = ("count", "system", "model", "gpu", "tp", "pp", "ep", "role")
 ROLES = ("colocated", "prefill", "decode")
 MAX_REPLICAS = 4096
 
@@ -38,6 +40,7 @@ class Defaults:
     gpu_name: str
     tp: int = 1
     pp: int = 1
+    expert_parallel: bool = False   # a group without `ep` spreads its experts over its tp GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +87,9 @@ def replica_group(fields: dict[str, object], defaults: Defaults, record: str,
     role = str(fields.get("role", "colocated")).strip()
     if role not in ROLES:
         raise InputError(_at(record, f"field 'role': must be one of {', '.join(ROLES)}, got {role!r}"))
-    layout = Layout(_int(record, "tp", fields.get("tp", defaults.tp), not typed),
-                    _int(record, "pp", fields.get("pp", defaults.pp), not typed))
+    tp = _int(record, "tp", fields.get("tp", defaults.tp), not typed)
+    ep = _int(record, "ep", fields["ep"], not typed) if "ep" in fields else tp if defaults.expert_parallel else 1
+    layout = Layout(tp, _int(record, "pp", fields.get("pp", defaults.pp), not typed), ep)
     try:
         system = parse_system(str(fields.get("system", defaults.system)), "system")
         model = defaults.model(str(fields.get("model", defaults.model_name)))

@@ -5,7 +5,8 @@ Run from the repository's root:
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=src python benchmarks/docs_outputs.py [--update] [--quick] [DOC.md ...]
 
 A page under docs/ shows a command's output as a `console` block: each line starting with
-`$ batchlab ` is a command (a line ending in ` \\` continues on the next), and the lines up to
+`$ ` is a command, `batchlab ...` or `python benchmarks/SCRIPT.py ...`, optionally after
+`NAME=value` settings (a line ending in ` \\` continues on the next), and the lines up to
 the next `$ ` line or the block's end are what it prints: its standard output, then its
 standard error. Every command is run from the repository's root, its output piped (tables are
 then 160 columns wide: `batchlab.display.WIDE`), and compared line by line, trailing spaces
@@ -58,9 +59,11 @@ class Command:
         while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
             name, _, value = words.pop(0).partition("=")
             env[name] = value
-        if not words or words[0] != "batchlab":
-            raise ValueError(f"not a batchlab command: {self.text!r}")
-        return env, [sys.executable, "-m", "batchlab.cli", *words[1:]]
+        if words[:1] == ["batchlab"]:
+            return env, [sys.executable, "-m", "batchlab.cli", *words[1:]]
+        if words[:1] == ["python"] and len(words) > 1 and words[1].startswith("benchmarks/"):
+            return env, [sys.executable, *words[1:]]
+        raise ValueError(f"not a batchlab command nor a benchmarks/ script: {self.text!r}")
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Block:
     end: int                        # index of the closing fence line
     marks: frozenset[str]
     commands: list[Command]
+    indent: str = ""                # a block inside a list item is indented as its fence
 
     @property
     def name(self) -> str:
@@ -83,14 +87,16 @@ def blocks(doc: Path) -> list[Block]:
     lines = doc.read_text(encoding="utf-8").split("\n")
     found, i = [], 0
     while i < len(lines):
-        if not lines[i].startswith(FENCE):
+        if not lines[i].lstrip().startswith(FENCE):
             i += 1
             continue
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(FENCE)), None)
+        indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].lstrip().startswith(FENCE)), None)
         if end is None:
             raise ValueError(f"{doc.name}:{i + 1}: a fence that never closes")
         if lines[i].strip() == FENCE + "console":
-            found.append(Block(doc, i, end, _marks(doc, lines, i), _commands(doc, lines[i + 1:end], i + 1)))
+            body = [line[len(indent):] if line.startswith(indent) else line.lstrip() for line in lines[i + 1:end]]
+            found.append(Block(doc, i, end, _marks(doc, lines, i), _commands(doc, body, i + 1), indent))
         i = end + 1
     return found
 
@@ -162,6 +168,7 @@ def rewrite(block: Block, fresh: dict[int, list[str]]) -> None:
     body = []
     for k, command in enumerate(block.commands):
         body += command.lines + (fresh[k] if k in fresh else command.shown)
+    body = [block.indent + line if line else line for line in body]
     lines[block.start + 1:block.end] = body
     block.doc.write_text("\n".join(lines), encoding="utf-8")
 

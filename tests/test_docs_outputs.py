@@ -73,5 +73,5 @@ def test_marks_and_malformed_blocks(tmp_path):
     with pytest.raises(ValueError, match="starts with"):
         docs_outputs.blocks(doc)
     doc.write_text("```console\n$ python -c 1\n```\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="not a batchlab command"):
+    with pytest.raises(ValueError, match="not a batchlab command nor a benchmarks/ script"):
         docs_outputs.blocks(doc)[0].commands[0].argv()

@@ -142,7 +142,8 @@ def run(command: Command, timeout: float = 1800.0) -> list[str]:
     env = dict(os.environ, **settings)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    env.pop("COLUMNS", None)      # output is piped: tables are WIDE, whatever the terminal
+    for name in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        env.pop(name, None)       # output is piped: plain tables, WIDE, whatever the terminal
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return tidy((done.stdout + done.stderr).split("\n"))
 

@@ -492,6 +492,7 @@ class Engine:
         running = sched.running
         batch = len(running)
         stored0 = -memory.shared_tokens()   # KV stored before the first step, summed below
+        stored = memory.decode_run_stored(running, steps)   # None: one more token per request a step
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
@@ -507,7 +508,8 @@ class Engine:
             if emitted == r.output_tokens:
                 self.finish(r)
                 finished = True
-        self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0)
+        self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0,
+                           stored)
         self.work["decode"] += steps * batch
         if finished:
             sched.running = [r for r in running if r.status is Status.RUNNING]

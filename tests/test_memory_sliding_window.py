@@ -198,3 +198,56 @@ def test_capacity_reported_as_vllm_does():
     assert report["max_concurrency"] == blocks / per_request
     assert report["kv_capacity_tokens"] == int(blocks / per_request * 131072)
     assert report["kv_capacity_tokens"] > capacity   # more than every layer holding every token
+
+
+def test_cost_reports_vllm_figures_for_windowed_models(capsys, monkeypatch):
+    import json
+
+    from batchlab import cli
+    from batchlab.hardware.kv_groups import serve_batched_tokens
+
+    monkeypatch.setattr(cli, "COMMANDS", ("cost",))
+    assert cli.main(["cost", "--json", "--model", "openai/gpt-oss-120b", "--gpu", "h100",
+                     "--reservations", "8192"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model, gpu = resolve_model("openai/gpt-oss-120b"), resolve_gpu("H100-SXM")
+    every_layer = kv_capacity_tokens_on(model, gpu, SINGLE_GPU)
+    assert serve_batched_tokens(gpu) == out["max_num_batched_tokens"] == 8192
+    assert serve_batched_tokens(resolve_gpu("A100-80GB")) == 2048
+    expected = kv_cache_report(kv_groups(model), every_layer, 16, model.max_context, 8192)
+    assert {k: out[k] for k in expected} == expected
+    assert out["kv_tokens_every_layer"] == every_layer and out["kv_cache_groups"] == 2
+    # a reservation of 8,192 positions: 18 full layers hold 8,192, 18 windowed 128
+    assert out["reservations"] == every_layer // -(-(18 * 8192 + 18 * 128) // 36)
+    # a model without windows prints what it always did
+    assert cli.main(["cost", "--json", "--model", "llama-3-8b", "--gpu", "h100"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    llama = resolve_model("Llama-3-8B")
+    assert plain["kv_capacity_tokens"] == kv_capacity_tokens_on(llama, gpu, SINGLE_GPU)
+    assert "max_concurrency" not in plain
+
+
+def test_decode_bound_counts_the_window():
+    from batchlab.experiments.accounting import decode_bound
+    from batchlab.workload.registry import make_workload
+
+    model, gpu = resolve_model("openai/gpt-oss-120b"), resolve_gpu("H100-SXM")
+    workload = make_workload("fixed", 10, 1.0, prompt=8000, output=2000)
+    bound = decode_bound(workload, [parse_system("unlimited")], model, gpu)
+    every_layer = kv_capacity_tokens_on(model, gpu, SINGLE_GPU)
+    assert bound.context == 9000
+    assert bound.batch == every_layer // window_reservation(kv_groups(model), 9000)
+    assert bound.batch > every_layer // 9000
+
+
+def test_a_new_manager_takes_the_general_loop():
+    from batchlab.engine import fast_path
+
+    gpu = resolve_gpu("H100-SXM")
+    for system in ("paged", "orca-oracle"):
+        s = parse_system(system)
+        for name, fast in (("Llama-3-8B", True), ("openai/gpt-oss-120b", False)):
+            model = resolve_model(name)
+            engine = Engine(s.scheduler_config(), make_executor(model, gpu, cost="roofline"),
+                            s.memory_manager(model, gpu), max_context=model.max_context)
+            assert fast_path.applies(engine) is fast

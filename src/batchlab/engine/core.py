@@ -22,8 +22,6 @@ block) are advanced from running sums (`engine/fast_path.py`), again bit for bit
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 import batchlab.engine.fast_path as fast_path   # (the module: tests swap its parts)
@@ -120,7 +118,7 @@ class Engine:
 
     def resume(self, request: Request) -> None:
         """A request already under way joins the running set as it is, behind those there (a
-        case that starts mid-run, seed L11 §9): its computed and emitted counts stand. Only the
+        tick case that starts mid-run): its computed and emitted counts stand. Only the
         outputs it emits from here on get token times: before `trace`, the caller takes the
         earlier ones off its `emitted` and `output_tokens` (tick.py does)."""
         if request.status is not Status.PENDING or request.samples or not 0 <= request.emitted < request.output_tokens:
@@ -182,7 +180,7 @@ class Engine:
 
     def forget_history(self) -> None:
         """Drop finished, rejected and aborted requests and the step log, keeping the requests in
-        flight: a long-running server's books stay bounded (its trace restarts here)."""
+        flight: a long-running server's bookkeeping stays bounded (its trace restarts here)."""
         self.requests = [r for r in self.requests if not r.finished]
         self._ids = {r.id for r in self.requests}
         self.steps = StepLog()
@@ -449,21 +447,21 @@ class Engine:
         steps, held = self._fast_forward_steps()
         return self._price_decode_run(now, steps, held) if steps else None
 
-    def cut_decode_run(self, stretch: DecodeRun, now: float) -> StepOutput | None:
-        """Cut a stretch at `now`: the steps that ended by then are applied; the one under way
+    def cut_decode_run(self, run: DecodeRun, now: float) -> StepOutput | None:
+        """Cut a decode run at `now`: the steps that ended by then are applied; the one under way
         at `now`, if any, becomes a begun step to commit at its end (as if stepped)."""
-        done = int(np.searchsorted(stretch.ends, now, side="right"))
+        done = int(np.searchsorted(run.ends, now, side="right"))
         if done:
-            self.apply_decode_run(stretch, done)
-        if done == len(stretch.ends):
+            self.apply_decode_run(run, done)
+        if done == len(run.ends):
             return None
         running = self.scheduler.running
         if self.memory.may_refuse_growth:
-            self.memory.grow_run(running, 1)   # within the stretch's growth room
+            self.memory.grow_run(running, 1)   # within the run's growth room
         plan = StepPlan(decodes=list(running))
-        start = stretch.start if done == 0 else float(stretch.ends[done - 1])
-        self._log_step(plan, start, float(stretch.durations[done]))
-        return StepOutput(start, float(stretch.ends[done]), plan, [])
+        start = run.start if done == 0 else float(run.ends[done - 1])
+        self._log_step(plan, start, float(run.durations[done]))
+        return StepOutput(start, float(run.ends[done]), plan, [])
 
     def _price_decode_run(self, t: float, steps: int, held: np.ndarray) -> DecodeRun:
         durations = self.executor.decode_run(list(map(computed_of, self.scheduler.running)), steps)
@@ -477,18 +475,18 @@ class Engine:
         order may put the newcomer ahead of a head that does not fit (every order but fcfs).
         """
         sched = self.scheduler
-        stretch = self._price_decode_run(t, steps, held)
+        run = self._price_decode_run(t, steps, held)
         newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
         if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
             # the arrival joins at the first step boundary at or after it
-            steps = min(steps, 1 + int(np.searchsorted(stretch.ends[:steps - 1], upcoming, side="left")))
-        return self.apply_decode_run(stretch, steps)
+            steps = min(steps, 1 + int(np.searchsorted(run.ends[:steps - 1], upcoming, side="left")))
+        return self.apply_decode_run(run, steps)
 
-    def apply_decode_run(self, stretch: DecodeRun, steps: int | None = None) -> float:
-        """Apply the first `steps` steps of a stretch (all by default); the end of the last."""
+    def apply_decode_run(self, run: DecodeRun, steps: int | None = None) -> float:
+        """Apply the first `steps` steps of a decode run (all by default); the end of the last."""
         sched, memory = self.scheduler, self.memory
-        steps = len(stretch.ends) if steps is None else steps
-        durations, ends = stretch.durations[:steps], stretch.ends[:steps]
+        steps = len(run.ends) if steps is None else steps
+        durations, ends = run.durations[:steps], run.ends[:steps]
         running = sched.running
         batch = len(running)
         stored0 = -memory.shared_tokens()   # KV stored before the first step, summed below
@@ -508,8 +506,7 @@ class Engine:
             if emitted == r.output_tokens:
                 self.finish(r)
                 finished = True
-        self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0,
-                           stored)
+        self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         self.work["decode"] += steps * batch
         if finished:
             sched.running = [r for r in running if r.status is Status.RUNNING]

@@ -13,7 +13,7 @@ from batchlab.scheduler.plan import StepPlan
 @dataclass(slots=True)
 class DecodeRun:
     """Decode steps of the whole running set, priced from `start`, not yet applied (a fast path's
-    run may lose requests at its last step; a stretch's are identical to its end)."""
+    run may lose requests at its last step; a decode run's are identical to its end)."""
 
     start: float
     durations: np.ndarray   # [steps] each step's duration

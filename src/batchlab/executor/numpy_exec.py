@@ -16,7 +16,7 @@ the same logits and starts on the prompt's KV; blocks the manager copies on writ
 are copied before the forward writes anything.
 
 A step's duration is chosen by `clock`: "wall" (seconds measured around the forward), "unit"
-(one per step: iterations, as seed L02 §4.1 counts them) or a `GPUSpec` (the FLOPs and bytes
+(one per step: iterations, as the seed's timelines count them) or a `GPUSpec` (the FLOPs and bytes
 the forward counted, priced by the paper GPU's `step_time`).
 """
 

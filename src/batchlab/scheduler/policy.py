@@ -1,6 +1,6 @@
 """The scheduler: plans each step once, from the start-of-step state.
 
-The rule is the tick contract's (seed L11 §3) generalised, and it is vLLM v1's single
+The rule is the tick contract's generalised, and it is vLLM v1's single
 token-budget loop: admit from the queue in order while seats and memory allow (static batching
 admits only into an empty running set; admission stops at the first request that does not fit,
 never skipping the head: Orca's Select, unless admission is `skip-blocked`); then every decoding

@@ -15,7 +15,7 @@ A request stops at its `max_tokens` (the engine's output count, "length") or, un
 `ignore_eos`, at the EOS token, one of its `stop_token_ids` or the end of one of its `stop`
 strings ("stop": `Engine.stop`), once it has `min_tokens` outputs (vLLM's `check_stop`). Stop
 strings are matched on the output's bytes, which are its tokens. A client that goes away is
-aborted (`Engine.abort`: its KV blocks are freed) and the memory manager's books are checked.
+aborted (`Engine.abort`: its KV blocks are freed) and the memory manager's bookkeeping is checked.
 A request cut short by the server (`cut`: the drain timeout) keeps the tokens it got.
 """
 
@@ -42,7 +42,7 @@ from batchlab.workload.content import Content
 
 log = logging.getLogger("batchlab.serve")
 
-# The engine's books hold at most about this many past requests (see `_maybe_reset`): a
+# The engine's history holds at most about this many past requests (see `_maybe_reset`): a
 # long-running server's memory stays flat.
 RESET_EVERY = 1000
 _STOP = ("stop", None)
@@ -305,7 +305,7 @@ class EngineLoop:
         m.kv_usage.set(held / memory.capacity_tokens if memory.capacity_tokens else 0.0)
 
     def _maybe_reset(self) -> None:
-        """Bound the engine's books. Without a trace to save, past requests are forgotten every
+        """Bound the engine's history. Without a trace to save, past requests are forgotten every
         `reset_every`; with one, the trace is cut into pieces at idle moments only."""
         engine = self.engine
         if len(engine.requests) - engine.unfinished < self.reset_every:
@@ -327,7 +327,7 @@ class EngineLoop:
             self.executor.forget(job.id)
             self.metrics.request_done(job.request, "error")
         if jobs and broken:
-            self.engine.reset()   # after a failed step its books cannot be trusted
+            self.engine.reset()   # after a failed step its bookkeeping cannot be trusted
         self._post([(job, message) for job in jobs])
 
     def all_traces(self) -> list[Trace]:

@@ -36,6 +36,7 @@ from batchlab.memory.base import IntegrityError
 from batchlab.request import Request, Status, StopRule
 from batchlab.serve.metrics import ServerMetrics
 from batchlab.serve.protocol import ApiError, Generation
+from batchlab.serve.served_log import ServedLog
 from batchlab.serve.tokenizer import BYTES
 from batchlab.trace import Trace
 from batchlab.workload.content import Content
@@ -81,6 +82,7 @@ class EngineLoop:
         self.n_running = 0
         self.failure: str | None = None
         self.traces: list[Trace] = []
+        self.log = ServedLog()   # the steps and finished requests, read over HTTP
         self.jobs: dict[str, Job] = {}
         self.outbox: collections.deque = collections.deque()   # lists of (asyncio queue, item)
         self._index = 0
@@ -244,6 +246,7 @@ class EngineLoop:
         samplers = getattr(executor, "samplers", None)
         reused = getattr(self.engine.memory, "reused_tokens", None)
         tokens, stopped = step.tokens, {r.id for r in step.stopped}
+        retired = []
         for r in step.emitted:
             job = self.jobs[r.id]
             gen = job.generation
@@ -269,6 +272,8 @@ class EngineLoop:
                 del self.jobs[r.id]
                 self.executor.forget(r.id)
                 self.metrics.request_done(r, finish)
+                retired.append((r, finish))
+        self.log.record(step, retired)   # before the tokens go: a client that has its last token finds it
         self._post(events)
 
     @staticmethod

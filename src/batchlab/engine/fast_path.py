@@ -295,7 +295,7 @@ class FastPath:
         self.finish_due()
         for r in single:
             self.computed -= r.computed
-            self.engine.finish(r)
+            self.engine.scheduler.finish(r)
         if single:
             self.held = self.held_tokens()
 
@@ -500,7 +500,7 @@ class FastPath:
             if sliced:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
-            self.engine.finish(r)
+            self.engine.scheduler.finish(r)
         self.held = self.held_tokens()
 
     def write_back(self, entry: list, token_times: bool = True) -> Request:

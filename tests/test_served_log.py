@@ -127,3 +127,28 @@ def test_the_routes_are_in_the_openapi_schema(served):
         get = paths[f"/debug/batchlab/{which}"]["get"]
         assert {p["name"] for p in get["parameters"]} == {"since", "limit"}
         assert {"200", "400"} <= set(get["responses"])
+
+
+def test_a_reader_follows_the_pages_and_is_told_when_it_fell_behind_the_ring(monkeypatch):
+    """`calibrate.served` pages from its mark to the end; once the ring has dropped records after it, the
+    run's records are refused with the reason, never half given."""
+    from batchlab.calibrate import served
+
+    rings = {"steps": Ring(3), "requests": Ring(3)}
+
+    def get(url, which, since, limit):   # the route's answer, from the rings
+        first, total, items = rings[which].page(since, limit)
+        start = min(max(since, first), total)
+        return {"first": first, "total": total, "next": start + len(items), which: items}
+
+    monkeypatch.setattr(served, "_get", get)
+    monkeypatch.setattr(served, "PAGE_MAX", 2)   # three steps take two pages
+    at = served.mark("url")
+    assert at == (0, 0)
+    for k in range(3):
+        rings["steps"].append({"start": float(k), "duration": 0.5, "batch": 1})
+    rows, (start, duration, batch) = served.since("url", at)
+    assert rows == [] and start.tolist() == [0.0, 1.0, 2.0] and batch.tolist() == [1, 1, 1]
+    rings["steps"].append({"start": 3.0, "duration": 0.5, "batch": 1})   # step 0 is dropped
+    with pytest.raises(served.NotLogged, match="no longer holds the run's first records"):
+        served.since("url", at)

@@ -2,11 +2,11 @@
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/heldout_profiles.py
 
-Each file of batchlab/data/profiles/heldout (rows of Vidur's mlp.csv for Llama-2-70B, Qwen-72B,
-InternLM-20B and phi-2 on the A100, H100 and A40; the README there names their source) is priced
-by its GPU's preset as it is, nothing fitted, and one layer's operators are summed per row: the
-mean and worst |error| of a layer per model and GPU, then per GPU over its models. The aim is
-10% mean and 20% worst per model and GPU.
+Each file of batchlab/data/profiles/heldout (rows of Vidur's mlp.csv for Llama-2-70B,
+Llama-3-70B, Qwen-72B, InternLM-20B and phi-2 on the A100, H100 and A40; the README there names
+their source) is priced by its GPU's preset as it is, nothing fitted, and one layer's operators
+are summed per row: the mean and worst |error| of a layer per model and GPU, then per GPU over
+its models. The aim is 10% mean and 20% worst per model and GPU.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from batchlab.hardware.specs import PLAIN_MLP_MATRICES
 # today. A change that moves one must update docs/fidelity.md with it.
 ACHIEVED = {
     ("A100-80GB", "llama-2-70b"): (24, 2.1, 6.4),
+    ("A100-80GB", "llama-3-70b"): (8, 1.0, 1.6),
     ("A100-80GB", "qwen-72b"): (16, 1.0, 2.5),
     ("A100-80GB", "internlm-20b"): (16, 2.4, 6.6),
     ("A100-80GB", "phi-2"): (17, 8.3, 25.1),
@@ -103,7 +104,8 @@ def test_no_fit_command_prices_with_the_spec_as_it_is(monkeypatch, capsys):
     assert "nothing fitted" in text and "as given" in text
 
 
-@pytest.mark.parametrize("extra", [["--hold-out", "tp=1"], ["--out", "x.toml"], ["--mini"]])
+@pytest.mark.parametrize("extra", [["--hold-out", "tp=1"], ["--out", "x.toml"], ["--mini"],
+                                   ["--name", "mine"]])
 def test_no_fit_refuses_what_only_a_fit_uses(monkeypatch, capsys, extra):
     monkeypatch.setattr(cli, "COMMANDS", ("calibrate",))
     path = heldout_files()[0]

@@ -1,11 +1,12 @@
 """The presets checked on operator profiles they were not fitted on.
 
 batchlab/data/profiles/heldout holds rows of Vidur's mlp.csv for models other than the
-Llama-2-7B the A100-80GB and H100-SXM presets were fitted on (Llama-2-70B, Qwen-72B,
-InternLM-20B, phi-2), on those two GPUs and on an A40, whose preset is transferred from the
-A100's fit and was never fitted at all (the folder's README names every row's source). Each
-row is one layer's operators at one token count and TP degree; `layer_errors` prices every
-operator with the GPU's preset as it is (`fit.check`: nothing fitted) and sums the layer.
+Llama-2-7B the A100-80GB and H100-SXM presets were fitted on (Llama-2-70B, Llama-3-70B,
+Qwen-72B, InternLM-20B, phi-2), on those two GPUs and on an A40, whose preset is transferred
+from the A100's fit and was never fitted at all (the folder's README names every row's
+source). Each row is one layer's operators at one token count and TP degree; `layer_errors`
+prices every operator with the GPU's preset as it is (`fit.check`: nothing fitted) and sums
+the layer.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ def compute(args) -> tuple[dict, object, object]:
 
     hold_out = parse_hold_out(args.hold_out)
     if args.no_fit:
-        for flag, given in (("--mini", args.mini), ("--hold-out", args.hold_out), ("--out", args.out)):
+        for flag, given in (("--mini", args.mini), ("--hold-out", args.hold_out), ("--out", args.out),
+                            ("--name", args.name)):
             if given:
                 raise InputError(f"field '--no-fit': fits nothing, so {flag} does not apply")
     points, base, mini_model = _points(args)

@@ -18,7 +18,7 @@ GATHER_TOKENS = 1 << 16
 
 @dataclass(slots=True)
 class RoundRecord:
-    """One round of the tick contract's table (seed L11 §7): what was decided and what it did."""
+    """One round of the tick contract's table (seed L11): what was decided and what it did."""
 
     t: float
     admitted: list[str]

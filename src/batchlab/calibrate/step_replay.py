@@ -142,6 +142,24 @@ def match_block(rows: list[dict], prompt, output, after: int = 0) -> tuple[list[
     return None, after
 
 
+def split_logged(log, workload, system, capacity: int, max_context: int,
+                 cost_replay) -> tuple[dict | None, str | None]:
+    """One run's error split (`split_run`) from the server's own records of it, read over HTTP
+    after the run (`log`: a `served.RunLog` marked before it): (the split, None), or (None, why
+    there is none)."""
+    from batchlab.calibrate.served import NotLogged
+
+    try:
+        rows, steps = log.records()
+    except NotLogged as exc:
+        return None, str(exc)
+    block, _ = match_block(rows, workload.prompt, workload.output)
+    if block is None:
+        return None, ("the run's requests are not among those the server finished during it "
+                      "(other traffic on the server?)")
+    return split_run(block, steps, system, capacity, max_context, cost_replay), None
+
+
 def split_run(block: list[dict] | None, steps, system, capacity: int, max_context: int,
               cost_replay) -> dict | None:
     """One run's error in two parts: scheduling (the replay on the server's own steps against

@@ -7,6 +7,7 @@ import json
 
 from batchlab.commands import flagtypes
 from batchlab.commands.options import EXPERT_PARALLEL_HELP, MS_PER_S, add_hardware, hardware
+from batchlab.io_checks import MAX_REQUESTS
 
 # An hour: no batching question asks about longer steps, and the search for the largest batch
 # under a bound doubles the batch, so a bound like 1e308 ms would run past any float.
@@ -20,7 +21,7 @@ def register(subparsers) -> None:
                     "tokens, on a roofline model of a GPU. M and G are preset names or "
                     ".toml/.json spec files (see docs/hardware.md).")
     add_hardware(parser)
-    parser.add_argument("--batch", type=flagtypes.integer(ge=1, le=flagtypes.MAX_REQUESTS),
+    parser.add_argument("--batch", type=flagtypes.integer(ge=1, le=MAX_REQUESTS),
                         default=1, metavar="B",
                         help="sequences in the step (default: %(default)s)")
     parser.add_argument("--context", type=flagtypes.tokens_or_zero, default=0, metavar="C",

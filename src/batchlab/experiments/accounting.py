@@ -1,4 +1,4 @@
-"""Seed L02 §5.4's accounting of an overload run: how far from the ideal, and where prefill goes.
+"""The seed's accounting of an overload run: how far from the ideal, and where prefill goes.
 
 Two figures the seed uses to explain why the best system still falls short of the ideal:
 

@@ -5,7 +5,7 @@ A spec string is a preset name optionally followed by `:field=value` overrides, 
 `max_num_seqs` is `max_bs` (`chunked:max_num_seqs=128`) and `max_num_batched_tokens` is
 `token_budget` (`chunked:max_num_batched_tokens=1024`); dashes work too (`max-num-seqs`). The presets are the systems of seed L02:
 static batching with B = 128, Orca with reservations by max / pow2 / oracle, sequential
-(batch size one), and the later systems its §6 and §7 point to: paged memory with preemption
+(batch size one), and the later systems it points to: paged memory with preemption
 (vLLM), and chunked prefill on paged memory (Sarathi-Serve, vLLM v1).
 """
 
@@ -21,7 +21,7 @@ from batchlab.scheduler import QueueOrder, SchedulerConfig
 from batchlab.scheduler.order import AGING_ORDERS, PREDICTING_ORDERS, canonical_order
 
 MEMORY_KINDS = ("unlimited", "reservation-max", "reservation-pow2", "reservation-oracle", "paged")
-DEFAULT_MAX_BS = 256   # seed L02 and exercise 5 run Orca with max_bs = 256
+DEFAULT_MAX_BS = 256   # the seed and its queue-order exercise run Orca with max_bs = 256
 STATIC_BATCH = 128     # seed L02: static batching with B = 128
 
 
@@ -118,7 +118,7 @@ class System:
         """This system's memory manager over `capacity` tokens of KV (a real model's own cache)."""
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        if self.memory == "paged":   # its books grow with the blocks: refuse what cannot fit
+        if self.memory == "paged":   # its bookkeeping grows with the blocks: refuse what cannot fit
             from batchlab.limits import kv_blocks
             kv_blocks(capacity, self.block_size, "--gpu")
         if self.memory.startswith("reservation-"):

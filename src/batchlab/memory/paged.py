@@ -217,7 +217,7 @@ class PagedMemory(MemoryManager):
             counts[x] += 1
         below = np.array([0, *accumulate(counts)], dtype=np.int64)         # [bs+1] #{room < m}
         quot, rem = self._k_split
-        if len(quot) < steps:   # k // bs and k % bs for k = 1, 2, ...: kept, stretches repeat lengths
+        if len(quot) < steps:   # k // bs and k % bs for k = 1, 2, ...: kept, runs repeat lengths
             k = np.arange(1, max(steps, 2 * len(quot)) + 1, dtype=np.int64)
             quot, rem = self._k_split = (k // bs, k % bs)
         return len(room) * quot[:steps] + below[rem[:steps]]
@@ -261,7 +261,7 @@ class PagedMemory(MemoryManager):
             table += taken[at:at + need]
             at += need
 
-    # -- the books ------------------------------------------------------------------------
+    # -- integrity ------------------------------------------------------------------------
 
     def check_integrity(self) -> None:
         super().check_integrity()

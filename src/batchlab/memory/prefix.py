@@ -49,7 +49,7 @@ HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hi
 
 class PrefixCacheMemory(PagedMemory):
     # Growth keys blocks and copies shared ones on write, and a decode run ends at a keyable
-    # block: a stretch grows one request at a time and asks room and held tokens apart, as the
+    # block: a run grows one request at a time and asks room and held tokens apart, as the
     # base manager does, not through paged memory's batched shortcuts.
     grow_run = MemoryManager.grow_run
     decode_run_room = MemoryManager.decode_run_room
@@ -368,7 +368,7 @@ class PrefixCacheMemory(PagedMemory):
         self._shared -= 1
         return self.grow(request, n_tokens)
 
-    # -- the cache's own books -------------------------------------------------------------
+    # -- the cache's own accounting --------------------------------------------------------
 
     def _set_next_key(self, table: CachedBlockTable, registered: int, n_keys: int) -> None:
         if registered < n_keys:

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from batchlab.request import Request
-from batchlab.serve import info, protocol
+from batchlab.serve import info, protocol, served_log
 from batchlab.serve.responses import error_response
 from batchlab.serve.responses import read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
@@ -106,6 +106,7 @@ def create_app(state: ServeState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *info.routes(),
+        *served_log.routes(),   # batchlab's own: the engine's steps and finished requests
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.serve = state
     return app

@@ -122,7 +122,7 @@ class TwinExecutor:
         return self._emit(child.id)
 
     def release(self, request: Request) -> None:
-        pass   # no KV of its own: the memory manager keeps the books
+        pass   # no KV of its own: the memory manager keeps the bookkeeping
 
 
 def parse_twin(body: dict, limits, chat: bool, parse):

@@ -16,7 +16,7 @@ they wait for the next step, as the simulator has them. Only when the loop falls
 steps are counted (`batchlab:twin_late_steps`).
 
 Everything else is the real server's engine loop (`EngineLoop`): adding and aborting requests,
-handing tokens off, stops, metrics, KV books.
+handing tokens off, stops, metrics, KV bookkeeping.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ class TwinConfig:
     model: str = "Llama-3.1-8B"
     gpu: str = "H100-SXM"
     tp: int = 1
+    expert_parallel: bool = False          # an MoE's experts spread over the tp GPUs (ep = tp)
     system: str = DEFAULT_TWIN_SYSTEM
     served_model_name: str | None = None   # default: the model's name
     max_model_len: int | None = None       # default: the model's max_context
@@ -86,8 +87,8 @@ def hardware(cfg: TwinConfig):
         gpu = resolve_gpu(cfg.gpu)
     with named("model", "--model"):
         model = resolve_model(cfg.model)
-    layout = Layout(tp=cfg.tp)
-    with named("tp", "--tp"):
+    with named("tp", "--tp"), named("ep", "--enable-expert-parallel"):
+        layout = Layout(tp=cfg.tp, ep=cfg.tp if cfg.expert_parallel else 1)
         check_layout(model, layout)
     return model, gpu, layout
 

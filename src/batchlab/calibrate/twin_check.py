@@ -59,11 +59,48 @@ def twin_info(url: str) -> dict | None:
     return None
 
 
+# validate's flags that describe the server, as twin_info names what the twin says of itself
+SERVER_FLAGS = {"model": "--model", "system": "--system", "kv_cache_tokens": "--kv-cache-tokens"}
+
+
+def check_twin_flags(given: dict, info: dict, url: str) -> None:
+    """Each server flag given (`given`: SERVER_FLAGS' keys, None where not given) must say
+    what the twin says it serves, or an InputError names the flag and both values: the replay
+    runs on the twin's own settings, so a flag that disagrees would be ignored unseen."""
+    for key, flag in SERVER_FLAGS.items():
+        value = given.get(key)
+        if value is not None and not _agrees(key, value, info):
+            raise InputError(f"field '{flag}': {value!r} disagrees with the twin at {url}, which "
+                             f"serves {info[key]!r} (leave {flag} out to use the twin's own)")
+
+
+def _agrees(key: str, value, info: dict) -> bool:
+    """Whether `value` names what the twin serves: the same model (by its preset's name), the
+    same system fields, the same KV capacity once rounded to the twin's blocks."""
+    from dataclasses import replace
+
+    from batchlab.experiments.systems import parse_system
+    from batchlab.hardware import resolve_model
+
+    try:
+        if key == "model":
+            return resolve_model(value).name == info["model"]
+        if key == "system":
+            return replace(parse_system(value, "--system"), name="") == \
+                replace(parse_system(info["system"], "--system"), name="")
+        served = parse_system(info["system"], "--system")
+        blocks = served.block_size if served.memory == "paged" else 1
+        return value // blocks * blocks == info["kv_cache_tokens"]
+    except InputError:   # what cannot be read as a model or system is not the twin's
+        return False
+
+
 def replay_on_twin(workload, info: dict, seed: int = 0):
     """The simulator's run of `workload` on the twin's engine: (RunMetrics, Trace)."""
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import Layout
     from batchlab.metrics import compute_metrics
     from batchlab.experiments.run import build_requests
@@ -71,7 +108,7 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
 
     model, gpu = resolve_model(info["model"]), resolve_gpu(info["gpu"])
     system = parse_system(info["system"], "--system")
-    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"])
+    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"], kv_groups(model))
     engine = Engine(system.scheduler_config(), make_executor(model, gpu, Layout(tp=info["tp"])),
                     memory, max_context=info["max_model_len"])
     trace = engine.run(build_requests(workload, system, seed))
@@ -82,11 +119,15 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
     """Bench the twin at each rate (default: LOAD_FACTORS x its measured saturation), replay
     each run in the simulator, compare; one dict shaped as `validate`'s."""
     from batchlab.calibrate.live import STEP_METRICS, TTFT_METRIC, server_histograms, step_summary
+    from batchlab.calibrate.served import RunLog
+    from batchlab.calibrate.step_replay import split_logged
     from batchlab.calibrate.validate import (LOAD_FACTORS, LOAD_NAMES, PERCENTILES, THROUGHPUTS, compare,
                                              front_end_over, measured_samples, replay_workload,
                                              run_bench, simulated_samples, simulated_steps)
+    from batchlab.experiments.systems import parse_system
     from batchlab.metrics.vllm import vllm_result
 
+    system = parse_system(info["system"], "--system")
     rates, names, saturation = cfg.rates, None, None
     if rates is None:
         result = run_bench(url, cfg, math.inf, directory, "bench-saturation.json")
@@ -103,10 +144,13 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
     for repeat in range(1, repeats + 1):
         for i, rate in enumerate(rates):
             before = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
+            log = RunLog(url)   # the twin's own steps and requests over the run: the split
             result = run_bench(url, cfg, rate, directory, f"bench-{repeat}-{i}.json")
             after = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
             workload = replay_workload(result)
             metrics, trace = replay_on_twin(workload, info, cfg.seed)
+            split, missing = split_logged(log, workload, system, info["kv_cache_tokens"], info["max_model_len"],
+                                          lambda w: replay_on_twin(w, info, cfg.seed)[1])
             predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)
             measured = {k: result.get(k) for k in result if k.endswith("_ms") or k in THROUGHPUTS}
             runs.append({"repeat": repeat, "load": names[i], "rate": rate, "requests": len(workload),
@@ -116,7 +160,7 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
                                    "predicted": simulated_steps(trace)},
                          "front_end_ms": {"measured": front_end_over(before, after, result),
                                           "predicted": None},
-                         "max_streams": max_streams(result),
+                         "max_streams": max_streams(result), "split": split, "split_missing": missing,
                          "twin_ttft_ms": {"measured": served_mean(before, after, TTFT_METRIC),
                                           "predicted": predicted.get("mean_ttft_ms")},
                          "samples": {"measured": {k: v.tolist() for k, v in measured_samples(result).items()},

@@ -36,6 +36,7 @@ from batchlab.memory.base import IntegrityError
 from batchlab.request import Request, Status, StopRule
 from batchlab.serve.metrics import ServerMetrics
 from batchlab.serve.protocol import ApiError, Generation
+from batchlab.serve.served_log import ServedLog
 from batchlab.serve.tokenizer import BYTES
 from batchlab.trace import Trace
 from batchlab.workload.content import Content
@@ -81,6 +82,7 @@ class EngineLoop:
         self.n_running = 0
         self.failure: str | None = None
         self.traces: list[Trace] = []
+        self.log = ServedLog()   # the steps and finished requests, read over HTTP
         self.jobs: dict[str, Job] = {}
         self.outbox: collections.deque = collections.deque()   # lists of (asyncio queue, item)
         self._index = 0
@@ -237,13 +239,13 @@ class EngineLoop:
             log.exception("KV memory integrity check failed")
 
     def _hand_off(self, step: StepOutput) -> None:
-        """Each emitted token to its request's queue: the step's tokens, with those the
-        engine's update ended at EOS or a stop token (`StopRule`); stop at a stop string;
-        retire finished requests."""
-        executor, eos, events = self.executor, self.eos, []
-        samplers = getattr(executor, "samplers", None)
+        """Each emitted token to its request's queue, all read from the step: its tokens, their
+        logprobs and the requests the scheduler's update ended at EOS or a stop token
+        (`StopRule`); stop at a stop string; retire finished requests."""
+        eos, events = self.eos, []
         reused = getattr(self.engine.memory, "reused_tokens", None)
-        tokens, stopped = step.tokens, {r.id for r in step.stopped}
+        tokens, stopped, logprobs = step.tokens, {r.id for r in step.stopped}, step.logprobs or {}
+        retired = []
         for r in step.emitted:
             job = self.jobs[r.id]
             gen = job.generation
@@ -263,12 +265,13 @@ class EngineLoop:
                 job.cached_tokens = reused(r) if reused is not None else 0
                 if not job.sample:   # a sample's prompt is its request's
                     self.metrics.prompt_tokens.inc(r.prompt_tokens)
-            logprobs = samplers[r.id].last if samplers and r.id in samplers else None
-            events.append((job, (token, finish, logprobs)))
+            events.append((job, (token, finish, logprobs.get(r.id))))
             if finish is not None:
                 del self.jobs[r.id]
                 self.executor.forget(r.id)
                 self.metrics.request_done(r, finish)
+                retired.append((r, finish))
+        self.log.record(step, retired)   # before the tokens go: a client that has its last token finds it
         self._post(events)
 
     @staticmethod

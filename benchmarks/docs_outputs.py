@@ -18,6 +18,9 @@ around the block says under which conditions its figures were measured):
     <!-- docs-output: slow -->     run here, but not by tests/test_docs_outputs.py (CI)
     <!-- docs-output: timing -->   figures measured on the wall clock: never compared, never
                                     rewritten (unless --timing), only listed
+    <!-- docs-output: server -->   needs a server running, as the prose says: only listed
+
+Marks combine: `<!-- docs-output: slow timing -->`.
 
 Without --update the script prints each stale block's difference and exits 1; --update
 rewrites the stale blocks in place, for a person to read the diff and fix the prose that quotes
@@ -41,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FENCE = "```"
 MARK = re.compile(r"^<!-- docs-output: ([a-z ]+) -->$")
-MARKS = ("slow", "timing")
+MARKS = ("slow", "timing", "server")
 PROMPT = "$ "
 
 
@@ -196,7 +199,8 @@ def main() -> int:
     for doc in docs(args.docs):
         # Last block first: a rewrite changes line numbers below it, never above.
         for block in reversed(blocks(doc)):
-            if ("slow" in block.marks and args.quick) or ("timing" in block.marks and not args.timing):
+            if ("slow" in block.marks and args.quick) or ("timing" in block.marks and not args.timing) \
+                    or "server" in block.marks:
                 print(f"{block.name}: not run ({', '.join(sorted(block.marks))})")
                 continue
             began = time.perf_counter()

@@ -64,6 +64,7 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import Layout
     from batchlab.metrics import compute_metrics
     from batchlab.experiments.run import build_requests
@@ -71,7 +72,7 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
 
     model, gpu = resolve_model(info["model"]), resolve_gpu(info["gpu"])
     system = parse_system(info["system"], "--system")
-    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"])
+    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"], kv_groups(model))
     engine = Engine(system.scheduler_config(), make_executor(model, gpu, Layout(tp=info["tp"])),
                     memory, max_context=info["max_model_len"])
     trace = engine.run(build_requests(workload, system, seed))

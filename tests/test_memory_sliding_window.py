@@ -251,3 +251,32 @@ def test_a_new_manager_takes_the_general_loop():
             engine = Engine(s.scheduler_config(), make_executor(model, gpu, cost="roofline"),
                             s.memory_manager(model, gpu), max_context=model.max_context)
             assert fast_path.applies(engine) is fast
+
+
+def test_the_twin_holds_the_window_and_publishes_a_capacity_that_replays():
+    from batchlab.serve.twin_server import TwinConfig, build_twin
+
+    state, _ = build_twin(TwinConfig(model="openai/gpt-oss-120b", system="paged"))
+    memory = state.loop.engine.memory
+    model, gpu = resolve_model("openai/gpt-oss-120b"), resolve_gpu("H100-SXM")
+    assert type(memory) is HybridPagedMemory
+    assert memory.capacity_tokens == kv_capacity_tokens_on(model, gpu, SINGLE_GPU)
+    # the replay of a twin builds its memory from the published capacity: the same pool
+    again = parse_system("paged").memory_for_capacity(memory.capacity_tokens, model.max_context,
+                                                      kv_groups(model))
+    assert again.total_blocks == memory.total_blocks
+
+
+def test_pipeline_stages_split_the_groups():
+    from batchlab.hardware.parallel import Layout
+
+    model, gpu = resolve_model("openai/gpt-oss-120b"), resolve_gpu("H100-SXM")
+    layout = Layout(pp=2)
+    memory = parse_system("paged").memory_manager(model, gpu, layout)
+    capacity = kv_capacity_tokens_on(model, gpu, layout)   # tokens of the 18 layers of a stage
+    assert memory.total_blocks == capacity * 18 // (16 * 9)
+    requests = [Request(f"r{k}", k * 0.01, 3000, 300, index=k) for k in range(40)]
+    cfg = parse_system("paged").scheduler_config()
+    Engine(cfg, UnitExecutor(), memory, check_memory=True).run(requests)
+    assert all(r.status is Status.FINISHED for r in requests)
+    assert memory.free_blocks() == memory.total_blocks

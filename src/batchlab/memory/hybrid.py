@@ -309,7 +309,7 @@ class HybridPagedMemory(MemoryManager):
     def free_blocks(self) -> int:
         return len(self.pool.free)
 
-    # -- the books ------------------------------------------------------------------------
+    # -- integrity ------------------------------------------------------------------------
 
     def check_integrity(self) -> None:
         super().check_integrity()

@@ -17,7 +17,7 @@ from batchlab.memory import PagedMemory, ReservationMemory
 from batchlab.memory.hybrid import HybridPagedMemory
 from batchlab.memory.reservation import WindowedReservationMemory
 from batchlab.request import Request, Status
-from batchlab.scheduler import SchedulerConfig
+from batchlab.scheduler import QueueOrder, SchedulerConfig
 
 # gpt-oss in small: half the layers attend within a 32-token window, half to everything
 ALTERNATING = ModelSpec("alternating", n_layers=4, hidden=64, n_heads=4, n_kv_heads=4, ffn=128,
@@ -111,15 +111,18 @@ workloads = st.lists(st.tuples(st.floats(0, 3), st.integers(1, 120), st.integers
 
 @settings(max_examples=60, deadline=None)
 @given(workloads, st.integers(12, 40), st.sampled_from([4, 8, 16]), st.sampled_from(["recompute", "swap"]),
-       st.sampled_from(["mixed", "chunked"]), st.sampled_from([ALTERNATING, ALL_WINDOWED]))
-def test_books_balance_and_fast_forward_is_exact(rows, blocks, block_size, preempt, prefill, model):
+       st.sampled_from(["mixed", "chunked"]), st.sampled_from([ALTERNATING, ALL_WINDOWED]),
+       st.sampled_from([0.0, 0.1]), st.sampled_from(["fcfs", "sjf"]))
+def test_books_balance_and_fast_forward_is_exact(rows, blocks, block_size, preempt, prefill, model,
+                                                 watermark, order):
     groups = kv_groups(model)
     capacity = blocks * block_size
     budget = {"token_budget": 32, "chunk_size": 16} if prefill == "chunked" else {}
-    cfg = SchedulerConfig(max_active=8, prefill=prefill, preempt=preempt, **budget)
+    cfg = SchedulerConfig(max_active=8, prefill=prefill, preempt=preempt, order=QueueOrder(order), **budget)
     traces = []
     for fast in (False, True):
-        memory = HybridPagedMemory(capacity, groups, block_size=block_size, host_capacity_tokens=capacity)
+        memory = HybridPagedMemory(capacity, groups, block_size=block_size, watermark=watermark,
+                                   host_capacity_tokens=capacity)
         requests = make_requests(rows)
         traces.append(Engine(cfg, UnitExecutor(), memory, check_memory=True, fast_forward=fast).run(requests))
         assert memory.free_blocks() == memory.total_blocks and not memory.holders()

@@ -3,7 +3,12 @@
 (a) Fidelity: a twin of Llama-3.1-8B on an H100 (`batchlab serve --simulate`) measured by
     `batchlab validate --base-url` (which runs `batchlab bench` at three loads, 0.3, 0.9 and 1.5
     times the twin's measured saturation, and replays the very requests sent in the simulator);
-    aims: p50 TTFT and TPOT within 5%, p99 within 10%.
+    aims: p50 TTFT and TPOT within 5%, p99 within 10%. Then each load again with `batchlab
+    bench`, the front end (the client's mean TTFT minus the twin's own) split by the twin's
+    /metrics: the first token's write (from its step's end, where the twin's TTFT ends, to its
+    event's write to the connection; of it, the event loop's mean wake-up after a step's end) and
+    the rest (the request's way in, from its send to the twin's arrival stamp, and the client's
+    reading of the written event).
 (b) Idle streams: one twin process holds 1,000 concurrent streams (a replica slowed 20 times,
     so each stream waits most of its life); every one must end with all its tokens. The
     twin's CPU time and RSS are read from /proc.
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from batchlab.calibrate.live import TTFT_METRIC, bench, server_histograms
 from batchlab.serve.launch import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +43,8 @@ IDLE_SLOWDOWN = 20
 REPLICAS = 8
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
+WRITE_METRIC = "batchlab:first_token_write_delay_seconds"
+WAKE_METRIC = "batchlab:twin_handoff_lateness_seconds"
 
 
 def usage(pid: int) -> dict:
@@ -57,11 +65,39 @@ def fidelity(args) -> dict:
             raise SystemExit(f"validate failed: {done.stderr.strip()}")
         out = json.loads(done.stdout)
         lateness = _lateness(twin.url)
+        split = [front_end_split(twin.url, args, r["load"], r["rate"]) for r in out["runs"]]
     return {"command": " ".join(["batchlab", *cmd[3:-1]]), "saturation": out["saturation"],
-            "spread": out["spread"], "lateness": lateness,
+            "spread": out["spread"], "lateness": lateness, "split": split,
             "runs": [{"load": r["load"], "rate": r["rate"], "max_streams": r["max_streams"],
                       "front_end_ms": r["front_end_ms"]["measured"], "twin_ttft_ms": r["twin_ttft_ms"]}
                      for r in out["runs"]]}
+
+
+def front_end_split(url: str, args, load: str, rate: float) -> dict:
+    """`batchlab bench` at `rate` once more: the client's mean TTFT, the twin's own (its TTFT
+    histogram over the run) and, of the difference, the first token's write (its histogram)
+    and its wake-up part; the rest is the request's way in and the client's reading (ms)."""
+    import tempfile
+
+    flags = ["--dataset-name", "random", "--num-prompts", str(args.num_prompts), "--seed", "0",
+             "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+             "--random-range-ratio", "0.5", "--request-rate", repr(float(rate))]
+    names = (TTFT_METRIC, WRITE_METRIC, WAKE_METRIC)
+    before = server_histograms(url, names)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = bench(url, flags, Path(tmp), "split.json", f"at {rate:g} req/s")
+    after = server_histograms(url, names)
+
+    def mean_ms(name: str) -> float:
+        count = after[name][1] - before[name][1]
+        return 1e3 * (after[name][0] - before[name][0]) / count if count else float("nan")
+
+    ttfts = [t for t, e in zip(result["ttfts"], result["errors"]) if not e and t is not None]
+    client = 1e3 * sum(ttfts) / len(ttfts)
+    twin, write = mean_ms(TTFT_METRIC), mean_ms(WRITE_METRIC)
+    return {"load": load, "rate": rate, "command": "batchlab bench --base-url URL " + " ".join(flags),
+            "client_ttft_ms": client, "twin_ttft_ms": twin, "front_end_ms": client - twin,
+            "write_ms": write, "wake_ms": mean_ms(WAKE_METRIC), "rest_ms": client - twin - write}
 
 
 def _lateness(url: str) -> dict:
@@ -165,6 +201,12 @@ def main() -> int:
             print(f"    {run['load']:16s} {run['rate']:.1f} req/s, {run['max_streams']} streams at most, "
                   f"front end {'-' if fe is None else f'{fe:.1f} ms'}; the twin's own mean TTFT "
                   f"{own['measured']:.2f} ms, the replay's {own['predicted']:.2f} ms")
+        print(f"    the front end split, each load again: {f['split'][0]['command']} (rate per load)")
+        for row in f["split"]:
+            print(f"    {row['load']:16s} client TTFT {row['client_ttft_ms']:.2f} ms, the twin's "
+                  f"{row['twin_ttft_ms']:.2f} ms: front end {row['front_end_ms']:.2f} ms = first token's "
+                  f"write {row['write_ms']:.2f} (the loop's wake-up after a step's end {row['wake_ms']:.2f} "
+                  f"of it) + the way in and the client's reading {row['rest_ms']:.2f}")
         lat = f["lateness"]
         print(f"    hand-offs after their step's end: mean {lat['mean_ms']:.2f} ms over {lat['steps']} "
               f"steps, {lat['late_steps']} steps late past the chain")

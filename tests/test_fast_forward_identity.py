@@ -267,7 +267,7 @@ def test_fcfs_keeps_the_newcomer_behind_the_blocked_head():
     assert stepped.output_times(2)[0] == 21.0 and runs >= 1
 
 
-def test_preemption_by_recompute_and_by_swap_around_stretches():
+def test_preemption_by_recompute_and_by_swap_around_decode_runs():
     # two long requests cannot both grow to their end in 12 blocks of 4 tokens: one is preempted
     # mid-decode, and decode runs go before and after it on both executors.
     for executor in ("unit", "roofline"):
@@ -280,7 +280,7 @@ def test_preemption_by_recompute_and_by_swap_around_stretches():
                 assert (stepped.work["swapped_out"] > 0) == (preempt == "swap" and host > 0)
 
 
-def test_chunked_prefill_and_prefill_first_around_stretches():
+def test_chunked_prefill_and_prefill_first_around_decode_runs():
     rows = [(0, 30, 12), (0, 5, 12), (2.5, 17, 3), (2.5, 1, 1), (7, 9, 5)]
     for prefill in ({"prefill": "prefill_first"},
                     {"prefill": "chunked", "token_budget": 8, "chunk_size": 4},
@@ -303,7 +303,7 @@ def test_static_batches_and_rejections_at_arrival():
 
 # -- a prefix cache changes during a run --------------------------------------------------
 
-def test_a_waiting_request_whose_prefix_a_stretch_writes_is_admitted_as_when_stepping():
+def test_a_waiting_request_whose_prefix_a_decode_run_writes_is_admitted_as_when_stepping():
     # a writes a conversation's tokens 4..14 as it decodes; b's prompt repeats its first 8.
     # 5 blocks of 4 tokens: at t=2 b needs 5 blocks less 1 cached and 3 are free; by t=5 a has
     # filled 2 blocks, b finds both cached, needs 3, and is admitted (stepping) - not at a's end.

@@ -1,8 +1,8 @@
 """The fast path against the general loop: the same Trace and the same accounting, bit for bit.
 
 The simulator advances steps from running sums while every arrival starts at once with its whole
-prompt and every decode finds its block (batchlab/engine/fast_path.py), and hands back to the general
-loop at the first step where that fails. Every knob that decides where it must hand back is
+prompt and every decode finds its block (batchlab/engine/fast_path.py), and leaves to the general loop
+at the first step where that fails. Every knob that decides where it must leave is
 drawn here (seats, token budget and chunk, memory and its watermark, block size, outputs of one
 token, context rejections, a request with parallel samples), and each run is compared with the
 same requests stepped one plan at a time, with nothing fast-forwarded.
@@ -132,19 +132,19 @@ def cases(draw, tight: bool = False, kinds: tuple[str, ...] = ("paged", "paged",
 
 @settings(max_examples=400, **PROFILE)
 @given(cases())
-def test_aggregate_stepping_equals_the_general_loop(case):
+def test_fast_path_stepping_equals_the_general_loop(case):
     covered(case)
 
 
 @settings(max_examples=300, **PROFILE)
 @given(cases(tight=True, kinds=("paged",)))
-def test_aggregate_stepping_equals_the_general_loop_under_preemption(case):
+def test_fast_path_stepping_equals_the_general_loop_under_preemption(case):
     covered(case)
 
 
 @settings(max_examples=200, **PROFILE)
 @given(cases(tight=True, kinds=("reservation",)))
-def test_aggregate_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
+def test_fast_path_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
     covered(case)
 
 

@@ -139,7 +139,7 @@ def test_nothing_outside_memory_reads_a_managers_internals():
 
 def test_the_scan_sees_a_read_of_internals(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("def f(engine, lane):\n    n = len(engine.memory.free_list)\n    t = lane.memory.pool\n"
-                     "    return getattr(engine.memory, 'tables', {}), lane.kv\n")
+    probe.write_text("def f(engine, path):\n    n = len(engine.memory.free_list)\n    t = path.memory.pool\n"
+                     "    return getattr(engine.memory, 'tables', {}), path.kv\n")
     found = {(name, line) for name, line, _ in _names_read(probe)}
     assert {("free_list", 2), ("pool", 3), ("tables", 4), ("kv", 4)} <= found

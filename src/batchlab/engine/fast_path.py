@@ -6,8 +6,8 @@ newcomers (the queue's head onward, while seats and memory take them) prefill. A
 then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
 is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
 block. The fast path runs such steps with no work per running request in between; a request's
-counters and token times are written when it finishes, and everyone's when the fast path hands back
-to the general loop, at the first step where a prompt would be chunked, a decode would find no
+counters and token times are written when it finishes, and everyone's when the fast path leaves
+(to the general loop), at the first step where a prompt would be chunked, a decode would find no
 block (a preemption) or a request that is not fresh would be admitted.
 
 The result is the general loop's, bit for bit: the same plans in the same order, the same
@@ -295,7 +295,7 @@ class FastPath:
         self.finish_due()
         for r in single:
             self.computed -= r.computed
-            self.engine.finish(r)
+            self.engine.scheduler.finish(r)
         if single:
             self.held = self.held_tokens()
 
@@ -500,7 +500,7 @@ class FastPath:
             if sliced:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
-            self.engine.finish(r)
+            self.engine.scheduler.finish(r)
         self.held = self.held_tokens()
 
     def write_back(self, entry: list, token_times: bool = True) -> Request:

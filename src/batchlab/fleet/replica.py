@@ -83,7 +83,7 @@ class Replica:
 
     def _begin_fast(self, now: float, horizon: float) -> float | None:
         """A fast path run of pure decodes (up to the next finish), fast steps of decodes (up to
-        `horizon`) or a fast path step from `now`; None, with the fast path handed back, where the general
+        `horizon`) or a fast path step from `now`; None, with the fast path left, where the general
         loop must step."""
         if self.fast_path is None:
             if self.fast_ok is None:

@@ -239,13 +239,12 @@ class EngineLoop:
             log.exception("KV memory integrity check failed")
 
     def _hand_off(self, step: StepOutput) -> None:
-        """Each emitted token to its request's queue: the step's tokens, with those the
-        engine's update ended at EOS or a stop token (`StopRule`); stop at a stop string;
-        retire finished requests."""
-        executor, eos, events = self.executor, self.eos, []
-        samplers = getattr(executor, "samplers", None)
+        """Each emitted token to its request's queue, all read from the step: its tokens, their
+        logprobs and the requests the scheduler's update ended at EOS or a stop token
+        (`StopRule`); stop at a stop string; retire finished requests."""
+        eos, events = self.eos, []
         reused = getattr(self.engine.memory, "reused_tokens", None)
-        tokens, stopped = step.tokens, {r.id for r in step.stopped}
+        tokens, stopped, logprobs = step.tokens, {r.id for r in step.stopped}, step.logprobs or {}
         retired = []
         for r in step.emitted:
             job = self.jobs[r.id]
@@ -266,8 +265,7 @@ class EngineLoop:
                 job.cached_tokens = reused(r) if reused is not None else 0
                 if not job.sample:   # a sample's prompt is its request's
                     self.metrics.prompt_tokens.inc(r.prompt_tokens)
-            logprobs = samplers[r.id].last if samplers and r.id in samplers else None
-            events.append((job, (token, finish, logprobs)))
+            events.append((job, (token, finish, logprobs.get(r.id))))
             if finish is not None:
                 del self.jobs[r.id]
                 self.executor.forget(r.id)

@@ -377,11 +377,12 @@ class Engine:
         batch = len(running)
         # KV stored before the first step
         stored0 = sum(map(computed_of, running)) - memory.shared_tokens()
+        stored = memory.decode_run_stored(running, steps)   # None: one more token per request a step
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
         sched.update_from_decode_run(times, steps)
-        self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0)
+        self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         if self.check_memory:
             memory.check_integrity()
         return times[-1]

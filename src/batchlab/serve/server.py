@@ -78,6 +78,7 @@ def build_state(config: ServeConfig):
                     check_memory=config.check_memory, fast_forward=False)
     name = config.served_model_name or config.model
     metrics = ServerMetrics(name, max_len, cache_info(memory, config.kv_cache_tokens))
+    server_info(metrics.registry, name, config)
     loop = EngineLoop(engine, executor, metrics, EOS,
                       keep_trace=config.save_trace is not None or config.save_steps is not None)
     return ServeState(loop=loop, limits=Limits(name, max_len, mini.vocab, EOS), metrics=metrics,
@@ -92,6 +93,17 @@ def cache_info(memory, kv_cache_tokens: int) -> dict[str, str]:
             "enable_prefix_caching": str(hasattr(memory, "reused_tokens") and type(memory).reused_tokens
                                          is not MemoryManager.reused_tokens),
             "kv_cache_tokens": str(kv_cache_tokens)}
+
+
+def server_info(registry, name: str, config: ServeConfig) -> None:
+    """batchlab:server_info, a gauge at 1 whose labels are the model spec, system and KV capacity
+    the server was started with (as a twin's batchlab:twin_info): `batchlab validate
+    --base-url` replays on them and checks its flags against them."""
+    from prometheus_client import Gauge
+
+    Gauge("batchlab:server_info", "The mini server: the model spec, system and KV capacity it "
+          "serves (always 1).", ["model_name", "model", "system", "kv_cache_tokens"],
+          registry=registry).labels(name, config.model, config.system, str(config.kv_cache_tokens)).set(1)
 
 
 def save_trace(state, path: str) -> int:

@@ -98,6 +98,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
     """One twin's ServeState (its own engine, memory, loop and metrics), checked before it listens."""
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import kv_capacity_tokens_on
     from batchlab.serve import protocol
     from batchlab.serve.app import ServeState
@@ -115,7 +116,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
                          f"max_context {model.max_context}")
     system = parse_system(cfg.system, "--system")
     capacity = cfg.kv_cache_tokens or kv_capacity_tokens_on(model, gpu, layout)
-    memory = system.memory_for_capacity(capacity, max_len)
+    memory = system.memory_for_capacity(capacity, max_len, kv_groups(model, layout.pp))
     executor = TwinExecutor(make_executor(model, gpu, layout), cfg.output)
     engine = Engine(system.scheduler_config(), executor, memory, max_context=max_len,
                     check_memory=cfg.check_memory, fast_forward=False)

@@ -14,6 +14,9 @@
     twin's CPU time and RSS are read from /proc.
 (c) Replicas: `--replicas 8` in one process on this machine's cores: every replica answers a
     short request, one after another and then all at once; the process's CPU time and RSS.
+(d) HTTP: the twin's CPU time (from /proc) for the same streams (128 requests of 128 prompt
+    and 256 output tokens, 64 at once) on uvicorn's httptools and on its h11, in turns,
+    `--http-repeats` times each: the ratio of their means.
 
 The client runs on the same cores as the twin. Each figure is measured in one run.
 
@@ -168,12 +171,41 @@ def replicas() -> dict:
             "command": "batchlab serve " + " ".join(flags)}
 
 
+HTTP_IMPLS = ("h11", "httptools")
+HTTP_FLAGS = ("--dataset-name", "fixed", "--input-len", "128", "--output-len", "256", "--num-prompts",
+              "128", "--max-concurrency", "64", "--seed", "0")
+# `batchlab serve` with uvicorn's HTTP implementation named first (serve.defaults.HTTP)
+WITH_HTTP = ("import sys; import batchlab.serve.defaults as d; d.HTTP = sys.argv[1]; "
+             "from batchlab.cli import main; sys.exit(main(['serve', *sys.argv[2:]]))")
+
+
+def http_cpu(repeats: int) -> dict:
+    import tempfile
+
+    flags = ("--simulate", "--model", MODEL, "--gpu", GPU)
+    cpu: dict[str, list[float]] = {impl: [] for impl in HTTP_IMPLS}
+    for _ in range(repeats):
+        for impl in HTTP_IMPLS:
+            program = [sys.executable, "-c", WITH_HTTP, impl]
+            with ServeProcess(*flags, cwd=ROOT, program=program) as twin, \
+                    tempfile.TemporaryDirectory() as tmp:
+                before = usage(twin.proc.pid)
+                result = bench(twin.url, list(HTTP_FLAGS), Path(tmp), "http.json", impl)
+                if any(result["errors"]):
+                    raise SystemExit(f"the bench on {impl} had failed requests")
+                cpu[impl].append(usage(twin.proc.pid)["cpu_s"] - before["cpu_s"])
+    mean = {impl: sum(v) / len(v) for impl, v in cpu.items()}
+    return {"command": "batchlab bench --base-url URL " + " ".join(HTTP_FLAGS), "cpu_s": cpu,
+            "mean_cpu_s": mean, "ratio": mean["httptools"] / mean["h11"]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-prompts", type=int, default=256)
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--only", choices=("fidelity", "idle", "replicas"))
+    p.add_argument("--only", choices=("fidelity", "idle", "replicas", "http"))
+    p.add_argument("--http-repeats", type=int, default=4)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     out = {"load_average": os.getloadavg()}
@@ -183,6 +215,8 @@ def main() -> int:
         out["idle_streams"] = idle_streams()
     if args.only in (None, "replicas"):
         out["replicas"] = replicas()
+    if args.only in (None, "http"):
+        out["http"] = http_cpu(args.http_repeats)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -219,6 +253,13 @@ def main() -> int:
         print(f"(c) {r['command']} on {r['cores']} cores: {r['one_by_one_ok']} of {r['replicas']} answer "
               f"one by one; {r['concurrent_ok']} of {r['concurrent_requests']} at once in "
               f"{r['wall_s']:.2f} s; CPU {r['process_cpu_s']:.2f} s, RSS {r['process_rss_mib']:.0f} MiB")
+    if "http" in out:
+        h = out["http"]
+        print(f"(d) {h['command']} against a twin on each HTTP implementation, in turns:")
+        for impl in HTTP_IMPLS:
+            runs = ", ".join(f"{c:.2f}" for c in h["cpu_s"][impl])
+            print(f"    {impl:9s} twin CPU {h['mean_cpu_s'][impl]:.2f} s on average ({runs})")
+        print(f"    httptools / h11: {h['ratio']:.2f}")
     return 0
 
 

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.serve import defaults
 from batchlab.memory.base import MemoryManager
 from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS,
                                      DEFAULT_MAX_WAITING, DEFAULT_SYSTEM)
@@ -181,7 +182,7 @@ def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DR
             self.draining.add_done_callback(lambda _: setattr(self, "should_exit", True))
 
     uv = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                        timeout_graceful_shutdown=CLOSE_S, lifespan="on")
+                        timeout_graceful_shutdown=CLOSE_S, lifespan="on", http=defaults.HTTP)
     server = DrainingServer(uv)
     server.run(sockets=[sock])
     if not server.started:

@@ -213,3 +213,26 @@ def test_a_yarn_context_lets_long_prompts_through(tmp_path, capsys):
 def test_a_rope_scaling_that_cannot_be_read_is_refused_by_name(tmp_path, rope_scaling, named):
     with pytest.raises(InputError, match=named):
         resolve_model(_qwen3_8b_with(tmp_path, rope_scaling=rope_scaling))
+
+
+def _fleet(capsys, *flags) -> list[dict]:
+    assert main(["fleet", "--num-prompts", "6", "--request-rate", "4", "--gpu", "H100", "--json",
+                 *flags]) == 0
+    return json.loads(capsys.readouterr().out)["replicas"]
+
+
+def test_a_fleet_of_a_config_json_model_runs_it(tmp_path, capsys):
+    path = _llama_with(tmp_path, W4A16)
+    (replica,) = _fleet(capsys, "--model", path)
+    assert replica["model"] == "checkpoint" and replica["completed"] == 6
+    (tp2,) = _fleet(capsys, "--model", path, "--replica", f"count=1,tp=2,model={path}")
+    assert tp2["model"] == "checkpoint" and tp2["tp"] == 2
+
+
+def test_a_fleets_precision_flags_reach_every_replica_group(capsys):
+    groups = ("--replica", "count=1,tp=2", "--replica", "count=1,tp=2,model=Llama-3.3-70B")
+    plain = _fleet(capsys, "--model", "Llama-3.1-70B", *groups)
+    fp8 = _fleet(capsys, "--model", "Llama-3.1-70B", *groups, "--quantization", "fp8")
+    assert [r["model"] for r in fp8] == ["Llama-3.1-70B", "Llama-3.3-70B-Instruct"]
+    for quantized, full in zip(fp8, plain):
+        assert quantized["mean_tpot_ms"] < 0.8 * full["mean_tpot_ms"]

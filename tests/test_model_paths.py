@@ -236,3 +236,34 @@ def test_a_fleets_precision_flags_reach_every_replica_group(capsys):
     assert [r["model"] for r in fp8] == ["Llama-3.1-70B", "Llama-3.3-70B-Instruct"]
     for quantized, full in zip(fp8, plain):
         assert quantized["mean_tpot_ms"] < 0.8 * full["mean_tpot_ms"]
+
+
+def test_a_twin_takes_vllms_precision_flags():
+    from batchlab.serve.twin_server import TwinConfig, build_twin
+
+    def capacity(**flags) -> int:
+        state, _ = build_twin(TwinConfig(system="paged:max_bs=8", **flags))
+        return state.loop.engine.memory.capacity_tokens
+
+    plain = capacity()
+    assert capacity(kv_cache_dtype="fp8") == 2 * plain   # whole 16-token blocks either way
+    assert capacity(quantization="fp8") > plain     # half the weights: more room for KV
+    with pytest.raises(InputError, match="--quantization fp8"):
+        build_twin(TwinConfig(model="openai/gpt-oss-20b", quantization="fp8"))
+
+
+@pytest.mark.parametrize("flag, value", [("--quantization", "fp8"), ("--kv-cache-dtype", "fp8"),
+                                         ("--dtype", "float16")])
+def test_the_mini_server_refuses_the_twins_precision_flags(capsys, flag, value):
+    assert main(["serve", flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err and "--simulate" in err
+
+
+def test_vllms_gpu_memory_utilization_spelling_is_taken(capsys):
+    def capacity(*flags) -> int:
+        assert main(["cost", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["kv_capacity_tokens"]
+
+    assert capacity("--gpu-memory-utilization", "0.5") == capacity("--memory-utilization", "0.5")
+    assert capacity("--gpu-memory-utilization", "0.5") < capacity()

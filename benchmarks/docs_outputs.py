@@ -22,9 +22,9 @@ around the block says under which conditions its figures were measured):
 
 Marks combine: `<!-- docs-output: slow timing -->`.
 
-Without --update the script prints each stale block's difference and exits 1; --update
-rewrites the stale blocks in place, for a person to read the diff and fix the prose that quotes
-them. --quick leaves out the slow blocks, as the test does.
+The script prints each stale block's difference and exits 1; with --update it rewrites the
+stale blocks in place (and exits 0), for a person to read the difference and fix the prose and
+tables that quote them. --quick leaves out the slow blocks, as the test does.
 """
 
 from __future__ import annotations
@@ -212,11 +212,9 @@ def main() -> int:
             n_stale += 1
             if args.update:
                 rewrite(block, {block.commands.index(c): now for c, now in found})
-                print(f"{block.name}: rewritten ({took:.1f} s)")
-            else:
-                print(f"{block.name}: stale ({took:.1f} s)")
-                for command, now in found:
-                    print(difference(block, command, now))
+            print(f"{block.name}: {'rewritten' if args.update else 'stale'} ({took:.1f} s)")
+            for command, now in found:   # what moved: the prose that quotes it may need the same
+                print(difference(block, command, now))
     print(f"{n_stale} stale block(s){' rewritten' if args.update and n_stale else ''}")
     return 1 if n_stale and not args.update else 0
 

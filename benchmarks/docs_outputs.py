@@ -166,6 +166,11 @@ def difference(block: Block, command: Command, now: list[str]) -> str:
                                           "printed today", lineterm=""))
 
 
+def by_index(block: Block, found: list[tuple[Command, list[str]]]) -> dict[int, list[str]]:
+    """stale()'s findings keyed by the command's place in the block (two commands may be equal)."""
+    return {k: now for k, command in enumerate(block.commands) for same, now in found if same is command}
+
+
 def rewrite(block: Block, fresh: dict[int, list[str]]) -> None:
     """Replace the outputs of the block's commands (by index) with fresh ones, in place."""
     lines = block.doc.read_text(encoding="utf-8").split("\n")
@@ -211,7 +216,7 @@ def main() -> int:
                 continue
             n_stale += 1
             if args.update:
-                rewrite(block, {block.commands.index(c): now for c, now in found})
+                rewrite(block, by_index(block, found))
             print(f"{block.name}: {'rewritten' if args.update else 'stale'} ({took:.1f} s)")
             for command, now in found:   # what moved: the prose that quotes it may need the same
                 print(difference(block, command, now))

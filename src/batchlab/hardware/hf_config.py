@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from batchlab.errors import InputError
+from batchlab.hardware.hf_quantization import weight_widths
 from batchlab.hardware.specs import GATED_MLP_MATRICES, ModelSpec
 
 CONFIG_NAME = "config.json"
@@ -117,26 +118,10 @@ def _even_layers_slide(c: _Config, fields: dict) -> None:
 
 
 def _quantization(c: _Config, fields: dict) -> None:
-    """Weight widths from quantization_config: fp8 (DeepSeek-V3, Llama-3.3-70B-FP8), mxfp4
-    experts (gpt-oss), 4- or 8-bit weight-only (GPTQ, AWQ)."""
+    """Weight widths from quantization_config (hardware/hf_quantization.py)."""
     q = c.data.get("quantization_config")
-    if q is None:
-        return
-    if not isinstance(q, dict):
-        raise c.refuse("quantization_config", "is not an object")
-    method = q.get("quant_method")
-    if method == "fp8":
-        fields["weight_dtype"] = "fp8"
-    elif method == "mxfp4":
-        if not fields.get("n_experts"):
-            raise c.refuse("quantization_config.quant_method", "is mxfp4 on a dense model")
-        fields["expert_dtype"] = "mxfp4"   # attention, router and embeddings stay bf16
-    elif method in ("gptq", "awq") and q.get("bits") in (4, 8):
-        fields["weight_dtype"] = "int4" if q["bits"] == 4 else "int8"
-    else:
-        raise c.refuse("quantization_config.quant_method",
-                       f"is {method!r} with bits {q.get('bits')!r} (known: fp8, mxfp4, gptq or "
-                       f"awq with 4 or 8 bits)")
+    if q is not None:
+        fields.update(weight_widths(q, bool(fields.get("n_experts")), c.refuse))
 
 
 def _llama(c: _Config, name: str) -> dict:

@@ -28,7 +28,7 @@ class TwinConfig:
     tp: int = 1
     expert_parallel: bool = False          # an MoE's experts spread over the tp GPUs (ep = tp)
     system: str = DEFAULT_TWIN_SYSTEM
-    served_model_name: str | None = None   # default: the model's name
+    served_model_name: str | None = None   # default: --model as given (vLLM's default)
     max_model_len: int | None = None       # default: the model's max_context
     kv_cache_tokens: int | None = None     # default: what the GPU's memory holds, as `simulate`
     max_waiting: int = DEFAULT_MAX_WAITING
@@ -120,7 +120,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
     executor = TwinExecutor(make_executor(model, gpu, layout), cfg.output)
     engine = Engine(system.scheduler_config(), executor, memory, max_context=max_len,
                     check_memory=cfg.check_memory, fast_forward=False)
-    name = cfg.served_model_name or model.name
+    name = cfg.served_model_name or cfg.model   # vLLM: --model as given, e.g. openai/gpt-oss-120b
     metrics = ServerMetrics(name, max_len)
     twin_metrics = TwinMetrics(metrics.registry, name, cfg, model, gpu)
     twin_metrics.info.labels(name, *twin_metrics.labels.values(), str(memory.capacity_tokens)).set(1)

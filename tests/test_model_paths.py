@@ -163,3 +163,76 @@ def test_a_twin_answers_to_the_model_name_it_was_started_with():
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
         assert client.post("/v1/completions", json={"model": "Qwen3-30B-A3B", "prompt": [1],
                                                     "max_tokens": 1}).status_code == 404
+
+
+QWEN3_8B = ROOT / "src" / "batchlab" / "data" / "models" / "Qwen__Qwen3-8B.json"
+
+
+def _qwen3_8b_with(tmp_path, **changes) -> str:
+    (tmp_path / "config.json").write_text(json.dumps({**json.loads(QWEN3_8B.read_text()), **changes}))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("rope_scaling, context", [
+    # Qwen3's model card: add YaRN with factor 4 over 32,768 tokens to serve 131,072
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 131072),
+    ({"type": "yarn", "factor": 2, "original_max_position_embeddings": 32768}, 65536),
+    ({"rope_type": "linear", "factor": 2.0}, 2 * 40960),
+    ({"rope_type": "dynamic", "factor": 2.0}, 2 * 40960),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 40960),
+    ({"rope_type": "longrope", "factor": 4.0}, 40960),
+    ({"rope_type": "default"}, 40960),
+    (None, 40960),
+])
+def test_rope_scaling_sets_the_context_as_vllm_derives_it(tmp_path, rope_scaling, context):
+    model = resolve_model(_qwen3_8b_with(tmp_path, rope_scaling=rope_scaling))
+    assert model.max_context == context
+
+
+def test_every_shipped_config_keeps_its_context_under_the_rope_rule():
+    # DeepSeek (yarn 40 x 4,096) and gpt-oss (yarn 32 x 4,096) give max_position_embeddings
+    # itself; Gemma 3's linear factor 8 is already in its 131,072; Llama 3's is too.
+    expected = {"DeepSeek-V3": 163840, "gpt-oss-120b": 131072, "gemma-3-27b-it": 131072,
+                "Llama-3.3-70B-Instruct": 131072, "Qwen3-30B-A3B": 40960}
+    assert {name: resolve_model(name).max_context for name in expected} == expected
+
+
+def test_a_yarn_context_lets_long_prompts_through(tmp_path, capsys):
+    path = _qwen3_8b_with(tmp_path, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                   "original_max_position_embeddings": 32768})
+    assert main(["cost", "--model", path, "--context", "100000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["exceeds_max_context"] is False
+
+
+@pytest.mark.parametrize("rope_scaling, named", [
+    ({"rope_type": "yarn", "factor": 4.0}, "original_max_position_embeddings"),
+    ({"rope_type": "linear", "factor": "4"}, "rope_scaling.factor"),
+    ({"rope_type": "linear", "factor": 0.5}, "rope_scaling.factor"),
+    ([4.0], "rope_scaling"),
+])
+def test_a_rope_scaling_that_cannot_be_read_is_refused_by_name(tmp_path, rope_scaling, named):
+    with pytest.raises(InputError, match=named):
+        resolve_model(_qwen3_8b_with(tmp_path, rope_scaling=rope_scaling))
+
+
+def _fleet(capsys, *flags) -> list[dict]:
+    assert main(["fleet", "--num-prompts", "6", "--request-rate", "4", "--gpu", "H100", "--json",
+                 *flags]) == 0
+    return json.loads(capsys.readouterr().out)["replicas"]
+
+
+def test_a_fleet_of_a_config_json_model_runs_it(tmp_path, capsys):
+    path = _llama_with(tmp_path, W4A16)
+    (replica,) = _fleet(capsys, "--model", path)
+    assert replica["model"] == "checkpoint" and replica["completed"] == 6
+    (tp2,) = _fleet(capsys, "--model", path, "--replica", f"count=1,tp=2,model={path}")
+    assert tp2["model"] == "checkpoint" and tp2["tp"] == 2
+
+
+def test_a_fleets_precision_flags_reach_every_replica_group(capsys):
+    groups = ("--replica", "count=1,tp=2", "--replica", "count=1,tp=2,model=Llama-3.3-70B")
+    plain = _fleet(capsys, "--model", "Llama-3.1-70B", *groups)
+    fp8 = _fleet(capsys, "--model", "Llama-3.1-70B", *groups, "--quantization", "fp8")
+    assert [r["model"] for r in fp8] == ["Llama-3.1-70B", "Llama-3.3-70B-Instruct"]
+    for quantized, full in zip(fp8, plain):
+        assert quantized["mean_tpot_ms"] < 0.8 * full["mean_tpot_ms"]

@@ -75,7 +75,7 @@ def _base(c: _Config, name: str) -> dict:
     fields = dict(name=name, n_layers=c.int("num_hidden_layers"), hidden=hidden,
                   n_heads=heads, n_kv_heads=c.int("num_key_value_heads", heads),
                   ffn=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                  max_context=c.int("max_position_embeddings"),
+                  max_context=_max_context(c),
                   tied_embeddings=c.bool("tie_word_embeddings", False),
                   mlp_matrices=GATED_MLP_MATRICES)
     if c.has("head_dim"):
@@ -88,6 +88,35 @@ def _base(c: _Config, name: str) -> dict:
         raise c.refuse("torch_dtype", f"is {dtype!r} (known: {', '.join(_ACT_BYTES)})")
     fields["bytes_per_value"] = _ACT_BYTES[dtype]
     return fields
+
+
+# RoPE scalings whose max_position_embeddings already is the scaled context (vLLM's
+# _get_and_verify_max_len leaves them as they are).
+_CONTEXT_AS_GIVEN = ("su", "longrope", "llama3")
+
+
+def _max_context(c: _Config) -> int:
+    """The context vLLM serves by default: max_position_embeddings, times a RoPE scaling's factor
+    (yarn: its original_max_position_embeddings times it), except for Llama 3's and LongRoPE's
+    scalings and Gemma 3, whose configs give the scaled length already. Qwen3-8B with
+    {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768} serves 131,072."""
+    context = c.int("max_position_embeddings")
+    scaling = c.data.get("rope_scaling", c.data.get("rope_parameters"))
+    if scaling is None or "gemma3" in str(c.data.get("model_type", "")) or c.arch.startswith("Gemma3"):
+        return context
+    if not isinstance(scaling, dict):
+        raise c.refuse("rope_scaling", "is not an object")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in _CONTEXT_AS_GIVEN:
+        return context
+    factor = scaling.get("factor", 1.0)
+    factor = 1.0 if factor is None else factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor <= 1e6:
+        raise c.refuse("rope_scaling.factor", f"is {factor!r} (a number >= 1)")
+    if kind == "yarn":
+        context = _Config(scaling, c.source, c.arch + " rope_scaling").int(
+            "original_max_position_embeddings")
+    return int(context * factor)
 
 
 def _window(c: _Config, fields: dict, windowed: int) -> None:

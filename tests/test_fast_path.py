@@ -132,19 +132,19 @@ def cases(draw, tight: bool = False, kinds: tuple[str, ...] = ("paged", "paged",
 
 @settings(max_examples=400, **PROFILE)
 @given(cases())
-def test_aggregate_stepping_equals_the_general_loop(case):
+def test_fast_path_stepping_equals_the_general_loop(case):
     covered(case)
 
 
 @settings(max_examples=300, **PROFILE)
 @given(cases(tight=True, kinds=("paged",)))
-def test_aggregate_stepping_equals_the_general_loop_under_preemption(case):
+def test_fast_path_stepping_equals_the_general_loop_under_preemption(case):
     covered(case)
 
 
 @settings(max_examples=200, **PROFILE)
 @given(cases(tight=True, kinds=("reservation",)))
-def test_aggregate_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
+def test_fast_path_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
     covered(case)
 
 

@@ -127,3 +127,60 @@ def test_the_routes_are_in_the_openapi_schema(served):
         get = paths[f"/debug/batchlab/{which}"]["get"]
         assert {p["name"] for p in get["parameters"]} == {"since", "limit"}
         assert {"200", "400"} <= set(get["responses"])
+
+
+def test_a_reader_follows_the_pages_and_is_told_when_it_fell_behind_the_ring(monkeypatch):
+    """`calibrate.served` pages from its mark to the end; once the ring has dropped records after it, the
+    run's records are refused with the reason, never half given."""
+    from batchlab.calibrate import served
+
+    rings = {"steps": Ring(3), "requests": Ring(3)}
+
+    def get(url, which, since, limit):   # the route's answer, from the rings
+        first, total, items = rings[which].page(since, limit)
+        start = min(max(since, first), total)
+        return {"first": first, "total": total, "next": start + len(items), which: items}
+
+    monkeypatch.setattr(served, "_get", get)
+    monkeypatch.setattr(served, "PAGE_MAX", 2)   # three steps take two pages
+    at = served.mark("url")
+    assert at == (0, 0)
+    for k in range(3):
+        rings["steps"].append({"start": float(k), "duration": 0.5, "batch": 1})
+    rows, (start, duration, batch) = served.since("url", at)
+    assert rows == [] and start.tolist() == [0.0, 1.0, 2.0] and batch.tolist() == [1, 1, 1]
+    rings["steps"].append({"start": 3.0, "duration": 0.5, "batch": 1})   # step 0 is dropped
+    with pytest.raises(served.NotLogged, match="no longer holds the run's first records"):
+        served.since("url", at)
+
+
+def test_full_rings_stay_under_their_memory_bound_however_long_the_server_runs():
+    """The rings' records are numbers and ids, never a Request (which holds its prompt): both full
+    stay under the bound, and more records after take nothing more."""
+    import tracemalloc
+
+    from batchlab.serve.served_log import REQUEST_CAPACITY, STEP_CAPACITY
+
+    memory_bound = 20e6   # bytes: what docs/serving.md promises
+    plan = SimpleNamespace(items=[1] * 64, prefill_tokens=256, decodes=[1] * 63)
+
+    def fill(log, n, first=0):
+        for k in range(first, first + n):
+            r = SimpleNamespace(id=f"cmpl-{k:032x}", arrival=k * 0.01, prompt_tokens=512,
+                                content=bytearray(4096),   # its prompt: 4 kB the log must not keep
+                                token_times=[k * 0.01 + 0.5, k * 0.01 + 0.9])
+            log.record(SimpleNamespace(start=k * 0.01, end=k * 0.01 + 0.02, plan=plan), [(r, "length")])
+
+    n = max(STEP_CAPACITY, REQUEST_CAPACITY)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        log = ServedLog()
+        fill(log, n)
+        full = tracemalloc.get_traced_memory()[0] - base
+        fill(log, n // 4, first=n)
+        later = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert full < memory_bound and later <= full * 1.01
+    assert log.steps.page(0, 1)[0] == n + n // 4 - STEP_CAPACITY   # the oldest were dropped

@@ -103,16 +103,28 @@ def test_runs_without_a_split_say_why_once_per_reason():
         "no error split for light (repeat 1), light (repeat 2): no log"]
 
 
-def test_a_mini_servers_kv_capacity_is_read_from_it_and_a_disagreeing_flag_exits_2(mini, cli):
-    from argparse import Namespace
+def test_validate_of_a_mini_server_replays_on_what_it_serves_when_flags_agree_or_are_left_out(mini, cli, tmp_path):
+    from batchlab.calibrate.specfile import write_spec
 
-    from batchlab.commands.validate import _reported_kv
+    device = tmp_path / "cpu.toml"
+    write_spec(device, CPU)
+    out = cli("validate", "--base-url", mini, "--model", "tiny:n_layers=2",   # tiny's own layers: agrees
+              "--device", str(device), "--no-refit", *SMALL, "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["model"], result["system"]) == ("tiny", "paged:max_bs=8")   # not validate's defaults
+    (run,) = result["runs"]
+    _scheduling_holds(run["split"])
 
-    left_out = Namespace(base_url=mini, kv_cache_tokens=None)
-    assert _reported_kv(ValidateConfig(), left_out).kv_cache_tokens == 4096
-    agrees = Namespace(base_url=mini, kv_cache_tokens=4096)
-    assert _reported_kv(ValidateConfig(kv_cache_tokens=4096), agrees).kv_cache_tokens == 4096
-    out = cli("validate", "--base-url", mini, "--model", "tiny", "--kv-cache-tokens", "8192", *SMALL)
+
+@pytest.mark.parametrize("flag, value, served", [
+    ("--model", "mini", "'tiny'"),
+    ("--model", "tiny:n_layers=3", "'tiny'"),
+    ("--system", "paged:max_bs=16", "'paged:max_bs=8'"),
+    ("--kv-cache-tokens", "8192", "4096")])
+def test_a_flag_that_disagrees_with_a_mini_server_exits_2_naming_both_values(mini, cli, flag, value, served):
+    out = cli("validate", "--base-url", mini, flag, value, *SMALL)
     assert out.returncode == 2 and not out.stdout
     (line,) = out.stderr.strip().splitlines()
-    assert "field '--kv-cache-tokens': 8192 disagrees" in line and "which serves 4096" in line
+    assert f"field '{flag}'" in line and f"disagrees with the server at {mini}" in line
+    assert f"which serves {served}" in line

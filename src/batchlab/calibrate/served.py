@@ -1,5 +1,6 @@
 """A running server's own records of a run, read over HTTP: its step log and the requests it
-finished (GET /debug/batchlab/steps and /debug/batchlab/requests, `serve/served_log.py`).
+finished (GET /debug/batchlab/steps and /debug/batchlab/requests, `serve/served_log.py`); and
+the settings it says it serves, against which validate's flags are checked (`check_flags`).
 
 `mark` notes where both logs stand before a run; `since` reads everything logged after it,
 page by page. A server without the routes (vLLM, an older batchlab) has no mark, and a run
@@ -16,6 +17,7 @@ import urllib.request
 
 import numpy as np
 
+from batchlab.errors import InputError
 from batchlab.serve.served_log import MAX_INDEX, PAGE_MAX
 
 ROUTE = "/debug/batchlab/"
@@ -88,20 +90,63 @@ def since(url: str, at: tuple[int, int]) -> tuple[list[dict], tuple[np.ndarray, 
                   np.asarray([s["batch"] for s in steps], dtype=np.int64)[order])
 
 
-def reported_kv_tokens(url: str) -> int | None:
-    """The KV capacity a mini server says it was given (`vllm:cache_config_info`'s
-    `kv_cache_tokens` label at /metrics); None if it says none or cannot be read."""
+def mini_info(url: str) -> dict | None:
+    """The model spec, system and KV capacity a mini server says it serves (its
+    `batchlab:server_info` at /metrics); None if it says nothing or cannot be read."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
             text = r.read(PAGE_BYTES).decode("utf-8", errors="replace")
         for family in text_string_to_metric_families(text):
-            if family.name == "vllm:cache_config_info":
+            if family.name == "batchlab:server_info":
                 for sample in family.samples:
-                    value = sample.labels.get("kv_cache_tokens", "")
-                    if value.isascii() and value.isdigit():
-                        return int(value)
+                    labels = sample.labels
+                    kv = labels.get("kv_cache_tokens", "")
+                    if labels.get("model") and labels.get("system") and kv.isascii() and kv.isdigit():
+                        return {"model": labels["model"], "system": labels["system"],
+                                "kv_cache_tokens": int(kv)}
     except (OSError, ValueError, http.client.HTTPException):
         return None
     return None
+
+
+# validate's flags that describe the server, by the names the servers' info gauges use
+SERVER_FLAGS = {"model": "--model", "system": "--system", "kv_cache_tokens": "--kv-cache-tokens"}
+
+
+def check_flags(given: dict, info: dict, url: str, twin: bool) -> None:
+    """Each server flag given (`given`: SERVER_FLAGS' keys, None where not given) must say what
+    the server says it serves (`info`: a twin's `twin_info` or a mini server's `mini_info`),
+    or an InputError names the flag and both values: the replay runs on the server's own
+    settings, so a flag that disagrees would be ignored unseen."""
+    who = "twin" if twin else "server"
+    for key, flag in SERVER_FLAGS.items():
+        value = given.get(key)
+        if value is not None and not _agrees(key, value, info, twin):
+            raise InputError(f"field '{flag}': {value!r} disagrees with the {who} at {url}, which "
+                             f"serves {info[key]!r} (leave {flag} out to use the {who}'s own)")
+
+
+def _agrees(key: str, value, info: dict, twin: bool) -> bool:
+    """Whether `value` names what the server serves: the same model (a twin's preset by its
+    name, a mini spec by its fields), the same system fields, the same KV capacity (a twin's
+    once rounded down to its blocks)."""
+    from dataclasses import replace
+
+    from batchlab.experiments.systems import parse_system
+
+    try:
+        if key == "model":
+            if twin:
+                from batchlab.hardware import resolve_model
+                return resolve_model(value).name == info["model"]
+            from batchlab.serve.model_spec import parse_model
+            return parse_model(value) == parse_model(info["model"])
+        served = parse_system(info["system"], "--system")
+        if key == "system":
+            return replace(parse_system(value, "--system"), name="") == replace(served, name="")
+        blocks = served.block_size if twin and served.memory == "paged" else 1
+        return value // blocks * blocks == info["kv_cache_tokens"]
+    except InputError:   # what cannot be read as a model or system is not the server's
+        return False

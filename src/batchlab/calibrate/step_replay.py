@@ -1,11 +1,12 @@
 """The server's own steps replayed: its scheduling and queueing apart from the cost model.
 
-`batchlab serve --save-steps` writes the server's step log (each step's start on the server
-clock and the time until its tokens were stamped) and `--save-trace` each request's arrival,
-lengths and latencies. Replaying those requests at their server arrivals through the same
-system, each step lasting exactly what the server's step at that moment lasted
-(`MeasuredSteps`), removes the cost model and the front end from the comparison: what differs
-from the server's own latencies is the scheduling and queueing model alone. A replay whose
+A server's step log (each step's start on the server clock and the time until its tokens were
+stamped) and its finished requests (arrival, lengths and latencies) are read over HTTP while it
+runs (GET /debug/batchlab/steps and /requests, `served.py`), or from the files `batchlab serve
+--save-steps` and `--save-trace` write at its end. Replaying those requests at their server
+arrivals through the same system, each step lasting exactly what the server's step at that
+moment lasted (`MeasuredSteps`), removes the cost model and the front end from the comparison:
+what differs from the server's own latencies is the scheduling and queueing model alone. A replay whose
 plans match the server's reproduces its token times exactly (tested); so the scheduling part of
 validate's error must be small whatever the machine does, while the cost part (the cost model's
 replay against this one) moves with the machine, and is shown beside its noise.

@@ -59,47 +59,12 @@ def twin_info(url: str) -> dict | None:
     return None
 
 
-# validate's flags that describe the server, as twin_info names what the twin says of itself
-SERVER_FLAGS = {"model": "--model", "system": "--system", "kv_cache_tokens": "--kv-cache-tokens"}
-
-
-def check_twin_flags(given: dict, info: dict, url: str) -> None:
-    """Each server flag given (`given`: SERVER_FLAGS' keys, None where not given) must say
-    what the twin says it serves, or an InputError names the flag and both values: the replay
-    runs on the twin's own settings, so a flag that disagrees would be ignored unseen."""
-    for key, flag in SERVER_FLAGS.items():
-        value = given.get(key)
-        if value is not None and not _agrees(key, value, info):
-            raise InputError(f"field '{flag}': {value!r} disagrees with the twin at {url}, which "
-                             f"serves {info[key]!r} (leave {flag} out to use the twin's own)")
-
-
-def _agrees(key: str, value, info: dict) -> bool:
-    """Whether `value` names what the twin serves: the same model (by its preset's name), the
-    same system fields, the same KV capacity once rounded to the twin's blocks."""
-    from dataclasses import replace
-
-    from batchlab.experiments.systems import parse_system
-    from batchlab.hardware import resolve_model
-
-    try:
-        if key == "model":
-            return resolve_model(value).name == info["model"]
-        if key == "system":
-            return replace(parse_system(value, "--system"), name="") == \
-                replace(parse_system(info["system"], "--system"), name="")
-        served = parse_system(info["system"], "--system")
-        blocks = served.block_size if served.memory == "paged" else 1
-        return value // blocks * blocks == info["kv_cache_tokens"]
-    except InputError:   # what cannot be read as a model or system is not the twin's
-        return False
-
-
 def replay_on_twin(workload, info: dict, seed: int = 0):
     """The simulator's run of `workload` on the twin's engine: (RunMetrics, Trace)."""
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import Layout
     from batchlab.metrics import compute_metrics
     from batchlab.experiments.run import build_requests
@@ -107,7 +72,7 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
 
     model, gpu = resolve_model(info["model"]), resolve_gpu(info["gpu"])
     system = parse_system(info["system"], "--system")
-    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"])
+    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"], kv_groups(model))
     engine = Engine(system.scheduler_config(), make_executor(model, gpu, Layout(tp=info["tp"])),
                     memory, max_context=info["max_model_len"])
     trace = engine.run(build_requests(workload, system, seed))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 
 from batchlab.commands import flagtypes
 from batchlab.commands.bench import add_dataset_flags, random_given
@@ -37,15 +38,14 @@ def register(subparsers) -> None:
                     "See docs/fidelity.md.")
     from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_MODEL, DEFAULT_SYSTEM
 
-    twin = "; against a twin, its own"
+    running = "; with --base-url, the server's own"
     parser.add_argument("--model", metavar="MINI-SPEC",
-                        help=f"the served model, as `batchlab serve --model` (default: {DEFAULT_MODEL}{twin})")
+                        help=f"the served model, as `batchlab serve --model` (default: {DEFAULT_MODEL}{running})")
     parser.add_argument("--system", metavar="SPEC",
                         help="scheduler and memory manager, as `batchlab serve --system` "
-                             f"(default: {DEFAULT_SYSTEM}{twin})")
+                             f"(default: {DEFAULT_SYSTEM}{running})")
     parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, metavar="N",
-                        help=f"the server's KV capacity in tokens (default: {DEFAULT_KV_CACHE_TOKENS}; with "
-                             "--base-url, what the server reports: a value it disagrees with exits 2)")
+                        help=f"the server's KV capacity in tokens (default: {DEFAULT_KV_CACHE_TOKENS}{running})")
     parser.add_argument("--device", metavar="SPEC.toml",
                         help="the device spec to predict with (`batchlab calibrate --mini --out`); "
                              "default: calibrate this machine first (`calibrate --mini --repeats "
@@ -59,13 +59,12 @@ def register(subparsers) -> None:
     g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     parser.add_argument("--base-url", metavar="URL",
-                        help="a running server to measure instead of starting one: a mini server "
-                             "(its --model and --system must be these; its KV capacity is read "
-                             "from its /metrics), or a "
-                             "twin (`serve --simulate`: its own model, GPU, tp, system and KV "
-                             "capacity are read from its /metrics, and a --model, --system or "
-                             "--kv-cache-tokens that disagrees with them exits 2). Either way the "
-                             "error is split on the server's own step log (GET /debug/batchlab/steps)")
+                        help="a running server to measure instead of starting one, a mini server or "
+                             "a twin (`serve --simulate`): what it serves (model, system, KV "
+                             "capacity; a twin's GPU and tp too) is read from its /metrics, and a "
+                             "--model, --system or --kv-cache-tokens that disagrees with it exits "
+                             "2. The error is split on the server's own step log (GET "
+                             "/debug/batchlab/steps)")
     parser.add_argument("--repeats", type=flagtypes.integer(ge=1, le=MAX_REPEATS), default=1, metavar="N",
                         help="run the whole sequence of rates N times on the same server and "
                              "show the spread of the errors (default: %(default)s)")
@@ -139,13 +138,18 @@ def compute(args) -> dict:
         from batchlab.commands.bench import _base_url
         _base_url(args.base_url)
     if args.base_url:
-        from batchlab.calibrate.twin_check import check_twin_flags, twin_info
+        from batchlab.calibrate.served import check_flags, mini_info
+        from batchlab.calibrate.twin_check import twin_info
 
-        info = twin_info(args.base_url.rstrip("/"))
+        url = args.base_url.rstrip("/")
+        info = twin_info(url)
         if info is not None:   # a twin: its own model, GPU and system, replayed as they are
-            check_twin_flags(given, info, args.base_url)
+            check_flags(given, info, args.base_url, twin=True)
             return _compute_twin(args, cfg, info)
-        cfg = _reported_kv(cfg, args)
+        info = mini_info(url)
+        if info is not None:   # a mini server that says what it serves: that, checked
+            check_flags(given, info, args.base_url, twin=False)
+            cfg = replace(cfg, **{k: info[k] for k in given})
     mini, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
     from batchlab.experiments.systems import parse_system
 
@@ -157,23 +161,6 @@ def compute(args) -> dict:
     out = validate(cfg, gpu, model, refit=args.refit, repeats=args.repeats)
     out["device"] = device
     return out
-
-
-def _reported_kv(cfg, args):
-    """A running mini server's KV capacity as it reports it: taken when --kv-cache-tokens is left
-    out, and a --kv-cache-tokens that disagrees with it refused by name."""
-    from dataclasses import replace
-
-    from batchlab.calibrate.served import reported_kv_tokens
-    from batchlab.errors import InputError
-
-    served = reported_kv_tokens(args.base_url.rstrip("/"))
-    if served is None or served == cfg.kv_cache_tokens:
-        return cfg
-    if args.kv_cache_tokens is not None:
-        raise InputError(f"field '--kv-cache-tokens': {args.kv_cache_tokens} disagrees with the server at "
-                         f"{args.base_url}, which serves {served} (leave --kv-cache-tokens out to use its own)")
-    return replace(cfg, kv_cache_tokens=served)
 
 
 def _compute_twin(args, cfg, info: dict) -> dict:

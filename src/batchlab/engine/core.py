@@ -3,8 +3,8 @@
 Each step reads as its four parts: arrivals join the queue; the scheduler plans once from the
 start-of-step state; the executor prices (or performs) the plan; the scheduler applies the
 result at the step's end (`update_from_output`: outputs stamped, requests finished or stopped,
-their memory freed), and the commit around it keeps the driver's books (the step log, round
-records, pipelined batches). When nothing runs the clock jumps to the next arrival.
+their memory freed), and the commit around it keeps the driver's records (the step log,
+round records, pipelined batches). When nothing runs the clock jumps to the next arrival.
 
 Two clocks drive the same steps. The online interface (`add`, `abort`, `step`, `trace`), as
 vLLM's engine core has it, is what a server loops on the wall clock; `run` is the simulator's
@@ -263,7 +263,7 @@ class Engine:
 
     def commit(self, step: StepOutput) -> StepOutput:
         """At a begun step's end: the scheduler applies its result (outputs, forks, finishes,
-        frees, stops); around it, the driver's books."""
+        frees, stops); around it, the driver's records."""
         plan = step.plan
         if self.config.max_in_flight > 1:   # its batch is back: its requests may be planned again
             for r in plan.decodes:
@@ -376,11 +376,12 @@ class Engine:
         running = sched.running
         batch = len(running)
         shared = memory.shared_tokens()   # before the run: the KV stored is computed less shared
+        stored = memory.decode_run_stored(running, steps)   # None: one more token per request a step
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
         stored0 = sched.update_from_decode_run(times, steps) - shared
-        self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0)
+        self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         if self.check_memory:
             memory.check_integrity()
         return times[-1]

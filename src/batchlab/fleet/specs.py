@@ -105,6 +105,7 @@ def replica_bookkeeping_bytes(spec: ReplicaSpec, flag: str) -> float:
     """Bytes of the replica's memory manager's bookkeeping; InputError naming `flag` (the GPU, whose
     memory sets the KV capacity) when one replica's alone would not fit."""
     from batchlab import limits
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import kv_capacity_tokens_on
 
     if spec.system.memory != "paged":
@@ -113,6 +114,9 @@ def replica_bookkeeping_bytes(spec: ReplicaSpec, flag: str) -> float:
     if spec.system.block_size > capacity:
         raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
                          f"whole KV capacity ({capacity:,} tokens)")
+    groups = None if spec.system.prefix_caching else kv_groups(spec.model, spec.layout.pp)
+    if groups is not None:   # the hybrid manager's pool: a block per group's page
+        capacity = groups.blocks(capacity, spec.system.block_size) * spec.system.block_size
     limits.kv_blocks(capacity, spec.system.block_size, flag)
     return limits.kv_bookkeeping_bytes(capacity, spec.system.block_size)
 

@@ -148,6 +148,12 @@ class MemoryManager(ABC):
         """
         return np.full(steps, float(self.held_tokens()))
 
+    def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray | None:
+        """KV stored during each of `steps` decode steps in which every request grows by one,
+        where that is not the stored figure before them plus one token per request a step
+        (windowed layers keep only their window); None where it is. Called before the growth."""
+        return None
+
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
         """`growth_room` k and, when k > 0, `decode_run_held` for those k steps, in one call
         (a manager that reads its requests once for both overrides it)."""

@@ -265,15 +265,13 @@ class PagedMemory(MemoryManager):
 
     def check_integrity(self) -> None:
         super().check_integrity()
-        self.pool.check([r.kv.blocks for r in self._held], "paged")
+        name = self.name
+        self.pool.check([r.kv.blocks for r in self._held], name)
         for r in self._held:
             if r.status is not Status.RUNNING:
-                raise IntegrityError(f"paged: {r.id} holds blocks but is {r.status.name}")
+                raise IntegrityError(f"{name}: {r.id} holds blocks but is {r.status.name}")
             if len(r.kv.blocks) * self.block_size < r.computed:
-                raise IntegrityError(f"paged: {r.id} stores {r.computed} tokens in {len(r.kv.blocks)} blocks")
-        self._check_host()
-
-    def _check_host(self) -> None:
+                raise IntegrityError(f"{name}: {r.id} stores {r.computed} tokens in {len(r.kv.blocks)} blocks")
         if not 0 <= self.host_used <= self.host_blocks or \
                 self.host_used != sum(r.kv.swapped_blocks for r in self._swapped):
             raise IntegrityError(f"{self.name}: host memory {self.host_used} of {self.host_blocks} blocks does not balance")

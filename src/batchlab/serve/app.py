@@ -301,7 +301,7 @@ async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
     gen = job.generation
     choice = _Choice(st, job, created, 0, prompt_lps)
     queue = job.tokens
-    done = False
+    done, written = False, False
     try:
         while not done:
             items = [await queue.get()]
@@ -318,6 +318,9 @@ async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
                     done = True
                     break
             yield "".join(events)
+            if not written and choice.count:   # resumed once the first token's event is sent
+                written = True
+                st.metrics.first_write.observe(st.loop.now() - job.request.token_times[0])
         if gen.include_usage:
             yield protocol.usage_chunk(job.id, created, st.limits.model, gen.chat, len(gen.prompt),
                                        choice.count, job.cached_tokens)

@@ -25,8 +25,9 @@ from batchlab.metrics.export import MS_PER_S
 from batchlab.serve.protocol import ApiError, bad
 from batchlab.serve.responses import error_response
 
-STEP_CAPACITY = 32768      # steps held: minutes of serving at a few ms per step, a few MB
-REQUEST_CAPACITY = 32768   # finished requests held
+# Records held: minutes of serving at a few ms per step; both rings full stay under 20 MB.
+STEP_CAPACITY = 32768
+REQUEST_CAPACITY = 32768
 PAGE_DEFAULT = 1000        # records per page unless `limit` says otherwise
 PAGE_MAX = 10000           # the largest `limit`: one page stays a few hundred kB
 MAX_INDEX = 2 ** 63 - 1    # the largest `since`

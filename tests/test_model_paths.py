@@ -267,3 +267,20 @@ def test_vllms_gpu_memory_utilization_spelling_is_taken(capsys):
 
     assert capacity("--gpu-memory-utilization", "0.5") == capacity("--memory-utilization", "0.5")
     assert capacity("--gpu-memory-utilization", "0.5") < capacity()
+
+
+@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.2-3B", "3"),     # 24 heads, 8 KV heads
+                                       ("meta-llama/Llama-3.2-3B", "12"),
+                                       ("Qwen/Qwen2.5-7B-Instruct", "7")])   # 28 heads, 4 KV heads
+def test_vllm_refuses_a_tp_that_neither_splits_nor_replicates_the_kv_heads(capsys, model, tp):
+    assert main(["cost", "--model", model, "--tp", tp]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tp" in err and "KV heads" in err
+
+
+def test_a_tp_above_the_kv_heads_replicates_them_as_vllm_does(capsys):
+    # Qwen3-30B-A3B: 4 KV heads on 8 GPUs, each held by two
+    assert main(["cost", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model = resolve_model("Qwen/Qwen3-30B-A3B")
+    assert out["kv_bytes_per_token_per_gpu"] == 2 * 2 * model.n_layers * 1 * model.head_dim

@@ -22,9 +22,9 @@ around the block says under which conditions its figures were measured):
 
 Marks combine: `<!-- docs-output: slow timing -->`.
 
-Without --update the script prints each stale block's difference and exits 1; --update
-rewrites the stale blocks in place, for a person to read the diff and fix the prose that quotes
-them. --quick leaves out the slow blocks, as the test does.
+The script prints each stale block's difference and exits 1; with --update it rewrites the
+stale blocks in place (and exits 0), for a person to read the difference and fix the prose and
+tables that quote them. --quick leaves out the slow blocks, as the test does.
 """
 
 from __future__ import annotations
@@ -166,6 +166,11 @@ def difference(block: Block, command: Command, now: list[str]) -> str:
                                           "printed today", lineterm=""))
 
 
+def by_index(block: Block, found: list[tuple[Command, list[str]]]) -> dict[int, list[str]]:
+    """stale()'s findings keyed by the command's place in the block (two commands may be equal)."""
+    return {k: now for k, command in enumerate(block.commands) for same, now in found if same is command}
+
+
 def rewrite(block: Block, fresh: dict[int, list[str]]) -> None:
     """Replace the outputs of the block's commands (by index) with fresh ones, in place."""
     lines = block.doc.read_text(encoding="utf-8").split("\n")
@@ -211,12 +216,10 @@ def main() -> int:
                 continue
             n_stale += 1
             if args.update:
-                rewrite(block, {block.commands.index(c): now for c, now in found})
-                print(f"{block.name}: rewritten ({took:.1f} s)")
-            else:
-                print(f"{block.name}: stale ({took:.1f} s)")
-                for command, now in found:
-                    print(difference(block, command, now))
+                rewrite(block, by_index(block, found))
+            print(f"{block.name}: {'rewritten' if args.update else 'stale'} ({took:.1f} s)")
+            for command, now in found:   # what moved: the prose that quotes it may need the same
+                print(difference(block, command, now))
     print(f"{n_stale} stale block(s){' rewritten' if args.update and n_stale else ''}")
     return 1 if n_stale and not args.update else 0
 

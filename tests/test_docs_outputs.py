@@ -55,7 +55,7 @@ def test_a_stale_output_is_found_and_rewritten(tmp_path):
     assert [c.text for c, _ in found] == [c.text for c in block.commands]
     assert "-batchlab 0.0" in docs_outputs.difference(block, *found[0])
     assert "error: argument --policy" in found[1][1][-1]     # standard error is part of the output
-    docs_outputs.rewrite(block, {block.commands.index(c): now for c, now in found})
+    docs_outputs.rewrite(block, docs_outputs.by_index(block, found))
     text = doc.read_text(encoding="utf-8")
     assert "batchlab 0.0" not in text and text.startswith("Text.\n\n```console\n$ batchlab \\\n    --version\nbatchlab ")
     assert text.endswith("```\n\nMore.\n")
@@ -76,3 +76,16 @@ def test_marks_and_malformed_blocks(tmp_path):
     doc.write_text("```console\n$ python -c 1\n```\n", encoding="utf-8")
     with pytest.raises(ValueError, match="not a batchlab command nor a benchmarks/ script"):
         docs_outputs.blocks(doc)[0].commands[0].argv()
+
+
+def test_an_indented_block_with_repeated_commands_is_rewritten_in_place(tmp_path):
+    """A block inside a list item keeps its indent; two equal commands are each rewritten."""
+    doc = tmp_path / "page.md"
+    doc.write_text("- item\n\n  ```console\n  $ batchlab --version\n  old\n  $ batchlab --version\n  older\n"
+                   "  ```\n- next\n", encoding="utf-8")
+    [block] = docs_outputs.blocks(doc)
+    assert block.indent == "  " and [c.shown for c in block.commands] == [["old"], ["older"]]
+    docs_outputs.rewrite(block, docs_outputs.by_index(block, docs_outputs.stale(block)))
+    lines = doc.read_text(encoding="utf-8").split("\n")
+    assert lines[3] == lines[5] == "  $ batchlab --version"
+    assert lines[4] == lines[6] and lines[4].startswith("  batchlab ") and lines[7:] == ["  ```", "- next", ""]

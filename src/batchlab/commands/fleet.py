@@ -175,12 +175,17 @@ def fleet_from_flags(args: argparse.Namespace):
         return options.gpu_named(args, name, "gpu")
 
     def model_named(name: str):
+        # --model itself as read (a config.json or spec file is not a preset name); any other
+        # model with the command's --dtype, --quantization and --kv-cache-dtype, as every GPU
+        # gets the command's --mfu and the like
+        if name == args.model:
+            return model
         from batchlab.hardware import resolve_model
         from batchlab.io_checks import named
         with named("model", "model"):
-            return resolve_model(name)
+            return options.precision(resolve_model(name), args)
 
-    defaults = Defaults(args.system, model_named, gpu_named, model.name, args.gpu, args.tp, args.pp,
+    defaults = Defaults(args.system, model_named, gpu_named, args.model, args.gpu, args.tp, args.pp,
                         args.enable_expert_parallel)
     listed = bool(args.replica or args.fleet_config)
     split = args.prefill_replicas is not None or args.decode_replicas is not None

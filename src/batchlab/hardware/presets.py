@@ -333,6 +333,20 @@ ALIASES = {
     "gemma327b": "google/gemma-3-27b-it", "gemma29bit": "google/gemma-2-9b",
     "deepseekv3base": "deepseek-ai/DeepSeek-V3", "deepseekv30324": "deepseek-ai/DeepSeek-V3",
     "deepseekv2chat": "deepseek-ai/DeepSeek-V2", "phi3mini4k": "microsoft/Phi-3-mini-4k-instruct",
+    # The instruct and chat checkpoints vLLM users serve: the same config.json fields as the
+    # base checkpoint's (a variant whose shapes or context differ, as Mistral-7B-Instruct-v0.2's
+    # or Qwen3-30B-A3B-Instruct-2507's do, is left to its own config.json).
+    "metallama38binstruct": "Llama-3-8B", "llama38binstruct": "Llama-3-8B",
+    "metallama318b": "Llama-3.1-8B", "metallama318binstruct": "Llama-3.1-8B",
+    "llama318binstruct": "Llama-3.1-8B",
+    "metallama370b": "Llama-3-70B", "metallama370binstruct": "Llama-3-70B",
+    "llama370binstruct": "Llama-3-70B",
+    "metallama3170b": "Llama-3.1-70B", "metallama3170binstruct": "Llama-3.1-70B",
+    "llama3170binstruct": "Llama-3.1-70B",
+    "llama27bchat": "Llama-2-7B", "llama213bchat": "Llama-2-13B", "llama270bchat": "Llama-2-70B",
+    "mistral7binstructv01": "Mistral-7B",
+    "llama321binstruct": "meta-llama/Llama-3.2-1B", "llama323binstruct": "meta-llama/Llama-3.2-3B",
+    "deepseekr10528": "deepseek-ai/DeepSeek-R1",
 }
 SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B, "
                                                 "deepseek-ai/DeepSeek-V3, a config.json"}

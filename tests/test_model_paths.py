@@ -284,3 +284,10 @@ def test_a_tp_above_the_kv_heads_replicates_them_as_vllm_does(capsys):
     out = json.loads(capsys.readouterr().out)
     model = resolve_model("Qwen/Qwen3-30B-A3B")
     assert out["kv_bytes_per_token_per_gpu"] == 2 * 2 * model.n_layers * 1 * model.head_dim
+
+
+def test_a_folder_without_config_json_is_named(tmp_path, capsys):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert main(["cost", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path) in err and "holds no config.json" in err

@@ -236,3 +236,51 @@ def test_a_fleets_precision_flags_reach_every_replica_group(capsys):
     assert [r["model"] for r in fp8] == ["Llama-3.1-70B", "Llama-3.3-70B-Instruct"]
     for quantized, full in zip(fp8, plain):
         assert quantized["mean_tpot_ms"] < 0.8 * full["mean_tpot_ms"]
+
+
+def test_a_twin_takes_vllms_precision_flags():
+    from batchlab.serve.twin_server import TwinConfig, build_twin
+
+    def capacity(**flags) -> int:
+        state, _ = build_twin(TwinConfig(system="paged:max_bs=8", **flags))
+        return state.loop.engine.memory.capacity_tokens
+
+    plain = capacity()
+    assert capacity(kv_cache_dtype="fp8") == 2 * plain   # whole 16-token blocks either way
+    assert capacity(quantization="fp8") > plain     # half the weights: more room for KV
+    with pytest.raises(InputError, match="--quantization fp8"):
+        build_twin(TwinConfig(model="openai/gpt-oss-20b", quantization="fp8"))
+
+
+@pytest.mark.parametrize("flag, value", [("--quantization", "fp8"), ("--kv-cache-dtype", "fp8"),
+                                         ("--dtype", "float16")])
+def test_the_mini_server_refuses_the_twins_precision_flags(capsys, flag, value):
+    assert main(["serve", flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err and "--simulate" in err
+
+
+def test_vllms_gpu_memory_utilization_spelling_is_taken(capsys):
+    def capacity(*flags) -> int:
+        assert main(["cost", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["kv_capacity_tokens"]
+
+    assert capacity("--gpu-memory-utilization", "0.5") == capacity("--memory-utilization", "0.5")
+    assert capacity("--gpu-memory-utilization", "0.5") < capacity()
+
+
+@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.2-3B", "3"),     # 24 heads, 8 KV heads
+                                       ("meta-llama/Llama-3.2-3B", "12"),
+                                       ("Qwen/Qwen2.5-7B-Instruct", "7")])   # 28 heads, 4 KV heads
+def test_vllm_refuses_a_tp_that_neither_splits_nor_replicates_the_kv_heads(capsys, model, tp):
+    assert main(["cost", "--model", model, "--tp", tp]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tp" in err and "KV heads" in err
+
+
+def test_a_tp_above_the_kv_heads_replicates_them_as_vllm_does(capsys):
+    # Qwen3-30B-A3B: 4 KV heads on 8 GPUs, each held by two
+    assert main(["cost", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model = resolve_model("Qwen/Qwen3-30B-A3B")
+    assert out["kv_bytes_per_token_per_gpu"] == 2 * 2 * model.n_layers * 1 * model.head_dim

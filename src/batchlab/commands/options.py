@@ -36,12 +36,19 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mfu", type=flagtypes.efficiency, help="override the GPU's compute efficiency")
     g.add_argument("--mbu", type=flagtypes.efficiency, help="override the GPU's bandwidth efficiency")
     g.add_argument("--overhead-ms", type=flagtypes.step_ms, help="override the fixed per-step overhead")
-    g.add_argument("--memory-utilization", type=flagtypes.share,
-                   help="override the share of GPU memory for weights and KV")
+    g.add_argument("--memory-utilization", "--gpu-memory-utilization", dest="memory_utilization",
+                   type=flagtypes.share,
+                   help="override the share of GPU memory for weights and KV (vLLM's "
+                        "--gpu-memory-utilization)")
     g.add_argument("--cost", choices=("roofline", "operators"),
                    help="cost model: one roofline per step, or one per operator "
                         "(default: the GPU spec's cost_model, operators for the presets; roofline is the "
                         "seed's paper GPU)")
+    add_precision(g)
+
+
+def add_precision(g) -> None:
+    """vLLM's precision flags, on the argument group `g`."""
     g.add_argument("--dtype", choices=tuple(DTYPES),
                    help="activations' and unquantized weights' dtype, as vLLM's --dtype "
                         "(default: auto, the model's)")

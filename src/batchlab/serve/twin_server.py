@@ -27,6 +27,9 @@ class TwinConfig:
     gpu: str = "H100-SXM"
     tp: int = 1
     expert_parallel: bool = False          # an MoE's experts spread over the tp GPUs (ep = tp)
+    dtype: str | None = None               # vLLM's --dtype, --quantization, --kv-cache-dtype
+    quantization: str | None = None        # (None: the model's own)
+    kv_cache_dtype: str | None = None
     system: str = DEFAULT_TWIN_SYSTEM
     served_model_name: str | None = None   # default: --model as given (vLLM's default)
     max_model_len: int | None = None       # default: the model's max_context
@@ -80,6 +83,7 @@ class TwinMetrics:
 
 def hardware(cfg: TwinConfig):
     """(ModelSpec, GPUSpec, Layout) of the twin, checked."""
+    from batchlab.commands.options import precision
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.hardware.parallel import Layout, check_layout
     from batchlab.io_checks import named
@@ -87,7 +91,7 @@ def hardware(cfg: TwinConfig):
     with named("gpu", "--gpu"):
         gpu = resolve_gpu(cfg.gpu)
     with named("model", "--model"):
-        model = resolve_model(cfg.model)
+        model = precision(resolve_model(cfg.model), cfg)
     with named("tp", "--tp"), named("ep", "--enable-expert-parallel"):
         layout = Layout(tp=cfg.tp, ep=cfg.tp if cfg.expert_parallel else 1)
         check_layout(model, layout)

@@ -5,7 +5,8 @@ run on the event loop itself, and one process can host many twins (`--replicas`)
 per engine. Each step: arrivals up to its start join the queue, the plan is priced
 (`TwinExecutor`), the loop sleeps until the step's end on the wall clock (start + price: the CPU
 time spent planning is part of the step, not added to it), then the step is committed and its
-tokens go to their clients, whose streams write them out before the next step is planned.
+tokens go to their clients, whose streams write them out before the next step is planned while
+the loop keeps up.
 
 While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
 idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay

@@ -267,3 +267,77 @@ def test_vllms_gpu_memory_utilization_spelling_is_taken(capsys):
 
     assert capacity("--gpu-memory-utilization", "0.5") == capacity("--memory-utilization", "0.5")
     assert capacity("--gpu-memory-utilization", "0.5") < capacity()
+
+
+@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.2-3B", "3"),     # 24 heads, 8 KV heads
+                                       ("meta-llama/Llama-3.2-3B", "12"),
+                                       ("Qwen/Qwen2.5-7B-Instruct", "7")])   # 28 heads, 4 KV heads
+def test_vllm_refuses_a_tp_that_neither_splits_nor_replicates_the_kv_heads(capsys, model, tp):
+    assert main(["cost", "--model", model, "--tp", tp]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tp" in err and "KV heads" in err
+
+
+def test_a_tp_above_the_kv_heads_replicates_them_as_vllm_does(capsys):
+    # Qwen3-30B-A3B: 4 KV heads on 8 GPUs, each held by two
+    assert main(["cost", "--model", "Qwen/Qwen3-30B-A3B", "--tp", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model = resolve_model("Qwen/Qwen3-30B-A3B")
+    assert out["kv_bytes_per_token_per_gpu"] == 2 * 2 * model.n_layers * 1 * model.head_dim
+
+
+def test_a_folder_without_config_json_is_named(tmp_path, capsys):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert main(["cost", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path) in err and "holds no config.json" in err
+
+
+def _llama_config(tmp_path, **changes) -> str:
+    data = {**json.loads(LLAMA_1B.read_text()), **changes}
+    data = {k: v for k, v in data.items() if v != "__drop__"}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    return str(tmp_path)
+
+
+def test_the_config_variants_users_have_load_as_vllm_serves_them(tmp_path):
+    plain = resolve_model(str(LLAMA_1B))
+    # an fp32 checkpoint is served in 16 bits by vLLM's --dtype auto
+    assert resolve_model(_llama_config(tmp_path, torch_dtype="float32")).weight_bytes == plain.weight_bytes
+    # newer transformers write `dtype`; older ones none at all
+    assert resolve_model(_llama_config(tmp_path, torch_dtype="__drop__", dtype="bfloat16")).weight_bytes \
+        == plain.weight_bytes
+    # head_dim null or absent: hidden / heads (2048 / 32 = 64, the config's own)
+    assert resolve_model(_llama_config(tmp_path, head_dim=None)).head_dim == 64
+    assert resolve_model(_llama_config(tmp_path, head_dim="__drop__")).head_dim == 64
+    # num_key_value_heads null: multi-head attention, as transformers defaults it
+    assert resolve_model(_llama_config(tmp_path, num_key_value_heads=None)).n_kv_heads == 32
+    # an untied LM head is a second vocabulary matrix
+    untied = resolve_model(_llama_config(tmp_path, tie_word_embeddings=False))
+    assert untied.n_params - plain.n_params == 128256 * 2048
+
+
+def test_dtype_float32_holds_the_weights_and_kv_in_32_bits(capsys):
+    def fields(*flags) -> dict:
+        assert main(["cost", "--model", "Llama-3.1-8B", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain, fp32 = fields(), fields("--dtype", "float32")
+    assert fp32["weight_bytes"] == 2 * plain["weight_bytes"]
+    assert fp32["kv_bytes_per_token"] == 2 * plain["kv_bytes_per_token"]
+
+
+@pytest.mark.parametrize("architecture", ["Llama4ForConditionalGeneration", "MiniMaxM1ForCausalLM",
+                                          "Glm4MoeForCausalLM"])
+def test_an_architecture_not_modelled_exits_2_naming_it(tmp_path, capsys, architecture):
+    path = _llama_config(tmp_path, architectures=[architecture])
+    assert main(["simulate", "--model", path, "--num-prompts", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"architecture '{architecture}'" in err
+
+
+def test_a_malformed_config_exits_2_naming_the_file(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], ')
+    assert main(["cost", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.json: not valid JSON" in err

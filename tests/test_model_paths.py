@@ -341,3 +341,20 @@ def test_a_malformed_config_exits_2_naming_the_file(tmp_path, capsys):
     assert main(["cost", "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "config.json: not valid JSON" in err
+
+
+def test_vllms_long_parallelism_flags_are_taken_where_the_short_ones_are(capsys):
+    def cost(*flags) -> dict:
+        assert main(["cost", "--model", "Qwen/Qwen3-30B-A3B", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert cost("--tensor-parallel-size", "2", "--pipeline-parallel-size", "2") == cost("--tp", "2", "--pp", "2")
+    fleet = _fleet(capsys, "--model", "Qwen/Qwen3-30B-A3B", "--tensor-parallel-size", "2",
+                   "--pipeline-parallel-size", "2", "--enable-expert-parallel")
+    assert (fleet[0]["tp"], fleet[0]["pp"]) == (2, 2)
+    # the mini server has no GPUs: the flag is taken, and refused without --simulate
+    assert main(["serve", "--tensor-parallel-size", "2"]) == 2
+    assert "--simulate" in capsys.readouterr().err
+    from batchlab.cli import build_parser
+    args = build_parser(("serve",)).parse_args(["serve", "--simulate", "--tensor-parallel-size", "4"])
+    assert args.tp == 4

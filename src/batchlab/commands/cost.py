@@ -36,10 +36,10 @@ def register(subparsers) -> None:
                         help="also print how many requests reserving TOKENS tokens fit in KV")
     parser.add_argument("--plot", metavar="DIR",
                         help="write the step time against batch size (PNG and SVG) into DIR")
-    parser.add_argument("--tp", type=int, default=1, metavar="N",
+    parser.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1, metavar="N",
                         help="tensor parallel degree: GPUs each layer is split over "
                              "(default: %(default)s)")
-    parser.add_argument("--pp", type=int, default=1, metavar="M",
+    parser.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=int, default=1, metavar="M",
                         help="pipeline parallel degree: stages the layers are split into "
                              "(default: %(default)s)")
     parser.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)

@@ -786,14 +786,19 @@ class OperatorCost:
 
     def decode_run(self, n_past, steps: int) -> np.ndarray:
         """Times of `steps` consecutive decode steps; step j has n_past[i] + j cached tokens."""
-        batch, past = len(n_past), float(sum(int(p) for p in n_past))
+        window = self.model.sliding_window
+        keys = window_run_keys(n_past, steps, window) if window else None
+        return self.decode_run_sums(len(n_past), sum(int(p) for p in n_past), steps, keys)
+
+    def decode_run_sums(self, batch: int, cached: int, steps: int, window_keys=None) -> np.ndarray:
+        """`decode_run` from the sums: `batch` sequences over `cached` tokens in all at step 0
+        (and, with a sliding window, the keys its windowed layers read at each step)."""
         j = np.arange(steps, dtype=np.float64)
         # sum_i (p_i + j) = P + B*j, exactly representable while it stays below 2^53.
         shape = Shape(float(batch), float(batch), float(batch), float(batch),
-                      past + float(batch) * j, 0.0, 0.0, 0.0, 0.0)
-        window = self.model.sliding_window
-        if window:
-            shape = dataclasses.replace(shape, window_decode_keys=window_run_keys(n_past, steps, window),
+                      float(cached) + float(batch) * j, 0.0, 0.0, 0.0, 0.0)
+        if window_keys is not None:
+            shape = dataclasses.replace(shape, window_decode_keys=window_keys,
                                         window_prefill_units=0.0, window_prefill_keys=0.0)
         return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
 

@@ -321,7 +321,7 @@ class FastPath:
         case, one step after another until one ends at or after `until`, a run would price the
         rest in one piece, or the fast path cannot go on; the last one's end (its finishes wait for
         finish_due), or None, and nothing changed, if the fast path cannot run the first."""
-        live, finishing, crossings, bs = self.live, self.finishing, self.crossings, self.bs
+        live, finishing, crossings = self.live, self.finishing, self.crossings
         append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
         price, run_min = self.price, self.run_min
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows

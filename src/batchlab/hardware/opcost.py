@@ -131,7 +131,9 @@ MOE_NAMES = frozenset(name for name, _ in MOE_OPS)
 # Operators whose work is a function of the step's new tokens alone (op_work reads s.tokens
 # and the model's widths only): MLA's kv_up and the attention kernels read more.
 TOKEN_ONLY_OPS = frozenset({"norm", "qkv", "rope", "kv_write", "o", "add", "up", "act", "down",
-                            *MOE_NAMES})
+                            "embedding", *MOE_NAMES})
+# Operators whose work is a function of the sequences that emit alone (the LM head's rows).
+EMIT_ONLY_OPS = frozenset({"final_norm", "lm_head"})
 # Products whose weights are quantized (the embedding, the LM head and the router stay bf16).
 QUANTIZED_OPS = frozenset({"qkv", "o", "up", "down", "kv_up", "shared_up", "shared_down"})
 EXPERT_OPS = frozenset({"expert_up", "expert_down"})
@@ -717,8 +719,9 @@ class OperatorCost:
 
     def _op(self, name: str, shape: Shape):
         """One instance's time (None when it does not run). An operator whose work depends on
-        the step's token count alone is priced once per count: a run's decode steps share it."""
-        key = shape.tokens if name in TOKEN_ONLY_OPS else None
+        the step's token count (or its emitting sequences) alone is priced once per count: a
+        run's decode steps share it."""
+        key = shape.tokens if name in TOKEN_ONLY_OPS else shape.emits if name in EMIT_ONLY_OPS else None
         if key is not None and not isinstance(key, np.ndarray):
             found = self._memo.get((name, key), self)
             if found is not self:
@@ -749,17 +752,21 @@ class OperatorCost:
 
     def price(self, shape: Shape) -> StepPrice:
         """Stage times, sends and CPU of a step of this shape (float or array-valued)."""
-        params, tp, gpu = self.params, self.layout.tp, self.gpu
+        tp, gpu = self.layout.tp, self.gpu
         activation_bytes = self.dims.b * shape.tokens * self.dims.hidden
         windowed = shape.windowed()
         per_layer = [self._layer(ops, windowed if slides else shape) + self._comm(moe, activation_bytes, shape)
                      for ops, moe, _, slides in self.kinds]
         first = last = 0.0
-        for name, work in self._ops(FIRST_STAGE_OPS, shape):
-            first = first + op_time(params[OP_CLASS[name]], *work)
+        for name in FIRST_STAGE_OPS:
+            time = self._op(name, shape)
+            if time is not None:
+                first = first + time
         first = first + allreduce_s(gpu, activation_bytes, tp)  # vocab-parallel embedding
-        for name, work in self._ops(LAST_STAGE_OPS, shape):
-            last = last + op_time(params[OP_CLASS[name]], *work)
+        for name in LAST_STAGE_OPS:
+            time = self._op(name, shape)
+            if time is not None:
+                last = last + time
         stages = []
         for i in range(len(self.layers)):
             t = 0.0

@@ -1,4 +1,4 @@
-"""The engine's three large runs, side by side with another checkout of batchlab, in one run.
+"""The engine's large runs, side by side with another checkout of batchlab, in one run.
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_core.py --before DIR [--repeats N] [--million N]
 
@@ -12,7 +12,10 @@ the two give the same results. Cases:
 - the million: `--million` chat requests at 1,280 req/s on 64 paged H100 replicas, round robin
   (`simulate_fleet`);
 - the Mooncake conversation trace (12,031 requests) at its own timing, Llama-3.1-8B on an H100,
-  paged memory with the prefix cache at 512-token blocks (`simulate`).
+  paged memory with the prefix cache at 512-token blocks (`simulate`);
+- the operators model: `batchlab simulate`'s defaults at 10,000 chat requests and 20 req/s
+  (orca-oracle, Llama-3-8B on an H100, each step priced operator by operator, as every GPU
+  preset prices by default).
 Medians of `--repeats`, and after / before (below 1: faster now).
 """
 
@@ -51,6 +54,9 @@ def make(size):
     if case == "vidur":
         workload = make_workload("fixed", size or 10_000, 10.0, 0, prompt=512, output=128)
         return lambda: simulate(workload, PRESETS["paged"], MODEL_PRESETS["Llama-3-8B"], paper("A100-80GB"))
+    if case == "operators":
+        workload = make_workload("chat", size or 10_000, 20.0, 0)
+        return lambda: simulate(workload, PRESETS["orca-oracle"], MODEL_PRESETS["Llama-3-8B"], resolve_gpu("H100-SXM"))
     if case == "million":
         from batchlab.fleet import ReplicaSpec, simulate_fleet
         workload = make_workload("chat", size or n, 64 * 20.0, seed=0)
@@ -87,7 +93,7 @@ def main() -> None:
     parser.add_argument("--before", required=True, type=Path, help="the other checkout")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--million", type=int, default=1_000_000)
-    parser.add_argument("--cases", default="vidur,million,mooncake")
+    parser.add_argument("--cases", default="vidur,million,mooncake,operators")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": HERE}
     print(f"medians of {args.repeats}, child processes taking turns; before = {trees['before']}")

@@ -90,3 +90,4 @@ def test_the_hosts_cpu_time_is_applied_to_steps_that_carry_on_and_to_those_that_
     mixed = gpu.step(5, 900, 1, 100, 0, 100 * 101, 6)
     assert host.step(5, 900, 1, 100, 0, 100 * 101, 6, carried=5) == (max(mixed, 0.01) if overlapped
                                                                     else mixed + 0.01)
+

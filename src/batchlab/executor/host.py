@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.hardware.costmodel import decode_steps
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
@@ -85,9 +86,7 @@ class HostPrice:
         return self.host.step(self.gpu.decode(batch, cached), True)
 
     def decode_steps(self, batch: int, cached: int):
-        step = self.host.step
-        for gpu_s in self.gpu.decode_steps(batch, cached):
-            yield step(gpu_s, True)
+        return decode_steps(self.decode, batch, cached)
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:

@@ -167,8 +167,9 @@ class RooflinePrice:
 
     def decode_steps(self, batch: int, cached: int):
         """The times of decode steps of `batch` sequences from `cached` tokens on, one after
-        another without end (every sequence one token longer each step): the integer sums
-        kept by adding what one step adds (the same integers, so the same floats as `decode`)."""
+        another without end (every sequence one token longer each step), for a caller that runs
+        them one at a time: the integer sums grow by what one step adds (the same integers, so
+        the same floats as `decode`)."""
         flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
         while True:

@@ -146,8 +146,9 @@ class SumsPrice(Protocol):
     sum n_new * (2 n_past + n_new + 1), the sequences that emit a token, and those that carried
     on from the step before (`carried`: only a host's CPU time reads it, executor/host.py).
     A pure-decode step of `batch` sequences over `cached` tokens in all is `decode`; the steps
-    of a run of them (every sequence one token longer each step) come one at a time
-    (`decode_steps`) or as an array (`decode_run`), all equal to `step` bit for bit.
+    of a run of them (every sequence one token longer each step) come one at a time, each
+    priced when it is asked for (`decode_steps`), or as an array (`decode_run`), all equal to
+    `step` bit for bit.
     `run_min`: the steps below which pricing a run as an array costs more than one at a time.
     """
 
@@ -164,6 +165,14 @@ class SumsPrice(Protocol):
                    start: float | None = None) -> np.ndarray | None:
         """`steps` steps' times (None: too large to price as an array); with `start`, one more
         slot comes first holding it, so that np.add.accumulate of the array gives their ends."""
+
+
+def decode_steps(decode, batch: int, cached: int) -> Iterator[float]:
+    """SumsPrice.decode_steps from a price of one decode step (`decode`): each step priced
+    alone, when it is asked for."""
+    while True:
+        yield decode(batch, cached)
+        cached += batch
 
 
 class ShapePrice:
@@ -188,10 +197,7 @@ class ShapePrice:
         return self.step(batch, cached, 0, 0, 0, 0, batch)
 
     def decode_steps(self, batch: int, cached: int) -> Iterator[float]:
-        step = self.step
-        while True:
-            yield step(batch, cached, 0, 0, 0, 0, batch)
-            cached += batch
+        return decode_steps(self.decode, batch, cached)
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:

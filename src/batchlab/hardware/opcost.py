@@ -707,6 +707,7 @@ class OperatorCost:
         fp8 = fp8_matmul_params(gpu, self.params["matmul"])
         expert_fp8 = (model.expert_dtype or model.weight_dtype) == "fp8"
         self._memo: dict = {}
+        self._terms: dict = {}   # (id of a layer's operators, tokens) -> _token_terms
         self.op_params = {name: fp8 if (name in QUANTIZED_OPS and model.weight_dtype == "fp8"
                                         or name in EXPERT_OPS and expert_fp8)
                           else self.params[OP_CLASS[name]] for name in OP_CLASS}
@@ -733,12 +734,42 @@ class OperatorCost:
         return time
 
     def _layer(self, ops, shape: Shape):
-        layer = 0.0
-        for name, count in ops:
-            time = self._op(name, shape)
-            if time is not None:
-                layer = layer + count * time
+        """A layer's time: its operators' count * time, summed in the layer's order. Where the
+        token count is one number, the terms of operators that read it alone are priced once per
+        count: the leading ones' sum, then each later term added in its place (the same floats)."""
+        tokens = shape.tokens
+        if isinstance(tokens, np.ndarray):
+            layer, rest = 0.0, ops
+        else:
+            terms = self._terms.get((id(ops), tokens))
+            if terms is None:
+                terms = self._terms[(id(ops), tokens)] = self._token_terms(ops, shape)
+            layer, rest = terms
+        for term in rest:
+            if isinstance(term, tuple):   # (operator, count)
+                time = self._op(term[0], shape)
+                if time is not None:
+                    layer = layer + term[1] * time
+            else:
+                layer = layer + term
         return layer
+
+    def _token_terms(self, ops, shape: Shape) -> tuple:
+        """The sum of the leading token-only operators' terms, then each later term: a number
+        (a token-only operator's count * time) or the (operator, count) priced at each step."""
+        layer, rest = 0.0, []
+        for name, count in ops:
+            if name not in TOKEN_ONLY_OPS:
+                rest.append((name, count))
+                continue
+            time = self._op(name, shape)
+            if time is None:
+                continue
+            if rest:
+                rest.append(count * time)
+            else:
+                layer = layer + count * time
+        return layer, tuple(rest)
 
     def _comm(self, moe: bool, activation_bytes, shape: Shape):
         """A layer's collectives: two all-reduces over tp, or with expert parallelism in an MoE

@@ -1,11 +1,11 @@
-"""The fast path against the general loop with its stretches, in one process, same runs.
+"""The fast path against the general loop with its decode runs, in one process, same runs.
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fast_path.py [--repeats N] [--cost operators]
 
 Each case is one `simulate()` (engine, trace and metrics) of Llama-3-8B on a system preset, each
 step priced by `--cost` (the seed's roofline by default, or the presets' operators model), timed
-with the lane on and with `fast_path.applies` answering False (the general loop: planned steps
-and fast-forwarded stretches), runs alternating; user CPU medians, and their ratio. The results
+with the fast path on and with `fast_path.applies` answering False (the general loop: planned steps
+and fast-forwarded decode runs), runs alternating; user CPU medians, and their ratio. The results
 are checked equal (token times and step log) before anything is timed.
 """
 
@@ -47,14 +47,14 @@ def main() -> None:
     parser.add_argument("--cost", choices=("roofline", "operators"), default="roofline")
     args = parser.parse_args()
     print(f"user CPU, medians of {args.repeats}, {args.cost} prices; general = fast_path.applies answering False")
-    print(f"{'case':<50} {'general':>9} {'lane':>9} {'ratio':>6}")
+    print(f"{'case':<50} {'general':>9} {'fast path':>9} {'ratio':>6}")
     for label, system, kind, n, rate, gpu_name, lengths in CASES:
         prompt, output = lengths or (None, None)
         workload = make_workload(kind, n, rate, 0, prompt=prompt, output=output)
         gpu, preset = dataclasses.replace(GPU_PRESETS[gpu_name], cost_model=args.cost), PRESETS[system]
 
-        def run(lane: bool):
-            if lane:
+        def run(on: bool):
+            if on:
                 return simulate(workload, preset, MODEL, gpu)
             with mock.patch.object(fast_path, "applies", lambda engine: False):
                 return simulate(workload, preset, MODEL, gpu)
@@ -64,12 +64,12 @@ def main() -> None:
         assert all(fast.steps[c].tobytes() == slow.steps[c].tobytes() for c in slow.steps)
         times = {True: [], False: []}
         for _ in range(args.repeats):
-            for lane in (False, True):
+            for on in (False, True):
                 start = user_cpu()
-                run(lane)
-                times[lane].append(user_cpu() - start)
-        general, lane = statistics.median(times[False]), statistics.median(times[True])
-        print(f"{label:<50} {general:>8.3f}s {lane:>8.3f}s {general / lane:>5.2f}x")
+                run(on)
+                times[on].append(user_cpu() - start)
+        general, on = statistics.median(times[False]), statistics.median(times[True])
+        print(f"{label:<50} {general:>8.3f}s {on:>8.3f}s {general / on:>5.2f}x")
 
 
 if __name__ == "__main__":

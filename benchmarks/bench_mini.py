@@ -1,6 +1,6 @@
 """A decode step of the numpy mini model, batched (selective batching) vs one request at a time.
 
-Seed L02 §1.1 measured 64 decode requests of a 13 M-parameter model on an Apple M4 Pro: 37 ms one
+The seed measured 64 decode requests of a 13 M-parameter model on an Apple M4 Pro: 37 ms one
 at a time, 8.2 ms batched, 4.5x. This script measures the same on this CPU, one BLAS thread,
 with the machine's own matmul and streaming-read ceilings measured in the same run, and prints
 the batched step's achieved GFLOP/s and weight-read GB/s against them.
@@ -24,7 +24,7 @@ from batchlab.model.timing import (CeilingProbe, Ceilings, decode_bench,  # noqa
                                    roofline_ratios, time_decode)
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
-SEED_ONE_BY_ONE_MS, SEED_BATCHED_MS = 37.0, 8.2  # seed L02 §1.1, Apple M4 Pro
+SEED_ONE_BY_ONE_MS, SEED_BATCHED_MS = 37.0, 8.2  # the seed's measurement, Apple M4 Pro
 AIM_SPEEDUP = SEED_ONE_BY_ONE_MS / SEED_BATCHED_MS
 AIM_CEILING_RATIO = 2.0
 

@@ -3,12 +3,20 @@
 (a) Fidelity: a twin of Llama-3.1-8B on an H100 (`batchlab serve --simulate`) measured by
     `batchlab validate --base-url` (which runs `batchlab bench` at three loads, 0.3, 0.9 and 1.5
     times the twin's measured saturation, and replays the very requests sent in the simulator);
-    aims: p50 TTFT and TPOT within 5%, p99 within 10%.
+    aims: p50 TTFT and TPOT within 5%, p99 within 10%. Then each load again with `batchlab
+    bench`, the front end (the client's mean TTFT minus the twin's own) split by the twin's
+    /metrics: the first token's write (from its step's end, where the twin's TTFT ends, to its
+    event's write to the connection; of it, the event loop's mean wake-up after a step's end) and
+    the rest (the request's way in, from its send to the twin's arrival stamp, and the client's
+    reading of the written event).
 (b) Idle streams: one twin process holds 1,000 concurrent streams (a replica slowed 20 times,
     so each stream waits most of its life); every one must end with all its tokens. The
     twin's CPU time and RSS are read from /proc.
 (c) Replicas: `--replicas 8` in one process on this machine's cores: every replica answers a
     short request, one after another and then all at once; the process's CPU time and RSS.
+(d) HTTP: the twin's CPU time (from /proc) for the same streams (128 requests of 128 prompt
+    and 256 output tokens, 64 at once) on uvicorn's httptools and on its h11, in turns,
+    `--http-repeats` times each: the ratio of their means.
 
 The client runs on the same cores as the twin. Each figure is measured in one run.
 
@@ -28,6 +36,7 @@ from pathlib import Path
 
 import httpx
 
+from batchlab.calibrate.live import TTFT_METRIC, bench, server_histograms
 from batchlab.serve.launch import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +46,8 @@ IDLE_SLOWDOWN = 20
 REPLICAS = 8
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
+WRITE_METRIC = "batchlab:first_token_write_delay_seconds"
+WAKE_METRIC = "batchlab:twin_handoff_lateness_seconds"
 
 
 def usage(pid: int) -> dict:
@@ -57,11 +68,39 @@ def fidelity(args) -> dict:
             raise SystemExit(f"validate failed: {done.stderr.strip()}")
         out = json.loads(done.stdout)
         lateness = _lateness(twin.url)
+        split = [front_end_split(twin.url, args, r["load"], r["rate"]) for r in out["runs"]]
     return {"command": " ".join(["batchlab", *cmd[3:-1]]), "saturation": out["saturation"],
-            "spread": out["spread"], "lateness": lateness,
+            "spread": out["spread"], "lateness": lateness, "split": split,
             "runs": [{"load": r["load"], "rate": r["rate"], "max_streams": r["max_streams"],
                       "front_end_ms": r["front_end_ms"]["measured"], "twin_ttft_ms": r["twin_ttft_ms"]}
                      for r in out["runs"]]}
+
+
+def front_end_split(url: str, args, load: str, rate: float) -> dict:
+    """`batchlab bench` at `rate` once more: the client's mean TTFT, the twin's own (its TTFT
+    histogram over the run) and, of the difference, the first token's write (its histogram)
+    and its wake-up part; the rest is the request's way in and the client's reading (ms)."""
+    import tempfile
+
+    flags = ["--dataset-name", "random", "--num-prompts", str(args.num_prompts), "--seed", "0",
+             "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+             "--random-range-ratio", "0.5", "--request-rate", repr(float(rate))]
+    names = (TTFT_METRIC, WRITE_METRIC, WAKE_METRIC)
+    before = server_histograms(url, names)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = bench(url, flags, Path(tmp), "split.json", f"at {rate:g} req/s")
+    after = server_histograms(url, names)
+
+    def mean_ms(name: str) -> float:
+        count = after[name][1] - before[name][1]
+        return 1e3 * (after[name][0] - before[name][0]) / count if count else float("nan")
+
+    ttfts = [t for t, e in zip(result["ttfts"], result["errors"]) if not e and t is not None]
+    client = 1e3 * sum(ttfts) / len(ttfts)
+    twin, write = mean_ms(TTFT_METRIC), mean_ms(WRITE_METRIC)
+    return {"load": load, "rate": rate, "command": "batchlab bench --base-url URL " + " ".join(flags),
+            "client_ttft_ms": client, "twin_ttft_ms": twin, "front_end_ms": client - twin,
+            "write_ms": write, "wake_ms": mean_ms(WAKE_METRIC), "rest_ms": client - twin - write}
 
 
 def _lateness(url: str) -> dict:
@@ -132,12 +171,41 @@ def replicas() -> dict:
             "command": "batchlab serve " + " ".join(flags)}
 
 
+HTTP_IMPLS = ("h11", "httptools")
+HTTP_FLAGS = ("--dataset-name", "fixed", "--input-len", "128", "--output-len", "256", "--num-prompts",
+              "128", "--max-concurrency", "64", "--seed", "0")
+# `batchlab serve` with uvicorn's HTTP implementation named first (serve.defaults.HTTP)
+WITH_HTTP = ("import sys; import batchlab.serve.defaults as d; d.HTTP = sys.argv[1]; "
+             "from batchlab.cli import main; sys.exit(main(['serve', *sys.argv[2:]]))")
+
+
+def http_cpu(repeats: int) -> dict:
+    import tempfile
+
+    flags = ("--simulate", "--model", MODEL, "--gpu", GPU)
+    cpu: dict[str, list[float]] = {impl: [] for impl in HTTP_IMPLS}
+    for _ in range(repeats):
+        for impl in HTTP_IMPLS:
+            program = [sys.executable, "-c", WITH_HTTP, impl]
+            with ServeProcess(*flags, cwd=ROOT, program=program) as twin, \
+                    tempfile.TemporaryDirectory() as tmp:
+                before = usage(twin.proc.pid)
+                result = bench(twin.url, list(HTTP_FLAGS), Path(tmp), "http.json", impl)
+                if any(result["errors"]):
+                    raise SystemExit(f"the bench on {impl} had failed requests")
+                cpu[impl].append(usage(twin.proc.pid)["cpu_s"] - before["cpu_s"])
+    mean = {impl: sum(v) / len(v) for impl, v in cpu.items()}
+    return {"command": "batchlab bench --base-url URL " + " ".join(HTTP_FLAGS), "cpu_s": cpu,
+            "mean_cpu_s": mean, "ratio": mean["httptools"] / mean["h11"]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-prompts", type=int, default=256)
     p.add_argument("--input-len", type=int, default=512)
     p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--only", choices=("fidelity", "idle", "replicas"))
+    p.add_argument("--only", choices=("fidelity", "idle", "replicas", "http"))
+    p.add_argument("--http-repeats", type=int, default=4)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     out = {"load_average": os.getloadavg()}
@@ -147,6 +215,8 @@ def main() -> int:
         out["idle_streams"] = idle_streams()
     if args.only in (None, "replicas"):
         out["replicas"] = replicas()
+    if args.only in (None, "http"):
+        out["http"] = http_cpu(args.http_repeats)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -165,6 +235,12 @@ def main() -> int:
             print(f"    {run['load']:16s} {run['rate']:.1f} req/s, {run['max_streams']} streams at most, "
                   f"front end {'-' if fe is None else f'{fe:.1f} ms'}; the twin's own mean TTFT "
                   f"{own['measured']:.2f} ms, the replay's {own['predicted']:.2f} ms")
+        print(f"    the front end split, each load again: {f['split'][0]['command']} (rate per load)")
+        for row in f["split"]:
+            print(f"    {row['load']:16s} client TTFT {row['client_ttft_ms']:.2f} ms, the twin's "
+                  f"{row['twin_ttft_ms']:.2f} ms: front end {row['front_end_ms']:.2f} ms = first token's "
+                  f"write {row['write_ms']:.2f} (the loop's wake-up after a step's end {row['wake_ms']:.2f} "
+                  f"of it) + the way in and the client's reading {row['rest_ms']:.2f}")
         lat = f["lateness"]
         print(f"    hand-offs after their step's end: mean {lat['mean_ms']:.2f} ms over {lat['steps']} "
               f"steps, {lat['late_steps']} steps late past the chain")
@@ -177,6 +253,13 @@ def main() -> int:
         print(f"(c) {r['command']} on {r['cores']} cores: {r['one_by_one_ok']} of {r['replicas']} answer "
               f"one by one; {r['concurrent_ok']} of {r['concurrent_requests']} at once in "
               f"{r['wall_s']:.2f} s; CPU {r['process_cpu_s']:.2f} s, RSS {r['process_rss_mib']:.0f} MiB")
+    if "http" in out:
+        h = out["http"]
+        print(f"(d) {h['command']} against a twin on each HTTP implementation, in turns:")
+        for impl in HTTP_IMPLS:
+            runs = ", ".join(f"{c:.2f}" for c in h["cpu_s"][impl])
+            print(f"    {impl:9s} twin CPU {h['mean_cpu_s'][impl]:.2f} s on average ({runs})")
+        print(f"    httptools / h11: {h['ratio']:.2f}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Fingerprints of batchlab's results: a hash of every run a refactor must leave unchanged.
 
 Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/fingerprint.py [--save FILE] [--check FILE]
+     [--only engine|fleet|cli|memory] [--quick]
 
 Hashes (sha256 of the bytes) of
 - the trace of every system preset on every workload kind (token times, step log, work
@@ -9,9 +10,16 @@ Hashes (sha256 of the bytes) of
 - fleets: every router on four replicas, a disaggregated fleet, a pipelined one (the replicas'
   traces and the fleet's figures);
 - the CLI's outputs: `simulate --json`, `compare --json`, `fleet --json`, `plan --json` and
-  `knobs --json` on small workloads, byte for byte.
+  `knobs --json` on small workloads, byte for byte;
+- with `--only memory` (not run by default), memory under pressure: every preset and memory
+  manager on workloads that press on it (preemption by recompute and by swap, a watermark, the
+  prefix cache with a capacity limit and a host tier, parallel samples, the Mooncake
+  conversation trace at 512- and 16-token blocks, fleets routed by prefix), each hash covering
+  the whole trace (its requests and rounds too), the run's flat figures and the prefix cache's
+  history; `--quick` skips the Mooncake trace and shortens the long workload.
 `--save` writes the hashes as JSON; `--check` compares them with a saved file and exits 1,
-naming each one that differs.
+naming each one that differs. To compare two checkouts on runs no saved file holds, `--save`
+in the one and `--check` in the other.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ import sys
 import numpy as np
 
 from batchlab.fleet import ReplicaSpec, simulate_fleet
-from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
+from batchlab.fleet.report import fleet_figures
+from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, resolve_gpu, resolve_model
 from batchlab.hardware.parallel import Layout
 try:
     from batchlab.experiments.run import build_requests, simulate
@@ -37,6 +46,7 @@ except ImportError:   # a checkout from before serving/ was named experiments/
     from batchlab.serving.systems import PRESETS, parse_system  # type: ignore[no-redef]
 from batchlab.workload import make_workload
 from batchlab.workload.registry import workload_kinds
+
 
 def paper(gpu):
     """A preset as the seed's paper GPU (the roofline, no engine time): what every run here was
@@ -145,6 +155,94 @@ def fleet_runs() -> dict[str, str]:
     return out
 
 
+def _feed(h, value) -> None:
+    if isinstance(value, np.ndarray):
+        h.update(str((value.dtype, value.shape)).encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            h.update(repr(key).encode())
+            _feed(h, value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"[{len(value)}".encode())
+        for v in value:
+            _feed(h, v)
+    else:
+        h.update(repr(value).encode())
+
+
+def whole_trace_digest(trace, figures: dict, history=None) -> str:
+    """The trace's every array, its rounds, the run's flat figures and a prefix cache's history."""
+    h = hashlib.sha256()
+    for name in ("ids", "arrival", "prompt", "output", "token_offsets", "token_times", "served",
+                 "reject_reasons", "preemptions", "admitted_at", "evictions", "steps", "work", "kv_capacity"):
+        _feed(h, getattr(trace, name))
+    _feed(h, [(r.__class__.__name__, repr(r)) for r in trace.rounds])
+    h.update(json.dumps(figures, sort_keys=True, default=repr).encode())
+    if history is not None:
+        _feed(h, history)
+    return h.hexdigest()
+
+
+def _pressed(quick: bool):
+    """(name, run) of the memory part: workloads that press on memory, on the paper GPU."""
+    def roofline(name):   # the presets' engine time kept, as these hashes always had it
+        return dataclasses.replace(resolve_gpu(name), cost_model="roofline")
+
+    model, gpu, small = resolve_model("Llama-3-8B"), roofline("H100-SXM"), roofline("A100-40GB")
+    # about 15,000 tokens of KV: preemptions, evictions and host-tier hits on every workload below
+    tight = dataclasses.replace(small, name="A100-40GB-tight", memory=20e9)
+    chat = make_workload("chat", 400, 20.0, seed=1)
+    long = make_workload("long", 300 if quick else 600, 6.0, seed=2)
+    sessions = make_workload("sessions", 400, 8.0, seed=3)
+    fewshot = make_workload("few-shot", 300, 10.0, seed=4)
+    azure = make_workload("azure-conv", 800, None)
+    for name in PRESETS:
+        for wname, w in (("chat", chat), ("long", long), ("sessions", sessions)):
+            yield f"{name}/{wname}", lambda s=parse_system(name), w=w: simulate(w, s, model, gpu)
+    for spec in ("paged:preempt=swap", "paged:watermark=0.05", "paged:block_size=32",
+                 "chunked:preempt=swap", "paged-prefix:preempt=swap", "paged-prefix:cache_tokens=4096",
+                 "paged-prefix:host_cache_tokens=inf", "paged-prefix:host_cache_tokens=20000",
+                 "chunked-prefix:cache_tokens=0", "paged-prefix:order=aging:aging_rate=50",
+                 "paged-prefix:order=sjf", "orca-pow2:order=sjf"):
+        for wname, w in (("long", long), ("sessions", sessions), ("few-shot", fewshot)):
+            yield f"{spec}/{wname}", lambda s=parse_system(spec), w=w: simulate(w, s, model, tight)
+    for spec in ("paged", "paged-prefix", "orca-max", "unlimited", "chunked-prefix"):
+        yield f"{spec}/azure", lambda s=parse_system(spec): simulate(azure, s, model, gpu)
+        w = make_workload("chat", 200, 10.0, seed=5).with_samples(3)
+        yield f"{spec}/samples", lambda s=parse_system(spec), w=w: simulate(w, s, model, tight)
+        w = make_workload("few-shot", 150, 10.0, seed=6).with_samples(np.arange(150) % 4 + 1)
+        yield f"{spec}/few-shot-samples", lambda s=parse_system(spec), w=w: simulate(w, s, model, tight)
+    if not quick:
+        mooncake = make_workload("mooncake-conv", None, None)
+        for spec in ("paged:block_size=512", "paged-prefix:block_size=512", "paged-prefix",
+                     "paged-prefix:block_size=512:host_cache_tokens=inf"):
+            yield f"{spec}/mooncake", lambda s=parse_system(spec): simulate(mooncake, s, resolve_model("Llama-3.1-8B"), gpu)
+    for router in ("prefix", "least-kv", "session", "round-robin"):
+        for spec in ("paged-prefix", "paged", "orca-oracle"):
+            specs = [ReplicaSpec(parse_system(spec), model, small)] * 3
+            yield f"fleet-{router}/{spec}/sessions", lambda specs=specs, r=router: simulate_fleet(sessions, specs, r)
+    specs = [ReplicaSpec(parse_system("paged-prefix"), model, gpu)] * 2
+    yield "fleet-disagg/paged-prefix/sessions", lambda: simulate_fleet(
+        sessions, specs, "prefix", decode=[ReplicaSpec(parse_system("paged"), model, gpu)])
+
+
+def memory_runs(quick: bool = False) -> dict[str, str]:
+    out = {}
+    for name, run in _pressed(quick):
+        result = run()
+        if hasattr(result, "replicas"):   # a fleet: each replica's trace, then the fleet's figures
+            h = hashlib.sha256()
+            for rep in result.replicas:
+                h.update(whole_trace_digest(rep.trace, rep.usage).encode())
+            h.update(np.ascontiguousarray(result.assignment).tobytes())
+            h.update(json.dumps(fleet_figures(result), sort_keys=True, default=repr).encode())
+            out[f"memory/{name}"] = h.hexdigest()
+        else:
+            out[f"memory/{name}"] = whole_trace_digest(result.trace, result.to_dict(), result.cache_history)
+    return out
+
+
 def cli_runs() -> dict[str, str]:
     """Each CLI run on the seed's paper GPU (`--cost roofline`); the operators run on a spec of
     the H100 preset without the engine time, as the presets were before it."""
@@ -180,12 +278,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", metavar="FILE")
     parser.add_argument("--check", metavar="FILE")
-    parser.add_argument("--only", choices=("engine", "fleet", "cli"), action="append")
+    parser.add_argument("--only", choices=("engine", "fleet", "cli", "memory"), action="append",
+                        help="these parts alone (default: engine, fleet and cli)")
+    parser.add_argument("--quick", action="store_true",
+                        help="memory: skip the Mooncake trace and shorten the long workload")
     args = parser.parse_args()
     parts = args.only or ["engine", "fleet", "cli"]
     hashes = {}
     for part in parts:
-        hashes.update({"engine": engine_runs, "fleet": fleet_runs, "cli": cli_runs}[part]())
+        hashes.update(memory_runs(args.quick) if part == "memory" else
+                      {"engine": engine_runs, "fleet": fleet_runs, "cli": cli_runs}[part]())
     if args.save:
         with open(args.save, "w") as f:
             json.dump(hashes, f, indent=1, sort_keys=True)

@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "batchlab"
 
 MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
 # A small decode step of this model on this GPU lasts about 6 ms; roofline arrivals are drawn in
-# these units so that they fall inside decode stretches as often as unit-time arrivals do.
+# these units so that they fall inside decode runs as often as unit-time arrivals do.
 ROOFLINE_STEP_S = 0.006
 # The same examples on every run (CI is deterministic); no explain phase, whose extra runs make a
 # failure take minutes to report.

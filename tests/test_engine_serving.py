@@ -62,7 +62,7 @@ def test_admission_stops_at_the_first_request_that_does_not_fit():
 
 
 @pytest.mark.parametrize("policy", ["max", "pow2", "oracle"])
-def test_reservation_books_balance_every_step_and_nothing_is_held_at_the_end(policy):
+def test_reservation_accounting_balances_every_step_and_nothing_is_held_at_the_end(policy):
     rng = np.random.default_rng(7)
     n = 80
     arrival = np.cumsum(rng.exponential(0.005, n))

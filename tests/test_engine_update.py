@@ -1,6 +1,7 @@
-"""The engine's update owns what a step's result means: executing a plan gives its duration and,
-for a real model, the token each emitting request drew; the commit applies both, ending a request
-at its stop tokens (`StopRule`), so a caller needs nothing of the executor's own state."""
+"""A step's result, end to end on the mini model: executing a plan gives its duration and, for a
+real model, the token each emitting request drew (and its logprobs where asked); the scheduler's
+update applies them, ending a request at its stop tokens (`StopRule`), so a caller needs nothing
+of the executor's own state (the update itself, by hand: tests/test_scheduler.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from batchlab.engine import Engine
 from batchlab.executor.costed import RooflineExecutor
 from batchlab.executor.numpy_exec import NumpyExecutor
+from batchlab.executor.sampling import SamplingParams
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS
 from batchlab.model import init_model, tiny_config
 from batchlab.model.decoding import random_prompt
@@ -81,3 +83,27 @@ def test_a_priced_step_carries_no_tokens_and_its_rule_never_fires():
     steps = run_steps(engine)
     assert all(s.tokens is None and not s.stopped for s in steps)
     assert engine.requests[0].emitted == 4
+
+
+def test_each_step_carries_the_logprobs_of_the_tokens_that_asked_forked_samples_included():
+    ps = prompts(2)
+    engine, executor = mini_engine({})
+    engine.reset()
+    asking = SamplingParams(temperature=0.8, seed=3, logprobs=2)
+    samples = (Request("r0.1", 0.0, len(ps["r0"]), 4, index=1),)
+    executor.add_prompt("r0", ps["r0"], asking)
+    executor.add_prompt("r0.1", ps["r0"], asking)
+    executor.add_prompt("r1", ps["r1"])   # greedy, no logprobs asked
+    engine.add(Request("r0", 0.0, len(ps["r0"]), 4, samples=samples))
+    engine.add(Request("r1", 0.0, len(ps["r1"]), 4, index=2))
+    steps = run_steps(engine)
+    assert "r0.1" in steps[0].logprobs and [r.id for r in steps[0].forked] == ["r0.1"]
+    for step in steps:
+        assert set(step.logprobs) == {r.id for r in step.emitted} - {"r1"}
+        for rid, lp in step.logprobs.items():   # the logprob of the very token drawn
+            top = lp.top_ids.tolist()
+            assert lp.logprob <= 0.0 and len(top) == 2
+            if step.tokens[rid] in top:
+                assert lp.logprob == lp.top_logprobs[top.index(step.tokens[rid])]
+            else:
+                assert lp.logprob <= lp.top_logprobs.min()

@@ -1,11 +1,11 @@
 """Fast-forwarded decode runs against plain stepping: the same Trace, bit for bit.
 
-The engine fast-forwards a stretch of identical pure-decode steps in one vectorised piece. That
-is only sound if no decision of the stepped run would have differed inside the stretch: nobody
-admitted (a newcomer included, whatever the queue order), nobody preempted, nobody finished
+The engine fast-forwards a run of identical pure-decode steps in one vectorised piece. That
+is only sound if no decision of the stepped run would have differed inside the fast-forwarded
+one: nobody admitted (a newcomer included, whatever the queue order), nobody preempted, nobody finished
 before its last step. Every knob that takes part in those decisions is drawn at random here,
 and the whole Trace of a fast-forwarded run is compared with the stepped one field by field
-(and a prefix cache's figures with it). Hand cases below pin each decision a stretch must not
+(and a prefix cache's figures with it). Hand cases below pin each decision a run must not
 skip, the issue's example first.
 """
 
@@ -31,12 +31,12 @@ from helpers import GPU, MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_sa
 
 
 class Counting:
-    """Counts the fast-forwarded stretches an executor priced: proof the fast path ran."""
+    """Counts the fast-forwarded runs an executor priced: proof the fast path ran."""
 
-    stretches = 0
+    runs = 0
 
     def decode_run(self, n_past, steps):
-        self.stretches += 1
+        self.runs += 1
         return super().decode_run(n_past, steps)
 
 
@@ -50,7 +50,7 @@ class CountingRoofline(Counting, RooflineExecutor):
 
 # -- one random configuration -------------------------------------------------------------
 
-# Token ids of two long conversations: a request's content is a stretch of one of them, so
+# Token ids of two long conversations: a request's content is a span of one of them, so
 # requests share prefixes, and a later prompt may repeat an earlier request's generated tokens.
 CONVERSATIONS = (np.arange(4000, dtype=np.int64), 10_000 + np.arange(4000, dtype=np.int64))
 
@@ -172,11 +172,11 @@ def setups(draw, kinds: tuple[str, ...] = ("unlimited", "reservation", "paged", 
 # -- the comparison ---------------------------------------------------------------------------
 
 def check_identity(setup: Setup) -> tuple[Trace, int, MemoryManager]:
-    """Both runs; returns the stepped trace, how many stretches were fast-forwarded, and the
+    """Both runs; returns the stepped trace, how many runs were fast-forwarded, and the
     stepped run's memory."""
     fast, fast_requests, fast_engine = setup.run(True)
     stepped, stepped_requests, stepped_engine = setup.run(False)
-    assert stepped_engine.executor.stretches == 0
+    assert stepped_engine.executor.runs == 0
     assert_same_trace(fast, stepped)
     for a, b in zip(fast_requests, stepped_requests):   # the requests end in the same state too
         state = lambda r: (r.status, r.computed, r.emitted, r.swapped)  # noqa: E731
@@ -187,7 +187,7 @@ def check_identity(setup: Setup) -> tuple[Trace, int, MemoryManager]:
     assert_same(fast_memory.cache_stats(), stepped_memory.cache_stats(), "cache_stats")
     if hasattr(stepped_memory, "history_arrays"):   # a prefix cache's figures over time
         assert_same(fast_memory.history_arrays(), stepped_memory.history_arrays(), "cache history")
-    return stepped, fast_engine.executor.stretches, stepped_memory
+    return stepped, fast_engine.executor.runs, stepped_memory
 
 
 # -- the property -----------------------------------------------------------------------------
@@ -211,17 +211,17 @@ def test_fast_forward_equals_stepping_with_a_prefix_cache(setup):
 
 
 def covered(setup: Setup) -> None:
-    stepped, stretches, memory = check_identity(setup)
+    stepped, runs, memory = check_identity(setup)
     # what the examples covered (pytest --hypothesis-show-statistics)
     event(f"{setup.executor} {setup.memory[0]} {setup.config.order.name} {setup.config.prefill}")
-    event(f"fast-forwarded: {stretches > 0}")
+    event(f"fast-forwarded: {runs > 0}")
     event(f"preempted: {stepped.preemptions.sum() > 0}, by swap: {stepped.work['swapped_out'] > 0}")
     event(f"rejected: {bool(stepped.reject_reasons)}")
     if stats := memory.cache_stats():
         event(f"prefix cache hits: {stats['prefix_cache_hits'] > 0}")
 
 
-# -- hand cases: each knob where a stretch meets the decision it must not skip -----------------
+# -- hand cases: each knob where a run meets the decision it must not skip -----------------
 
 def hand(rows, memory, executor="unit", max_context=None, **config) -> Setup:
     """A Setup from rows (arrival, prompt, output[, predicted[, content]]); missing ones None."""
@@ -256,31 +256,31 @@ def test_the_same_holds_for_the_predicted_orders_and_paged_memory():
         (paged, ("paged", 32, 4, 0.0, 0), QueueOrder("aging", 0.5)),
     ]
     for rows, memory, order in cases:
-        stepped, stretches, _ = check_identity(hand(rows, memory, order=order))
+        stepped, runs, _ = check_identity(hand(rows, memory, order=order))
         assert stepped.output_times(2).tolist() == [4.0, 5.0], (order, memory)
-        assert stepped.preemptions.sum() == 0 and stretches >= 2
+        assert stepped.preemptions.sum() == 0 and runs >= 2
 
 
 def test_fcfs_keeps_the_newcomer_behind_the_blocked_head():
     setup = hand([(0, 1, 20), (0, 1, 20), (3, 1, 2)], ("reservation", 30, "oracle", 8192))
-    stepped, stretches, _ = check_identity(setup)
-    assert stepped.output_times(2)[0] == 21.0 and stretches >= 1
+    stepped, runs, _ = check_identity(setup)
+    assert stepped.output_times(2)[0] == 21.0 and runs >= 1
 
 
-def test_preemption_by_recompute_and_by_swap_around_stretches():
+def test_preemption_by_recompute_and_by_swap_around_decode_runs():
     # two long requests cannot both grow to their end in 12 blocks of 4 tokens: one is preempted
-    # mid-decode, and decode stretches run before and after it on both executors.
+    # mid-decode, and decode runs go before and after it on both executors.
     for executor in ("unit", "roofline"):
         for preempt, host in (("recompute", 0), ("swap", 48), ("swap", 0)):
             for victim in ("latest-arrival", "last-admitted"):
                 setup = hand([(0, 8, 20), (0, 8, 20), (1, 3, 6)], ("paged", 48, 4, 0.1, host),
                              executor, max_active=4, preempt=preempt, victim=victim)
-                stepped, stretches, _ = check_identity(setup)
-                assert stepped.preemptions.sum() >= 1 and stretches >= 2
+                stepped, runs, _ = check_identity(setup)
+                assert stepped.preemptions.sum() >= 1 and runs >= 2
                 assert (stepped.work["swapped_out"] > 0) == (preempt == "swap" and host > 0)
 
 
-def test_chunked_prefill_and_prefill_first_around_stretches():
+def test_chunked_prefill_and_prefill_first_around_decode_runs():
     rows = [(0, 30, 12), (0, 5, 12), (2.5, 17, 3), (2.5, 1, 1), (7, 9, 5)]
     for prefill in ({"prefill": "prefill_first"},
                     {"prefill": "chunked", "token_budget": 8, "chunk_size": 4},
@@ -288,8 +288,8 @@ def test_chunked_prefill_and_prefill_first_around_stretches():
         for executor in ("unit", "roofline"):
             setup = hand([(a * (1 if executor == "unit" else ROOFLINE_STEP_S), p, o) for a, p, o in rows],
                          ("unlimited",), executor, max_active=3, **prefill)
-            stepped, stretches, _ = check_identity(setup)
-            assert stretches >= 1 or prefill.get("token_budget") == 2
+            stepped, runs, _ = check_identity(setup)
+            assert runs >= 1 or prefill.get("token_budget") == 2
 
 
 def test_static_batches_and_rejections_at_arrival():
@@ -297,13 +297,13 @@ def test_static_batches_and_rejections_at_arrival():
     rows = [(0, 4, 6), (0, 60, 10), (1, 2, 9), (1, 3, 40), (4, 1, 1), (4, 2, 3)]
     setup = hand(rows, ("reservation", 40, "pow2", 64), max_context=64,
                  batching="static", max_active=2, order=QueueOrder("sjf"))
-    stepped, stretches, _ = check_identity(setup)
-    assert set(stepped.reject_reasons) == {"r1", "r3"} and stretches >= 2
+    stepped, runs, _ = check_identity(setup)
+    assert set(stepped.reject_reasons) == {"r1", "r3"} and runs >= 2
 
 
-# -- a prefix cache changes during a stretch --------------------------------------------------
+# -- a prefix cache changes during a run --------------------------------------------------
 
-def test_a_waiting_request_whose_prefix_a_stretch_writes_is_admitted_as_when_stepping():
+def test_a_waiting_request_whose_prefix_a_decode_run_writes_is_admitted_as_when_stepping():
     # a writes a conversation's tokens 4..14 as it decodes; b's prompt repeats its first 8.
     # 5 blocks of 4 tokens: at t=2 b needs 5 blocks less 1 cached and 3 are free; by t=5 a has
     # filled 2 blocks, b finds both cached, needs 3, and is admitted (stepping) - not at a's end.
@@ -321,18 +321,18 @@ def test_a_prefix_cache_evicts_as_many_blocks_whether_stepping_or_fast_forwardin
     # decode together from t=2, taking blocks from the cache's LRU as they grow.
     rows = [(0, 13, 1, None, (0, 13, 13)), (0, 1, 1, None, (0, 0, 1)), (0, 1, 2, None, (0, 0, 1)),
             (0, 7, 2, None, (0, 8, 8)), (0, 1, 5, None, (0, 0, 1))]
-    stepped, stretches, memory = check_identity(hand(rows, ("prefix", 14, 1, 0.0, 0, None)))
-    assert memory.cache_stats()["prefix_cache_evictions"] > 0 and stretches >= 1
+    stepped, runs, memory = check_identity(hand(rows, ("prefix", 14, 1, 0.0, 0, None)))
+    assert memory.cache_stats()["prefix_cache_evictions"] > 0 and runs >= 1
 
 
 def test_a_request_swapped_back_in_under_a_prefix_cache_is_fast_forwarded_as_stepped():
     # 5 blocks of 1 token, a quarter kept free at admission, 2 tokens of host memory: the
-    # requests preempt each other by swap and come back; the stretches after must be as long as
+    # requests preempt each other by swap and come back; the runs after must be as long as
     # the steps they replace (never negative).
     setup = hand([(0, 1, 4, None, (0, 0, 1))] * 5, ("prefix", 5, 1, 0.25, 2, None),
                  prefill="prefill_first", preempt="swap")
-    stepped, stretches, _ = check_identity(setup)
-    assert stepped.work["swapped_out"] > 0 and stretches >= 1
+    stepped, runs, _ = check_identity(setup)
+    assert stepped.work["swapped_out"] > 0 and runs >= 1
 
 
 def test_an_lpm_head_reads_the_blocks_the_last_step_keyed():

@@ -1,8 +1,8 @@
-"""The fast path against the general loop: the same Trace and the same books, bit for bit.
+"""The fast path against the general loop: the same Trace and the same accounting, bit for bit.
 
 The simulator advances steps from running sums while every arrival starts at once with its whole
-prompt and every decode finds its block (batchlab/engine/fast_path.py), and hands back to the general
-loop at the first step where that fails. Every knob that decides where it must hand back is
+prompt and every decode finds its block (batchlab/engine/fast_path.py), and leaves to the general loop
+at the first step where that fails. Every knob that decides where it must leave is
 drawn here (seats, token budget and chunk, memory and its watermark, block size, outputs of one
 token, context rejections, a request with parallel samples), and each run is compared with the
 same requests stepped one plan at a time, with nothing fast-forwarded.
@@ -39,7 +39,7 @@ GPU = resolve_gpu("A100-80GB")
 
 @pytest.fixture
 def fast_path_steps(monkeypatch):
-    """Steps run in the lane, counted: proof the lane ran (or did not)."""
+    """Steps run in the fast path, counted: proof the fast path ran (or did not)."""
     counted = [0]
     advance = fast_path.advance
 
@@ -54,7 +54,7 @@ def fast_path_steps(monkeypatch):
 
 def make_requests(rows, sampled: int | None = None) -> list[Request]:
     requests = [Request(f"r{k}", a, p, o, index=k) for k, (a, p, o) in enumerate(rows)]
-    if sampled is not None:   # parallel samples: the lane leaves their arrival to the general loop
+    if sampled is not None:   # parallel samples: the fast path leaves their arrival to the general loop
         r = requests[sampled]
         r.samples = (Request(f"r{sampled}#1", r.arrival, r.prompt_tokens, r.output_tokens,
                              index=len(rows)),)
@@ -85,8 +85,8 @@ def state(r: Request) -> tuple:
 
 
 def check(rows, config, memory, **kw):
-    """The lane's run against plain stepping: the trace and every request's final state; the
-    lane's trace and engine. (Block ids are compared where no decode stretch runs: a stretch
+    """The fast path's run against plain stepping: the trace and every request's final state; the
+    fast path's trace and engine. (Block ids are compared where no decode run goes: a run
     takes a request's blocks for all its steps at once, stepping one step at a time.)"""
     fast, fast_requests, fast_engine = run(rows, config, memory, fast=True, **kw)
     stepped, stepped_requests, _ = run(rows, config, memory, fast=False, **kw)
@@ -136,19 +136,19 @@ def cases(draw, tight: bool = False, kinds: tuple[str, ...] = ("paged", "paged",
 
 @settings(max_examples=400, **PROFILE)
 @given(cases())
-def test_aggregate_stepping_equals_the_general_loop(case):
+def test_fast_path_stepping_equals_the_general_loop(case):
     covered(case)
 
 
 @settings(max_examples=300, **PROFILE)
 @given(cases(tight=True, kinds=("paged",)))
-def test_aggregate_stepping_equals_the_general_loop_under_preemption(case):
+def test_fast_path_stepping_equals_the_general_loop_under_preemption(case):
     covered(case)
 
 
 @settings(max_examples=200, **PROFILE)
 @given(cases(tight=True, kinds=("reservation",)))
-def test_aggregate_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
+def test_fast_path_stepping_equals_the_general_loop_with_a_queue_behind_reservations(case):
     covered(case)
 
 
@@ -162,14 +162,14 @@ def covered(case) -> None:
         ran[0] += out[2]
         return out
 
-    def counting_runs(lane, run, steps):
+    def counting_runs(path, run, steps):
         runs[0] += 1
-        return apply_run(lane, run, steps)
+        return apply_run(path, run, steps)
 
     with mock.patch.object(fast_path, "advance", counting), \
             mock.patch.object(fast_path.FastPath, "apply_run", counting_runs):
         fast, fast_engine = check(rows, config, memory, max_context=max_context, sampled=sampled)
-    # without token lists (and the lane's step ends in chunks of one run): the same trace; a
+    # without token lists (and the fast path's step ends in chunks of one run): the same trace; a
     # request's own list is whole, or holds its first token
     with mock.patch.object(fast_path, "ENDS_CHUNK", 1):
         lean, _, lean_engine = run(rows, config, memory, fast=True, max_context=max_context, sampled=sampled,
@@ -179,7 +179,7 @@ def covered(case) -> None:
         assert_same(state(c), state(a), c.id)
         assert c.token_times in (a.token_times, a.token_times[:1]), c.id
     # what the examples covered (pytest --hypothesis-show-statistics)
-    event(f"lane steps: {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
+    event(f"fast path steps: {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
     event(f"decode runs in one piece: {runs[0] > 0}")
     event(f"preempted: {fast.preemptions.sum() > 0}")
     event(f"rejected: {bool(fast.reject_reasons)}")
@@ -193,7 +193,7 @@ STEP = ROOFLINE_STEP_S
 
 
 def test_the_whole_of_vidurs_run_is_in_the_lane(fast_path_steps):
-    # 512-token prompts arriving one at a time, ample memory: every step is one the lane runs,
+    # 512-token prompts arriving one at a time, ample memory: every step is one the fast path runs,
     # and it takes the same blocks in the same order as stepping
     rows = [(k * 8 * STEP, 512, 64) for k in range(40)]
     for memory in (AMPLE, ("paged", 40_000, 4, 0.1)):
@@ -202,7 +202,7 @@ def test_the_whole_of_vidurs_run_is_in_the_lane(fast_path_steps):
         fast_path_steps[0] = 0
         stepped_engine = run(rows, SchedulerConfig(), memory, fast=False)[2]
         assert engine.memory.pool.free == stepped_engine.memory.pool.free
-        # every request ran start to finish in the lane: without token lists, each keeps its first
+        # every request ran start to finish in the fast path: without token lists, each keeps its first
         lean, lean_requests, _ = run(rows, SchedulerConfig(), memory, fast=True, token_lists=False)
         assert [r.token_times for r in lean_requests] == [[t] for t in trace.token_times[trace.token_offsets[:-1]]]
         assert_same_trace(lean, trace)
@@ -215,9 +215,9 @@ def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(fast_path
     runs = []
     apply_run = fast_path.FastPath.apply_run
 
-    def recording(lane, run, steps):
+    def recording(path, run, steps):
         runs.append(steps)
-        return apply_run(lane, run, steps)
+        return apply_run(path, run, steps)
 
     with mock.patch.object(fast_path.FastPath, "apply_run", recording):
         trace, engine = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
@@ -234,12 +234,12 @@ def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(fast_p
     skipped, counted = [], []
     price_run = fast_path.FastPath.price_run
 
-    def recording(lane, *args):
-        out = price_run(lane, *args)
+    def recording(path, *args):
+        out = price_run(path, *args)
         if out is not None:
             skipped.append(out.held is None)
-            expected = lane._growth(len(out.ends))[1]
-            counted.append(np.array_equal(lane.held_during(out).held, expected))
+            expected = path._growth(len(out.ends))[1]
+            counted.append(np.array_equal(path.held_during(out).held, expected))
             out.held = None   # as priced: applied without the count
         return out
 
@@ -250,7 +250,7 @@ def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(fast_p
 
 def test_a_queue_behind_the_seats_waits_in_the_lane(fast_path_steps):
     # two seats for three requests arriving together: the third waits for a seat and starts
-    # in the step after the first finish, all of it in the lane
+    # in the step after the first finish, all of it in the fast path
     rows = [(0.0, 50, 10), (0.0, 60, 30), (0.0, 70, 20), (40 * STEP, 30, 20)]
     trace, _ = check(rows, SchedulerConfig(max_active=2), AMPLE)
     assert fast_path_steps[0] == trace.n_steps
@@ -391,9 +391,9 @@ def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, fast_p
         ranges[0] += 1
         return affine_range(*args)
 
-    def recording(lane, *args):
+    def recording(path, *args):
         ranges[0] = 0
-        out = price_run(lane, *args)
+        out = price_run(path, *args)
         if out is not None:
             priced.append(ranges[0])
         return out

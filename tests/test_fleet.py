@@ -27,7 +27,7 @@ from batchlab.experiments.systems import parse_system
 from batchlab.trace import StepLog, Trace
 from batchlab.workload import make_workload
 
-# The seed's paper GPU: the roofline, whose decode runs the fleet's lanes price at once.
+# The seed's paper GPU: the roofline, whose decode runs a fleet's fast paths price at once.
 MODEL, GPU = resolve_model("Llama-3-8B"), dataclasses.replace(resolve_gpu("H100-SXM"), cost_model="roofline")
 
 
@@ -300,29 +300,29 @@ def test_a_fleet_run_apart_keeps_every_token_after_its_requests_let_theirs_go():
 
 @pytest.mark.parametrize("router", ["least-outstanding", "least-kv", "power-of-two", "session"])
 @pytest.mark.parametrize("system", ["paged", "paged:max_bs=4", "chunked", "orca-pow2:max_bs=6", "unlimited"])
-def test_replicas_in_the_aggregate_lane_equal_the_general_loop(router, system):
-    # a busy fleet on little memory (paged preempts, reservations queue): the lanes enter,
-    # hand back and enter again, and the fleet is the general loop's, bit for bit
+def test_replicas_in_the_fast_path_equal_the_general_loop(router, system):
+    # a busy fleet on little memory (paged preempts, reservations queue): the fast paths
+    # enter, leave and enter again, and the fleet is the general loop's, bit for bit
     workload = make_workload("chat", 400, 120.0, 9)
     small = dataclasses.replace(GPU, memory=18e9)
     spec = ReplicaSpec(parse_system(system), MODEL, small)
     begun = []
     fast_path_begin = fast_path.FastPath.begin
 
-    def counting(lane, t, plan):
+    def counting(path, t, plan):
         begun.append(t)
-        return fast_path_begin(lane, t, plan)
+        return fast_path_begin(path, t, plan)
 
-    def run(lanes):
+    def run(fast):
         replicas = [Replica(k, f"r{k}", spec.engine()) for k in range(3)]
         with mock.patch.object(fast_path.FastPath, "begin", counting), \
-                mock.patch.object(fast_path, "applies", fast_path.applies if lanes else lambda engine: False):
+                mock.patch.object(fast_path, "applies", fast_path.applies if fast else lambda engine: False):
             run_fleet(build_requests(workload, spec.system, 0), replicas, make_router(router, 4))
         return replicas
 
-    with_lanes = run(True)
-    assert begun   # the lanes ran
-    assert_same_replicas(with_lanes, run(False))
+    with_fast_paths = run(True)
+    assert begun   # the fast paths ran
+    assert_same_replicas(with_fast_paths, run(False))
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
@@ -333,7 +333,7 @@ def test_replicas_in_the_aggregate_lane_equal_the_general_loop(router, system):
        memory=st.sampled_from([("paged", 600, 16, 0.0), ("paged", 2000, 4, 0.1),
                                ("reservation", 900, "oracle"), ("unlimited",)]),
        max_active=st.one_of(st.none(), st.integers(1, 6)))
-def test_random_fleets_in_the_lane_equal_the_general_loop(rows, n_replicas, router, memory, max_active):
+def test_random_fleets_in_the_fast_path_equal_the_general_loop(rows, n_replicas, router, memory, max_active):
     arrivals = np.cumsum([gap for gap, _, _ in rows])
 
     def build() -> list[Replica]:
@@ -351,21 +351,21 @@ def test_random_fleets_in_the_lane_equal_the_general_loop(rows, n_replicas, rout
     begun = [0]
     fast_path_begin = fast_path.FastPath.begin
 
-    def counting(lane, t, plan):
+    def counting(path, t, plan):
         begun[0] += 1
-        return fast_path_begin(lane, t, plan)
+        return fast_path_begin(path, t, plan)
 
-    def run(lanes: bool) -> list[Replica]:
+    def run(fast: bool) -> list[Replica]:
         requests = [Request(f"q{i}", float(a), p, o, index=i, session=f"s{i % 3}")
                     for i, (a, (_, p, o)) in enumerate(zip(arrivals, rows))]
         replicas = build()
-        with mock.patch.object(fast_path, "applies", fast_path.applies if lanes else lambda engine: False), \
+        with mock.patch.object(fast_path, "applies", fast_path.applies if fast else lambda engine: False), \
                 mock.patch.object(fast_path.FastPath, "begin", counting):
             run_fleet(requests, replicas, make_router(router, 2))
         return replicas
 
     assert_same_replicas(run(True), run(False))
-    event(f"lane steps: {begun[0] > 0}, memory: {memory[0]}")
+    event(f"fast path steps: {begun[0] > 0}, memory: {memory[0]}")
 
 
 def test_prefix_router_follows_the_cache_that_holds_the_prompt():

@@ -19,7 +19,7 @@ from batchlab.hardware import (
     step_cost,
     step_time,
 )
-from batchlab.hardware.cost import step_cost_arrays, uniform_step_cost
+from batchlab.hardware.cost import uniform_step_cost
 
 LLAMA3 = MODEL_PRESETS["Llama-3-8B"]
 H100 = GPU_PRESETS["H100-SXM"]
@@ -123,9 +123,6 @@ def test_cost_is_deterministic_and_grows_with_work(works, extra, model, gpu):
     m, g = MODEL_PRESETS[model], GPU_PRESETS[gpu]
     cost = step_cost(m, g, works)
     assert cost == step_cost(m, g, list(works))
-    assert cost == step_cost_arrays(m, g, np.array([w.n_new for w in works]),
-                                    np.array([w.n_past for w in works]),
-                                    np.array([w.emits for w in works]))
     bigger = step_cost(m, g, [*works, extra])
     assert bigger.flops > cost.flops and bigger.bytes > cost.bytes
     assert bigger.time_s >= cost.time_s

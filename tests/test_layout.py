@@ -78,3 +78,18 @@ def test_ci_installs_what_the_skipping_tests_need():
     assert '"ray' in test_extra and '"pyarrow' in test_extra
     dependencies = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
     assert "pyarrow" not in dependencies       # Parquet is the optional extra batchlab[parquet]
+
+
+def test_every_shipped_data_file_is_in_the_package_data():
+    """A preset, profile or trace under src/batchlab/data that no package-data pattern names is
+    missing from a built wheel, though every test run from the source tree finds it."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["batchlab"]
+    package = ROOT / "src" / "batchlab"
+    shipped = [p.relative_to(package).as_posix() for p in (package / "data").rglob("*") if p.is_file()]
+    # setuptools' patterns match within one folder: "*" never crosses a "/"
+    unnamed = [f for f in shipped
+               if not any(fnmatch.fnmatch(f, pat) and f.count("/") == pat.count("/") for pat in patterns)]
+    assert shipped and unnamed == []

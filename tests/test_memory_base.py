@@ -86,14 +86,14 @@ def test_append_blocks_takes_the_blocks_that_growing_each_would(prompts, steps):
     assert [grown.block_table(r) for r in runs[0]] == [appended.block_table(r) for r in runs[1]]
 
 
-def test_a_request_carries_its_blocks_and_managers_keep_no_books_by_request_id():
+def test_a_request_carries_its_blocks_and_managers_keep_no_dicts_by_request_id():
     memory = PagedMemory(64, 4)
     r = Request("a", 0.0, 6, 3)
     assert memory.try_admit(r)
     assert r.kv.blocks == memory.block_table(r) == [0, 1]
     for m in managers():
-        books = [v for v in vars(m).values() if isinstance(v, dict)]
-        assert all(not isinstance(k, int) for book in books for k in book), type(m).__name__
+        dicts = [v for v in vars(m).values() if isinstance(v, dict)]
+        assert all(not isinstance(k, int) for d in dicts for k in d), type(m).__name__
 
 
 # What code outside memory/ may ask a manager: the interface, and a few documented figures.
@@ -139,7 +139,7 @@ def test_nothing_outside_memory_reads_a_managers_internals():
 
 def test_the_scan_sees_a_read_of_internals(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("def f(engine, lane):\n    n = len(engine.memory.free_list)\n    t = lane.memory.pool\n"
-                     "    return getattr(engine.memory, 'tables', {}), lane.kv\n")
+    probe.write_text("def f(engine, path):\n    n = len(engine.memory.free_list)\n    t = path.memory.pool\n"
+                     "    return getattr(engine.memory, 'tables', {}), path.kv\n")
     found = {(name, line) for name, line, _ in _names_read(probe)}
     assert {("free_list", 2), ("pool", 3), ("tables", 4), ("kv", 4)} <= found

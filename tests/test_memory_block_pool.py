@@ -31,7 +31,7 @@ def test_idle_blocks_are_free_and_evicted_least_recently_freed_first():
     assert pool.evict_oldest(1) == [2] and not pool.idle
 
 
-def test_the_books_catch_a_block_held_and_free_at_once():
+def test_the_accounting_catches_a_block_held_and_free_at_once():
     pool = BlockPool(4)
     table = pool.take_free(2)
     pool.check([table], "paged")
@@ -40,7 +40,7 @@ def test_the_books_catch_a_block_held_and_free_at_once():
         pool.check([table], "paged")
 
 
-def test_shared_books_catch_a_miscounted_reference():
+def test_shared_accounting_catches_a_miscounted_reference():
     pool = BlockPool(4, shared=True)
     table = pool.take_free(2)
     for b in table:

@@ -1,4 +1,4 @@
-"""Paged memory's one-pass answers for a fast-forwarded stretch equal the step-by-step ones."""
+"""Paged memory's one-pass answers for a fast-forwarded decode run equal the step-by-step ones."""
 
 import numpy as np
 from hypothesis import given, settings, strategies as st

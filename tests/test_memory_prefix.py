@@ -267,7 +267,7 @@ def test_preemption_by_recompute_reuses_what_is_still_cached():
     assert all(r.emitted == r.output_tokens for r in reqs) and memory.empty
 
 
-def test_swap_preemption_with_the_cache_keeps_the_books():
+def test_swap_preemption_with_the_cache_keeps_the_accounting():
     rows = [("A", 0, list(range(16)), 20), ("B", 0, list(range(100, 116)), 20)]
     memory = PrefixCacheMemory(12 * 4, block_size=4, host_capacity_tokens=64)
     trace, reqs = run(rows, memory, preempt="swap")

@@ -1,4 +1,4 @@
-"""Property test: random chat-like sessions never break the prefix cache's books, and runs are
+"""Property test: random chat-like sessions never break the prefix cache's accounting, and runs are
 deterministic."""
 
 import numpy as np
@@ -54,7 +54,7 @@ def run(specs, s):
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(request_specs, min_size=1, max_size=14), settings_st)
-def test_random_sessions_keep_the_books_and_repeat_exactly(specs, s):
+def test_random_sessions_keep_the_accounting_and_repeat_exactly(specs, s):
     trace, reqs, memory = run(specs, s)
     memory.check_integrity()
     assert memory.empty                       # every block is free or cached and unreferenced

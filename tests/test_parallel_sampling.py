@@ -237,8 +237,8 @@ def groups(draw):
 @given(groups())
 def test_random_groups_keep_integrity_and_greedy_outputs(case):
     """Random requests of 1-4 samples through tight memory (copy-on-write refused, preemption by
-    recompute or swap, samples that cannot fork computing the prompt themselves): the books
-    balance after every step and every sample gives the single-sample output."""
+    recompute or swap, samples that cannot fork computing the prompt themselves): the accounting
+    balances after every step and every sample gives the single-sample output."""
     rng = np.random.default_rng(case["seed"])
     bs = case["block"]
     prompts, requests, arrival = {}, [], 0.0

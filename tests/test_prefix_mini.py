@@ -193,7 +193,7 @@ def session_cases(draw):
 @given(session_cases())
 def test_random_sessions_same_outputs_with_and_without_cache(case):
     """Random sessions over a shared system prompt, through tight memory (eviction, preemption
-    by recompute or swap), chunked or not: the cache never breaks the books (check_memory), never
+    by recompute or swap), chunked or not: the cache never breaks the accounting (check_memory), never
     changes a kept block, and never changes an output."""
     rng = np.random.default_rng(case["seed"])
     s = mini_sessions(MODEL, rng, case["sessions"], case["turns"], case["system"], case["user"],

@@ -300,7 +300,7 @@ def test_bad_serve_flags_exit_2_naming_the_flag_before_listening(cli, flags, fie
     assert "Traceback" not in run.stderr
 
 
-def test_books_stay_bounded_on_a_long_running_server():
+def test_history_stays_bounded_on_a_long_running_server():
     """Past requests are forgotten every `reset_every`, in flight or not; outputs are unchanged."""
     state = build_state(ServeConfig(model="tiny", max_model_len=64, kv_cache_tokens=1024))
     state.loop.reset_every = 5

@@ -50,11 +50,13 @@ def _fuzz(url: str, mode: GenerationMode, examples: int) -> set[tuple[str, int]]
 def test_fuzzing_from_the_openapi_schema_finds_no_5xx_and_no_response_off_the_schema(url):
     seen = _fuzz(url, GenerationMode.POSITIVE, EXAMPLES)
     paths = {path for path, _ in seen}
-    assert {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"} <= paths
+    assert {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
+            "/debug/batchlab/steps", "/debug/batchlab/requests"} <= paths
     assert ("/v1/completions", 200) in seen and ("/v1/chat/completions", 200) in seen
 
 
 def test_bodies_that_break_the_schema_get_error_objects_never_a_5xx(url):
     seen = _fuzz(url, GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES)
     assert ("/v1/completions", 400) in seen and ("/v1/chat/completions", 400) in seen
+    assert ("/debug/batchlab/steps", 400) in seen and ("/debug/batchlab/requests", 400) in seen
     assert all(400 <= status < 500 for _, status in seen), sorted(seen)

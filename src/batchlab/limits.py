@@ -10,7 +10,6 @@ run that does not finish. The figures per request, per token and per block were 
 
 from __future__ import annotations
 
-import math
 
 from batchlab.errors import InputError
 
@@ -29,10 +28,10 @@ SIM_BYTES_PER_OUTPUT_TOKEN = 20
 # Simulated requests per second of one core: 19,500-22,400 measured on the million; half of it
 # leaves room for slower machines and heavier systems.
 SIM_REQUESTS_PER_S = 10_000
-# A paged memory manager's books per KV block: a slot of its free list (an 8-byte pointer to a
+# A paged memory manager's bookkeeping per KV block: a slot of its free list (an 8-byte pointer to a
 # 28-byte int) and the block's entries in the per-request tables, rounded up.
 BLOCK_BYTES = 64
-# Making one block's books (its free-list slot) when a replica is built: about 30 ns measured;
+# Making one block's bookkeeping (its free-list slot) when a replica is built: about 30 ns measured;
 # a fleet search builds its replicas again for every fleet it tries.
 BLOCK_SETUP_S = 1e-7
 # The longest one step or one KV transfer may last on a simulated clock: 11.6 days. Longer ones
@@ -77,26 +76,26 @@ def check_time(seconds: float, flag: str, what: str) -> None:
 
 
 def simulation(requests: int, output_tokens: int, flag: str, *, runs: int = 1, at_once: int = 1,
-               books: float = 0.0) -> None:
+               bookkeeping: float = 0.0) -> None:
     """`runs` simulations of `requests` requests (`output_tokens` in all), `at_once` of them
-    held in memory together (worker processes), each also holding `books` bytes of memory
-    managers' books (`replica_books`): refused when they cannot fit or finish."""
-    per_run = requests * SIM_BYTES_PER_REQUEST + output_tokens * SIM_BYTES_PER_OUTPUT_TOKEN + books
+    held in memory together (worker processes), each also holding `bookkeeping` bytes of
+    memory managers' bookkeeping (`kv_bookkeeping_bytes`): refused when they cannot fit or finish."""
+    per_run = requests * SIM_BYTES_PER_REQUEST + output_tokens * SIM_BYTES_PER_OUTPUT_TOKEN + bookkeeping
     held = min(max(at_once, 1), max(runs, 1))
     label = f"{runs:,} runs of {requests:,} requests" if runs > 1 else f"a run of {requests:,} requests"
     check_memory(per_run * held, flag, label + (f" ({held} at once)" if held > 1 else ""))
-    seconds = runs * (requests / SIM_REQUESTS_PER_S + books / BLOCK_BYTES * BLOCK_SETUP_S) / held
+    seconds = runs * (requests / SIM_REQUESTS_PER_S + bookkeeping / BLOCK_BYTES * BLOCK_SETUP_S) / held
     check_time(seconds, flag, label)
 
 
-def replica_books(capacity_tokens: int, block_size: int | None) -> float:
+def kv_bookkeeping_bytes(capacity_tokens: int, block_size: int | None) -> float:
     """Bytes a replica's memory manager holds for a KV cache of `capacity_tokens` (paged: per
-    block; reservations and unlimited memory keep per-request books only)."""
+    block; reservations and unlimited memory keep per-request bookkeeping only)."""
     return 0.0 if not block_size else capacity_tokens // block_size * BLOCK_BYTES
 
 
 def kv_blocks(capacity_tokens: int, block_size: int, flag: str) -> None:
-    """A paged KV cache of `capacity_tokens` in blocks of `block_size` tokens: its books fit."""
+    """A paged KV cache of `capacity_tokens` in blocks of `block_size` tokens: its bookkeeping fits."""
     blocks = capacity_tokens // max(block_size, 1)
     check_memory(blocks * BLOCK_BYTES, flag,
                  f"a KV cache of {capacity_tokens:,} tokens ({blocks:,} blocks of {block_size}) to track")
@@ -120,18 +119,6 @@ def mini_model(config, flag: str, kv_tokens: int = 0) -> None:
                      f"({size_text(kv)} of K and V)")
 
 
-def bench_prompts(prompt_tokens: int, flag: str) -> None:
-    """A benchmark's prompts, made and encoded before the clock starts."""
-    check_memory(prompt_tokens * BENCH_BYTES_PER_PROMPT_TOKEN, flag,
-                 f"{prompt_tokens:,} prompt tokens, encoded before sending")
-
-
-def transfer_seconds(nbytes: float, bandwidth: float, latency_s: float) -> float:
-    """One KV transfer over a link; inf when it overflows."""
-    with_bw = nbytes / bandwidth if bandwidth > 0 else math.inf
-    return with_bw + latency_s
-
-
 # Timed runs per operator of `calibrate --mini` and repeats of `validate`: a hundred already
 # makes the spread of a median negligible.
 MAX_REPEATS = 100
@@ -149,8 +136,8 @@ def mini_timing(config, repeats: int, flag: str) -> None:
 
 
 def kv_capacity(system, kv_tokens: int, flag: str) -> None:
-    """A server's KV cache of `kv_tokens` tokens under `system`: at least one block, and books
-    that fit."""
+    """A server's KV cache of `kv_tokens` tokens under `system`: at least one block, and
+    bookkeeping that fits."""
     block = getattr(system, "block_size", None) if system.memory == "paged" else None
     if block and kv_tokens < block:
         raise InputError(f"field '{flag}': {kv_tokens:,} token{'' if kv_tokens == 1 else 's'} is less than one KV block of "

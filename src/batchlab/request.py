@@ -110,11 +110,6 @@ class Request:
     def finished(self) -> bool:
         return self.status >= Status.FINISHED
 
-    @property
-    def total_tokens(self) -> int:
-        """KV tokens the request holds at its end: the prompt and all outputs but the last."""
-        return self.prompt_tokens + self.output_tokens - 1
-
 
 # Each request's `computed`, for C-level sums over a batch (they run every step).
 computed_of = attrgetter("computed")

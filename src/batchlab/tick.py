@@ -2,8 +2,9 @@
 
 A case is a list of requests `(id, arrival, prompt_tokens, output_tokens)` plus `max_active`,
 `token_budget`, `chunk_size` and a policy; it may start mid-run, with requests already active
-at tick 0 in a given state `(id, prefill_remaining, output_remaining)` (seed L11 §9 Q3). It runs on the one engine with the unit executor
-(every round lasts one tick) and prefill `chunked`: decode first, FIFO within a phase.
+at tick 0 in a given state `(id, prefill_remaining, output_remaining)`. It runs on the one
+engine with the unit executor (every round lasts one tick) and prefill `chunked`: decode first,
+FIFO within a phase.
 Everything is checked before anything runs; the first problem raises `InputError` naming the
 record and the field.
 """
@@ -18,7 +19,16 @@ import numpy as np
 from batchlab.engine import Engine
 from batchlab.errors import InputError
 from batchlab.executor.unit import UnitExecutor
-from batchlab.io_checks import MAX_REQUESTS, MAX_TOKENS, brief, load_json, reading, token_count, whole
+from batchlab.io_checks import (
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    brief,
+    load_json,
+    read_limited,
+    reading,
+    token_count,
+    whole,
+)
 from batchlab.metrics.seats import seats_held
 from batchlab.request import Request, arrival_order
 from batchlab.scheduler.config import SchedulerConfig
@@ -148,14 +158,21 @@ def _check_int(value: object, name: str, record: str | None) -> int:
 
 # -- reading a case ----------------------------------------------------------------------
 
+# A case file is read whole, so a bound: a request is about 70 bytes of JSON, so this holds
+# millions of them, and /dev/zero or a FIFO that never ends is refused instead of filling memory.
+MAX_CASE_CHARS = 256 * 2**20
+
+
 def read_case_text(path: str) -> tuple[str, str]:
     """The text of a case file (`-` is standard input) and the name to cite in errors."""
     if path == "-":
         with reading("<stdin>"):      # bytes that are not UTF-8 text
-            return sys.stdin.read(), "<stdin>"
+            text = sys.stdin.read(MAX_CASE_CHARS + 1)
+        if len(text) > MAX_CASE_CHARS:
+            raise InputError(f"<stdin>: larger than {MAX_CASE_CHARS // 2**20} MB, which no case is")
+        return text, "<stdin>"
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        return read_limited(path, path, MAX_CASE_CHARS).decode("utf-8"), path
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"field 'FILE': cannot read {path!r}: {reason}") from None
@@ -260,7 +277,7 @@ class TickResult:
         return held, held - tr.steps["batch"]
 
     def seat_counts(self) -> dict:
-        """Seat-rounds held and idle over the run, and the idle share (seed L02 §1.2's seat waste)."""
+        """Seat-rounds held and idle over the run, and the idle share (the seed's seat waste)."""
         held, idle = (int(x.sum()) for x in self.seats())
         return {"seat_rounds_held": held, "seat_rounds_idle": idle, "seat_waste": idle / held if held else None}
 

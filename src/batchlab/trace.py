@@ -18,7 +18,7 @@ GATHER_TOKENS = 1 << 16
 
 @dataclass(slots=True)
 class RoundRecord:
-    """One round of the tick contract's table (seed L11 §7): what was decided and what it did."""
+    """One round of the tick contract's table (seed L11): what was decided and what it did."""
 
     t: float
     admitted: list[str]
@@ -73,6 +73,8 @@ class StepLog:
         self._run_ends: list[np.ndarray] = []
         self._run_durations: list[np.ndarray] = []
         self._run_grown = array("b")             # its KV held came as block growth (else given)
+        self._run_stored_given = array("b")      # its KV stored came per step (else counted)
+        self._stored_given: list[np.ndarray] = []   # those, in run order
         self._held_given: list[np.ndarray] = []  # the others', in run order
         # every BlockGrowth's blocks before it, block size and entries; its steps that take
         # blocks and how many, in run order
@@ -92,15 +94,19 @@ class StepLog:
             self._rows = []
 
     def add_run(self, start: float, ends: np.ndarray, duration: np.ndarray, batch: int,
-                held: np.ndarray | BlockGrowth, stored0: int) -> None:
+                held: np.ndarray | BlockGrowth, stored0: int, stored: np.ndarray | None = None) -> None:
         """`len(duration)` back-to-back decode steps of `batch` sequences each, one token per
         sequence, from `start`; step j starts where step j - 1 ends. `held`: the KV held
-        during each, or how it grows."""
+        during each, or how it grows; the KV stored is `stored0` plus `batch` a step, or
+        `stored` where given (windowed layers keep only their window)."""
         self._run_after.append(self._n_rows)
         self._run_steps.append(len(duration))
         self._run_start.append(start)
         self._run_batch.append(batch)
         self._run_stored.append(stored0)
+        self._run_stored_given.append(stored is not None)
+        if stored is not None:
+            self._stored_given.append(stored)
         self._run_ends.append(ends)
         self._run_durations.append(duration)
         if isinstance(held, BlockGrowth):
@@ -143,7 +149,11 @@ class StepLog:
             cols["decode_tokens"][in_run] = batch
             cols["seats"][in_run] = batch
             cols["prefill_tokens"][in_run] = 0
-            cols["stored"][in_run] = stored0 + batch * j
+            stored = stored0 + batch * j
+            if self._stored_given:
+                given = np.frombuffer(self._run_stored_given, dtype=np.int8).astype(bool)
+                stored[np.repeat(given, k)] = np.concatenate(self._stored_given)
+            cols["stored"][in_run] = stored
         return cols
 
     def _runs_held(self, k: np.ndarray, first: np.ndarray) -> np.ndarray:

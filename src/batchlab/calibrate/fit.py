@@ -130,7 +130,7 @@ def predict_ms(point: ProfilePoint, gpu: GPUSpec) -> float:
     if point.op == "step":
         return float(OperatorCost(point.model, gpu, Layout(tp=point.tp)).step_time(shape)) * 1e3
     work = op_work(point.op, Dims.of(point.model, point.tp), shape)
-    return float(op_time(class_params(gpu)[OP_CLASS[point.op]], *work)) * 1e3
+    return point.instances * float(op_time(class_params(gpu)[OP_CLASS[point.op]], *work)) * 1e3
 
 
 def group_params(group: str, gpu: GPUSpec) -> tuple[Param, ...]:
@@ -194,7 +194,8 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
                  works=None):
     """Relative errors as a function of the parameters; `works`: `_works(points)`, made once
     for all of a group's candidates (it is most of the cost on a large profile)."""
-    measured = np.asarray([p.ms for p in points]) * 1e-3
+    # A point timing several instances of its kernel is priced as that many.
+    measured = np.asarray([p.ms / p.instances for p in points]) * 1e-3
     if group in ("all_reduce", "send_recv"):
         size = np.asarray([p.nbytes for p in points])
         workers = np.asarray([p.tp for p in points], dtype=np.float64)
@@ -311,6 +312,17 @@ def parse_hold_out(items) -> list[tuple[str, set[str]]]:
 
 def _held(point: ProfilePoint, rules) -> bool:
     return any(str(getattr(point, field)) in values for field, values in rules)
+
+
+def check(points: list[ProfilePoint], gpu: GPUSpec) -> FitResult:
+    """Every point priced with `gpu`'s operators as they are, nothing fitted: a spec checked
+    on measurements it was not fitted to (each row is held out)."""
+    if not points:
+        raise InputError("calibrate: the profiles hold no points")
+    gpu = dataclasses.replace(gpu, cost_model="operators")
+    skipped = [(p, "cross-node collective (not modelled)") for p in points if not p.intra_node]
+    rows = [(p, predict_ms(p, gpu), True) for p in points if p.intra_node]
+    return FitResult(gpu, {}, rows, skipped)
 
 
 def fit(points: list[ProfilePoint], base: GPUSpec, hold_out=(), name: str | None = None,

@@ -94,15 +94,14 @@ class Probe:
 
 @contextlib.contextmanager
 def mini_server(model: str, system: str, kv_cache_tokens: int, seed: int,
-                base_url: str | None = None, extra: tuple[str, ...] = ()):
-    """The base URL of a `batchlab serve` started for the run (or `base_url` as it is);
-    `extra` flags go to the server started."""
+                base_url: str | None = None):
+    """The base URL of a `batchlab serve` started for the run (or `base_url` as it is)."""
     if base_url is not None:
         yield base_url.rstrip("/")
         return
     try:
         server = ServeProcess("--model", model, "--system", system, "--kv-cache-tokens",
-                              str(kv_cache_tokens), "--seed", str(seed), *extra)
+                              str(kv_cache_tokens), "--seed", str(seed))
     except ServeFailed as exc:
         raise InputError(f"validate: the mini server {last_line(str(exc))}") from None
     with server:

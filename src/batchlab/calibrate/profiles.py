@@ -6,6 +6,7 @@ Formats, told apart by their columns:
 - Vidur `mlp.csv` (microsoft/vidur, data/profiling/compute/<gpu>/<model>/mlp.csv): one row per
   (num_tokens, num_tensor_parallel_workers), `time_stats.<op>.median` in ms for one layer, and
   the model's shape (n_head, n_kv_head, n_embd, n_expanded_embd, vocab_size, use_gated_mlp).
+  A file without post_attention_layernorm profiles a parallel block (phi-2): its add is two.
 - Vidur `attention.csv`: `time_stats.attn_prefill.median`, `time_stats.attn_decode.median`,
   `time_stats.attn_kv_cache_save.median` with batch_size, prefill_chunk_size, kv_cache_size,
   is_prefill, n_embd, n_q_head, n_kv_head, num_tensor_parallel_workers.
@@ -66,6 +67,8 @@ MAXIMA = {**dict.fromkeys(("tp", "num_tensor_parallel_workers", "num_workers", "
 # and fits in seconds. Past these, reading and fitting would take minutes and gigabytes.
 MAX_PROFILE_BYTES = 256 * 2**20
 MAX_PROFILE_ROWS = 1_000_000
+# The residual adds of a parallel block (attention + MLP + residual), as Vidur times them.
+PARALLEL_BLOCK_ADDS = 2
 # A model shape big enough for any context: profiles carry no max context.
 _ANY_CONTEXT = 1 << 30
 
@@ -85,6 +88,7 @@ class ProfilePoint:
     model: ModelSpec | None = None  # the shapes the operator ran with (None: comm ops)
     nbytes: float = 0.0  # all_reduce / send_recv payload
     intra_node: bool = True  # comm ops: every GPU in one node (cross-node is not modelled)
+    instances: int = 1   # kernels of `op` the measured time covers (Vidur's parallel-block add: 2)
 
     @property
     def where(self) -> str:
@@ -196,6 +200,9 @@ def _medians(header: list[str]) -> list[tuple[str, str]]:
 def _vidur_mlp(path, header, rows, medians) -> list[ProfilePoint]:
     _require(path, header, ("num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head",
                             "n_embd", "n_expanded_embd"), "Vidur mlp.csv")
+    # Vidur profiles a model without a post-attention norm (phi-2: attention and MLP in parallel
+    # off one norm) as one block whose timed add is attention + MLP + residual: two adds.
+    adds = 1 if "time_stats.post_attention_layernorm.median" in header else PARALLEL_BLOCK_ADDS
     points = []
     for line, row in enumerate(rows, start=2):
         model = _vidur_model(path, line, row, "n_head")
@@ -205,7 +212,8 @@ def _vidur_mlp(path, header, rows, medians) -> list[ProfilePoint]:
             if row[column] == "":
                 continue  # Vidur leaves an operator blank where it was not measured
             points.append(ProfilePoint(path.name, line, op, tokens, 1, 0, tp,
-                                       _ms(path, line, column, row[column]), model))
+                                       _ms(path, line, column, row[column]), model,
+                                       instances=adds if op == "add" else 1))
     return points
 
 

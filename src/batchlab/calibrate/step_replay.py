@@ -1,11 +1,12 @@
 """The server's own steps replayed: its scheduling and queueing apart from the cost model.
 
-`batchlab serve --save-steps` writes the server's step log (each step's start on the server
-clock and the time until its tokens were stamped) and `--save-trace` each request's arrival,
-lengths and latencies. Replaying those requests at their server arrivals through the same
-system, each step lasting exactly what the server's step at that moment lasted
-(`MeasuredSteps`), removes the cost model and the front end from the comparison: what differs
-from the server's own latencies is the scheduling and queueing model alone. A replay whose
+A server's step log (each step's start on the server clock and the time until its tokens were
+stamped) and its finished requests (arrival, lengths and latencies) are read over HTTP while it
+runs (GET /debug/batchlab/steps and /requests, `served.py`), or from the files `batchlab serve
+--save-steps` and `--save-trace` write at its end. Replaying those requests at their server
+arrivals through the same system, each step lasting exactly what the server's step at that
+moment lasted (`MeasuredSteps`), removes the cost model and the front end from the comparison:
+what differs from the server's own latencies is the scheduling and queueing model alone. A replay whose
 plans match the server's reproduces its token times exactly (tested); so the scheduling part of
 validate's error must be small whatever the machine does, while the cost part (the cost model's
 replay against this one) moves with the machine, and is shown beside its noise.
@@ -140,6 +141,24 @@ def match_block(rows: list[dict], prompt, output, after: int = 0) -> tuple[list[
         if sorted(pairs[i:i + n]) == want:
             return ordered[i:i + n], i + n
     return None, after
+
+
+def split_logged(log, workload, system, capacity: int, max_context: int,
+                 cost_replay) -> tuple[dict | None, str | None]:
+    """One run's error split (`split_run`) from the server's own records of it, read over HTTP
+    after the run (`log`: a `served.RunLog` marked before it): (the split, None), or (None, why
+    there is none)."""
+    from batchlab.calibrate.served import NotLogged
+
+    try:
+        rows, steps = log.records()
+    except NotLogged as exc:
+        return None, str(exc)
+    block, _ = match_block(rows, workload.prompt, workload.output)
+    if block is None:
+        return None, ("the run's requests are not among those the server finished during it "
+                      "(other traffic on the server?)")
+    return split_run(block, steps, system, capacity, max_context, cost_replay), None
 
 
 def split_run(block: list[dict] | None, steps, system, capacity: int, max_context: int,

@@ -64,6 +64,7 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
     from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import Layout
     from batchlab.metrics import compute_metrics
     from batchlab.experiments.run import build_requests
@@ -71,7 +72,7 @@ def replay_on_twin(workload, info: dict, seed: int = 0):
 
     model, gpu = resolve_model(info["model"]), resolve_gpu(info["gpu"])
     system = parse_system(info["system"], "--system")
-    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"])
+    memory = system.memory_for_capacity(info["kv_cache_tokens"], info["max_model_len"], kv_groups(model))
     engine = Engine(system.scheduler_config(), make_executor(model, gpu, Layout(tp=info["tp"])),
                     memory, max_context=info["max_model_len"])
     trace = engine.run(build_requests(workload, system, seed))
@@ -82,11 +83,15 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
     """Bench the twin at each rate (default: LOAD_FACTORS x its measured saturation), replay
     each run in the simulator, compare; one dict shaped as `validate`'s."""
     from batchlab.calibrate.live import STEP_METRICS, TTFT_METRIC, server_histograms, step_summary
+    from batchlab.calibrate.served import RunLog
+    from batchlab.calibrate.step_replay import split_logged
     from batchlab.calibrate.validate import (LOAD_FACTORS, LOAD_NAMES, PERCENTILES, THROUGHPUTS, compare,
                                              front_end_over, measured_samples, replay_workload,
                                              run_bench, simulated_samples, simulated_steps)
+    from batchlab.experiments.systems import parse_system
     from batchlab.metrics.vllm import vllm_result
 
+    system = parse_system(info["system"], "--system")
     rates, names, saturation = cfg.rates, None, None
     if rates is None:
         result = run_bench(url, cfg, math.inf, directory, "bench-saturation.json")
@@ -103,10 +108,13 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
     for repeat in range(1, repeats + 1):
         for i, rate in enumerate(rates):
             before = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
+            log = RunLog(url)   # the twin's own steps and requests over the run: the split
             result = run_bench(url, cfg, rate, directory, f"bench-{repeat}-{i}.json")
             after = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
             workload = replay_workload(result)
             metrics, trace = replay_on_twin(workload, info, cfg.seed)
+            split, missing = split_logged(log, workload, system, info["kv_cache_tokens"], info["max_model_len"],
+                                          lambda w: replay_on_twin(w, info, cfg.seed)[1])
             predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)
             measured = {k: result.get(k) for k in result if k.endswith("_ms") or k in THROUGHPUTS}
             runs.append({"repeat": repeat, "load": names[i], "rate": rate, "requests": len(workload),
@@ -116,7 +124,7 @@ def validate_twin(cfg, url: str, info: dict, directory: Path, repeats: int = 1, 
                                    "predicted": simulated_steps(trace)},
                          "front_end_ms": {"measured": front_end_over(before, after, result),
                                           "predicted": None},
-                         "max_streams": max_streams(result),
+                         "max_streams": max_streams(result), "split": split, "split_missing": missing,
                          "twin_ttft_ms": {"measured": served_mean(before, after, TTFT_METRIC),
                                           "predicted": predicted.get("mean_ttft_ms")},
                          "samples": {"measured": {k: v.tolist() for k, v in measured_samples(result).items()},

@@ -41,7 +41,10 @@ from batchlab.calibrate.live import (
     step_summary,
     warm_up,
 )
+from batchlab.calibrate.served import RunLog
+from batchlab.calibrate.step_replay import split_logged
 from batchlab.errors import InputError
+from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_MODEL, DEFAULT_SYSTEM
 
 # Light, near saturation and over it, as shares of the server's measured saturation rate.
 LOAD_FACTORS = (0.3, 0.9, 1.5)
@@ -66,9 +69,9 @@ def default_dataset():
 
 @dataclass(frozen=True, slots=True)
 class ValidateConfig:
-    model: str = "mini"                 # MINI-SPEC, as `batchlab serve --model`
-    system: str = "paged:max_bs=64"     # as `batchlab serve --system`
-    kv_cache_tokens: int = 65536
+    model: str = DEFAULT_MODEL          # MINI-SPEC, as `batchlab serve --model`
+    system: str = DEFAULT_SYSTEM        # as `batchlab serve --system`
+    kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS
     dataset: object = None              # bench's DatasetSpec (its rate is set per run); None: default
     rates: tuple[float, ...] | None = None  # None: LOAD_FACTORS x the measured saturation
     base_url: str | None = None             # None: start a server here
@@ -269,19 +272,14 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         model = served_model(cfg)[1]
     if not probe.decode_prompts:  # decode probes spread their prompts as the compared requests do
         probe = replace(probe, decode_prompts=tuple(dataset(cfg, math.inf).prompt.tolist()))
+    system = parse_system(cfg.system, "--system")
     # the server's KV blocks: its paged decode kernel groups the decodes' lengths in them
-    probe = replace(probe, block_tokens=parse_system(cfg.system, "--system").block_size)
+    probe = replace(probe, block_tokens=system.block_size)
     runs, saturation = [], None
-    replays: list = []   # (run, its workload, its spec): split on the server's own steps at the end
     with contextlib.ExitStack() as stack:
         directory = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        extra: tuple[str, ...] = ()
-        if cfg.base_url is None:   # a server of our own writes its requests and steps at its end
-            served = (directory / "served.json", directory / "steps.csv")
-            extra = ("--save-trace", str(served[0]), "--save-steps", str(served[1]))
-            stack.callback(lambda: split_runs(replays, served, cfg, model))
         url = stack.enter_context(mini_server(cfg.model, cfg.system, cfg.kv_cache_tokens,
-                                              cfg.seed, cfg.base_url, extra))
+                                              cfg.seed, cfg.base_url))
         warm_up(url, directory)
 
         taken: list = []   # the probe sets measured so far
@@ -304,12 +302,13 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
             return result, spec, front, _fit_record(steps, spec, slowdown, front, drift)
 
         def bench_with_steps(rate: float, name: str):
-            """`run_bench`, the server's steps over it (`step_summary`) and the front end
-            over it (`front_end_over`)."""
+            """`run_bench`, the server's steps over it (`step_summary`), the front end over
+            it (`front_end_over`) and its own records of it (a `RunLog`)."""
             before = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
+            log = RunLog(url)   # the server's own steps and requests over the run: the split
             result = run_bench(url, cfg, rate, directory, name)
             after = server_histograms(url, (*STEP_METRICS, TTFT_METRIC))
-            return result, step_summary(before, after), front_end_over(before, after, result)
+            return result, step_summary(before, after), front_end_over(before, after, result), log
 
         rates, names = cfg.rates, None
         if rates is None:
@@ -330,7 +329,7 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
         names = names or tuple(f"{r:g} req/s" for r in rates)
         for repeat in range(1, repeats + 1):
             for i, rate in enumerate(rates):
-                (result, served_steps, front_over), spec, front, fitted = bracketed(
+                (result, served_steps, front_over, log), spec, front, fitted = bracketed(
                     lambda: bench_with_steps(rate, f"bench-{repeat}-{i}.json"))
                 workload = replay_workload(result)
                 metrics, trace, delays = simulate_requests(workload, cfg, model, spec, front)
@@ -340,44 +339,24 @@ def validate(cfg: ValidateConfig, gpu, model=None, work_dir: Path | None = None,
                 predicted = vllm_result(metrics, trace.prompt, percentiles=PERCENTILES)
                 measured = {k: result.get(k) for k in result
                             if k.endswith("_ms") or k in THROUGHPUTS}
+                split, missing = split_logged(log, workload, system, cfg.kv_cache_tokens, model.max_context,
+                                              lambda w, spec=spec: simulate_requests(w, cfg, model, spec)[1])
                 runs.append({"repeat": repeat, "load": names[i], "rate": rate,
                              "requests": len(workload),
                              "refused": len(result["errors"]) - len(workload), "fit": fitted,
                              "replay": replayed(trace), "rows": compare(measured, predicted),
                              "steps": {"measured": served_steps, "predicted": simulated_steps(trace)},
-                             "front_end_ms": front_ms,
+                             "front_end_ms": front_ms, "split": split, "split_missing": missing,
                              "samples": {"measured": {k: v.tolist() for k, v in
                                                       measured_samples(result).items()},
                                          "predicted": {k: v.tolist() for k, v in
                                                        simulated_samples(metrics).items()}}})
-                replays.append((runs[-1], workload, spec))
                 if progress is not None:
                     progress()
     return {"model": cfg.model, "system": cfg.system, "gpu": gpu.name,
             "dataset": bench_args(cfg.dataset), "saturation": saturation,
             "repeats": repeats, "runs": runs, "spread": spread(runs),
             "probe_noise": probe_noise([(saturation or {}).get("fit"), *(r["fit"] for r in runs)])}
-
-
-def split_runs(replays: list, paths, cfg: ValidateConfig, model) -> None:
-    """Each run's error split (`step_replay.split_run`) from the server's saved requests and
-    steps, once it has stopped; a run whose requests are not found keeps none."""
-    import json
-
-    from batchlab.calibrate.step_replay import match_block, read_steps, split_run
-    from batchlab.experiments.systems import parse_system
-
-    trace_path, steps_path = paths
-    if not replays or not trace_path.exists() or not steps_path.exists():
-        return
-    rows = json.loads(trace_path.read_text())
-    steps = read_steps(steps_path)
-    system = parse_system(cfg.system, "--system")
-    after = 0   # the runs in the order they ran: one dataset sent twice is told apart so
-    for run, workload, spec in replays:
-        block, after = match_block(rows, workload.prompt, workload.output, after)
-        run["split"] = split_run(block, steps, system, cfg.kv_cache_tokens, model.max_context,
-                                 lambda w, spec=spec: simulate_requests(w, cfg, model, spec)[1])
 
 
 def spread(runs: list[dict], aims: dict[str, float] = AIMS) -> list[dict]:

@@ -4,7 +4,9 @@ vLLM's performance benchmarks (docs.vllm.ai, "Performance benchmarks", latency t
 `vllm bench latency` on meta-llama/Llama-3.1-8B, tensor parallel 1, batch size 8, 32 input
 and 128 output tokens) report the mean end-to-end latency of the batch on each GPU. They are
 the check of the presets' engine CPU time per step (presets.VLLM_ENGINE_STEP_S), which is one
-figure for every GPU: vLLM's own work per step, not a GPU's.
+figure for every GPU: vLLM's own work per step, not a GPU's. The same CI times Llama-3-70B at
+tensor parallel 4 in the same shape (`latency_llama70B_tp4`): those runs are held out, never
+fitted on, a check of the tensor-parallel price (its all-reduces) beside the 8B's.
 """
 
 from __future__ import annotations
@@ -23,12 +25,20 @@ class LatencyRun:
     prompt: int
     output: int
     mean_e2e_ms: float
+    tp: int = 1
 
 
 VLLM_LATENCY_RUNS = (
     LatencyRun("A100-80GB", "Llama-3.1-8B", 8, 32, 128, 1579.0),
     LatencyRun("H100-SXM", "Llama-3.1-8B", 8, 32, 128, 998.0),
     LatencyRun("H200", "Llama-3.1-8B", 8, 32, 128, 833.0),
+)
+# `latency_llama70B_tp4` on the CI's job pages (builds 9523, 9555, and 9513 and 9515 averaged
+# for the H200: 2,075.1 and 2,077.5 ms; docs/notes/2026-12-01-fidelity.md).
+VLLM_TP4_RUNS = (
+    LatencyRun("A100-80GB", "Llama-3-70B", 8, 32, 128, 3990.6, tp=4),
+    LatencyRun("H100-SXM", "Llama-3-70B", 8, 32, 128, 2444.5, tp=4),
+    LatencyRun("H200", "Llama-3-70B", 8, 32, 128, 2076.3, tp=4),
 )
 
 
@@ -37,6 +47,7 @@ def predict_e2e_ms(run: LatencyRun, cost: str | None = None, **gpu_fields) -> fl
     vLLM-like engine (paged memory, chunked prefill) on the preset GPU, with the preset's
     cost model unless `cost` names one; `gpu_fields` override the preset's fields."""
     from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.hardware.parallel import Layout
     from batchlab.experiments.run import simulate
     from batchlab.experiments.systems import parse_system
     from batchlab.workload import make_workload
@@ -47,7 +58,7 @@ def predict_e2e_ms(run: LatencyRun, cost: str | None = None, **gpu_fields) -> fl
         gpu = dataclasses.replace(gpu, **changes)
     fixed = make_workload("fixed", run.batch, 1.0, prompt=run.prompt, output=run.output)
     workload = dataclasses.replace(fixed, arrival=np.zeros(run.batch), rate=None)   # all at once
-    result = simulate(workload, parse_system("paged"), resolve_model(run.model), gpu)
+    result = simulate(workload, parse_system("paged"), resolve_model(run.model), gpu, layout=Layout(run.tp))
     return float(result.metrics.e2e.mean) * 1e3
 
 

@@ -1,4 +1,4 @@
-"""Clipper-style adaptive batching (Crankshaw et al., NSDI 2017; seed L02 §2).
+"""Clipper-style adaptive batching (Crankshaw et al., NSDI 2017).
 
 profiles: latency lines a + b·B, B_max under an SLO, fitting. controllers: fixed, AIMD, quantile
 regression. delayed: a Poisson queue with a maximum wait. experiments: the seed's tables.

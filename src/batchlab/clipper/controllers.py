@@ -58,7 +58,7 @@ class FixedController:
 
 @dataclass(slots=True)
 class AIMDController:
-    """Additive increase, multiplicative decrease (Clipper §4.3.1; seed L02 §2.3).
+    """Additive increase, multiplicative decrease (Clipper §4.3.1, as the seed teaches it).
 
     After a batch within `target` (the SLO, or a margin below it) the size grows by `step`;
     after a miss it becomes floor(size × backoff), never below 1 and never above `max_size`.

@@ -1,4 +1,4 @@
-"""Delayed batching: an open-loop Poisson queue in front of one worker (Clipper §4.3.2, seed §2.4).
+"""Delayed batching: an open-loop Poisson queue in front of one worker (Clipper §4.3.2).
 
 The worker sends a batch once it is free and either `max_batch` inputs are queued or the oldest
 queued input has waited `max_wait_ms` (the deadline rule of Triton's `max_queue_delay`). With

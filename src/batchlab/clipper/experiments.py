@@ -1,10 +1,12 @@
-"""The seed's Clipper experiments (L02 §2.2–§2.4, §2.6) as functions returning plain records.
+"""The seed's Clipper experiments (latency profiles, AIMD, delayed batching, Clipper's view
+applied to an LLM) as functions returning plain records.
 
-- profile_rows: B_max and throughput of the three toy models under the SLO (§2.2, exercise 2).
+- profile_rows: B_max and throughput of the three toy models under the SLO (the
+  seed's latency profiles and its profile exercise).
 - controller_experiment: fixed vs AIMD vs AIMD with a margin vs quantile regression on the medium
-  model with 5% noise and the per-input cost doubled during batches 300-500 (§2.3).
-- delayed_experiment: waits of 0 and 2 ms at 80% of each model's unbatched capacity (§2.4).
-- llm_rows: Llama-3-8B decode on the paper GPU as a latency profile at 512 and 8K context (§2.6).
+  model with 5% noise and the per-input cost doubled during batches 300-500.
+- delayed_experiment: waits of 0 and 2 ms at 80% of each model's unbatched capacity.
+- llm_rows: Llama-3-8B decode on the paper GPU as a latency profile at 512 and 8K context.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def profile_row(profile: LatencyProfile, slo_ms: float) -> ProfileRow:
 
 
 def profile_rows(slo_ms: float = SEED_SLO_MS) -> list[ProfileRow]:
-    """The toy models, plus the medium model under interference (exercise 2b)."""
+    """The toy models, plus the medium model under interference (the seed's profile exercise, part b)."""
     models = [*TOY_MODELS, MEDIUM.scaled(INTERFERENCE_FACTOR, "medium, interference")]
     return [profile_row(p, slo_ms) for p in models]
 
@@ -207,7 +209,8 @@ def exercise_aimd(slo_ms: float = SEED_SLO_MS, n_batches: int = EXERCISE_BATCHES
 
 
 def controller_experiment(seed: int = 0, slo_ms: float = SEED_SLO_MS) -> list[ControllerRun]:
-    """Seed §2.3: each controller on the same noisy medium model, each with its own stream."""
+    """The seed's AIMD experiment: each controller on the same noisy medium model, each with its
+    own stream."""
     profile = MEDIUM.with_noise(NOISE)
     # Tuned offline on the noisy profile without interference, as an operator would.
     offline = profile.b_max_quantile(slo_ms, OFFLINE_QUANTILE)
@@ -240,7 +243,8 @@ class DelayedRow:
 def delayed_experiment(
     seed: int = 0, slo_ms: float = SEED_SLO_MS, n_requests: int = N_REQUESTS
 ) -> list[DelayedRow]:
-    """Seed §2.4: each model at 80% of its unbatched capacity, max batch = its B_max at the SLO.
+    """The seed's delayed batching: each model at 80% of its unbatched capacity, max batch = its
+    B_max at the SLO.
 
     Both waits see the same arrival stream (same seed per model), so only the wait differs.
     """
@@ -287,7 +291,8 @@ LLM_SAMPLES = 16  # batch sizes priced per context to fit the line
 def llm_rows(
     slo_ms: float = SEED_SLO_MS, model: str = LLM_MODEL, gpu: str = LLM_GPU, contexts=LLM_CONTEXTS
 ) -> list[LLMRow]:
-    """Seed §2.6: price decode steps of B sequences at each context on the paper GPU, fit a + b·B."""
+    """Clipper's view applied to an LLM, as the seed does: price decode steps of B sequences at
+    each context on the paper GPU, fit a + b·B."""
     from batchlab.clipper.profiles import fit_profile
     from batchlab.hardware import SeqWork, max_batch_under, resolve_gpu, resolve_model, step_cost
 

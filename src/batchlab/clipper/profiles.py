@@ -2,8 +2,8 @@
 
 Clipper (Crankshaw et al., NSDI 2017, §4.3) measured that many frameworks process a batch of B
 inputs in about `a + b·B`: `a` is the fixed cost of sending a batch (RPC, framework overhead,
-copying to the device), `b` the cost of one more input. Seed L02 §2.2 and exercise 2 work with
-that line; this module is the line and nothing else.
+copying to the device), `b` the cost of one more input. The seed's latency profiles and
+its profile exercise work with that line; this module is the line and nothing else.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class LatencyProfile:
         return float(base * math.exp(self.noise * rng.standard_normal()))
 
     def b_max(self, slo_ms: float) -> int:
-        """Largest B with a + b·B <= SLO: floor((SLO - a) / b) (seed §2.2); 0 if even B=1 misses."""
+        """Largest B with a + b·B <= SLO: floor((SLO - a) / b); 0 if even B=1 misses."""
         if not slo_ms > 0:
             raise InputError(f"field 'slo_ms' must be > 0, got {slo_ms}")
         if self.fixed_ms + self.per_input_ms > slo_ms:
@@ -81,7 +81,7 @@ class LatencyProfile:
         return batch * MS_PER_S / float(self.latency_ms(batch))
 
     def max_throughput_qps(self, slo_ms: float) -> float:
-        """Throughput at B_max (exercise 2: 34 / 20 ms = 1,700 qps)."""
+        """Throughput at B_max (the seed's profile exercise: 34 / 20 ms = 1,700 qps)."""
         return self.throughput_qps(self.b_max(slo_ms))
 
     def unbatched_qps(self) -> float:
@@ -89,7 +89,7 @@ class LatencyProfile:
         return self.throughput_qps(1)
 
     def scaled(self, per_input_factor: float, name: str | None = None) -> "LatencyProfile":
-        """Same fixed cost, per-input cost multiplied (seed §2.3: interference doubles it)."""
+        """Same fixed cost, per-input cost multiplied (the seed's AIMD example: interference doubles it)."""
         return LatencyProfile(
             name or f"{self.name} x{per_input_factor:g}",
             self.fixed_ms,
@@ -126,8 +126,8 @@ def fit_profile(batches, latencies_ms, name: str = "fitted") -> LatencyProfile:
     return LatencyProfile(name, max(float(a), 0.0), float(b), rel_noise)
 
 
-# The seed's three toy models (L02, code 01 demo 1). Only the medium one is given in the seed
-# (exercise 2: 3 + 0.5·B ms). The other two are parameters chosen here, with magnitudes after the
+# The seed's three toy models (its first Clipper demo). Only the medium one is given in the seed
+# (its profile exercise: 3 + 0.5·B ms). The other two are parameters chosen here, with magnitudes after the
 # Clipper paper's linear SVM (~30k qps at 20 ms) and kernel SVM (~200 qps at 20 ms).
 HIGH_FIXED = LatencyProfile("high fixed cost", fixed_ms=1.5, per_input_ms=0.03)
 MEDIUM = LatencyProfile("medium", fixed_ms=3.0, per_input_ms=0.5)

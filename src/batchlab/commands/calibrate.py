@@ -36,6 +36,9 @@ def register(subparsers) -> None:
                         help="leave the points whose FIELD (op, tp, tokens, batch, context, "
                              "source) is one of the values out of the fit; they are predicted and "
                              "reported apart (repeatable)")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="fit nothing: price every point with the --gpu spec as it is (a "
+                             "preset checked on measurements it was not fitted to)")
     parser.add_argument("--name", help="name of the fitted spec (default: G-fit, or CPU)")
     parser.add_argument("--out", metavar="SPEC.toml", help="write the fitted spec here")
     parser.add_argument("--summary", action="store_true",
@@ -102,7 +105,7 @@ def _mini_config(spec: str):
 
 
 def compute(args) -> tuple[dict, object, object]:
-    from batchlab.calibrate.fit import fit, parse_hold_out, row_sums, summary
+    from batchlab.calibrate.fit import check, fit, parse_hold_out, row_sums, summary
     from batchlab.errors import InputError
     from batchlab.hardware.specs import OPERATOR_FIELDS
 
@@ -110,6 +113,11 @@ def compute(args) -> tuple[dict, object, object]:
         raise InputError(f"field '--name': must be printable text of 1 to 200 characters, got {args.name[:40]!r}")
 
     hold_out = parse_hold_out(args.hold_out)
+    if args.no_fit:
+        for flag, given in (("--mini", args.mini), ("--hold-out", args.hold_out), ("--out", args.out),
+                            ("--name", args.name)):
+            if given:
+                raise InputError(f"field '--no-fit': fits nothing, so {flag} does not apply")
     points, base, mini_model = _points(args)
     command = "batchlab calibrate " + (
         "--mini" if args.mini else " ".join(args.profiles) + f" --gpu {args.gpu}")
@@ -119,12 +127,16 @@ def compute(args) -> tuple[dict, object, object]:
         command += f" --hold-out {item}"
     name = args.name or ("CPU" if args.mini else f"{base.name}-fit")
     source = base.source if args.mini else f"fitted by `{command}`"
-    result = fit(points, base, hold_out, name=name, source=source)
+    if args.no_fit:
+        command += " --no-fit"
+        result = check(points, base)
+    else:
+        result = fit(points, base, hold_out, name=name, source=source)
     gpu = result.gpu
     fields = (*OPERATOR_FIELDS, "step_overhead_s", "seq_overhead_s", "allreduce_bandwidth",
               "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s")
     out = {
-        "gpu": gpu.name, "base": base.name, "command": command,
+        "gpu": gpu.name, "base": base.name, "command": command, "no_fit": bool(args.no_fit),
         "fitted": result.fitted,
         "parameters": {f: getattr(gpu, f) for f in fields if getattr(gpu, f) is not None},
         "peak_flops": gpu.peak_flops, "mem_bandwidth": gpu.mem_bandwidth,
@@ -155,7 +167,8 @@ def _tables(out: dict, show_points: bool):
                       f"{p['measured_ms']:.4f}", f"{p['predicted_ms']:.4f}",
                       f"{p['error_pct']:+.1f}%", p["set"])
         tables.append(t)
-    t = Table(title="Fit error by operator (|predicted - measured| / measured)")
+    t = Table(title=("Error by operator, nothing fitted" if out["no_fit"] else "Fit error by operator")
+                    + " (|predicted - measured| / measured)")
     for col in ("op", "set", "points", "mean |error|", "worst |error|", "mean error"):
         t.add_column(col, justify="left" if col in ("op", "set") else "right")
     for s in out["summary"]:
@@ -164,7 +177,8 @@ def _tables(out: dict, show_points: bool):
     if out["skipped"]:
         t.caption = f"{len(out['skipped']):,} points not modelled: {out['skipped'][0]['reason']}"
     tables.append(t)
-    t = Table(title=f"Fitted parameters of {out['gpu']} (from {out['base']})")
+    t = Table(title=f"Parameters of {out['gpu']} as given (nothing fitted)" if out["no_fit"]
+              else f"Fitted parameters of {out['gpu']} (from {out['base']})")
     t.add_column("field")
     t.add_column("value", justify="right")
     t.add_column("fitted from", justify="left")
@@ -184,7 +198,8 @@ def _tables(out: dict, show_points: bool):
             shown = f"{value / 1e9:.1f} GB/s"
         else:
             shown = f"{value:.4g}"
-        t.add_row(field, shown, f"{n:,} {group} points" if n else "base spec (no points)")
+        t.add_row(field, shown, "as given" if out["no_fit"] else
+                  f"{n:,} {group} points" if n else "base spec (no points)")
     tables.append(t)
     return tables
 

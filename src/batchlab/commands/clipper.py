@@ -1,4 +1,4 @@
-"""`batchlab clipper`: the seed's Clipper tables (L02 §2): profiles, AIMD, delayed batching, LLM;
+"""`batchlab clipper`: the seed's Clipper tables: profiles, AIMD, delayed batching, LLM;
 and Clipper's prediction cache and model-selection layer as experiments of their own."""
 
 from __future__ import annotations

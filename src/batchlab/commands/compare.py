@@ -1,4 +1,4 @@
-"""`batchlab compare`: the main job, seed L02 §5 on the paper GPU."""
+"""`batchlab compare`: the main job, the seed's system comparison on the paper GPU."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def register(subparsers) -> None:
                     "which at least --slo-target of the requests meet the SLO, found by a search "
                     "over rate; request_goodput is vLLM's per-run figure, requests within the SLO "
                     "per second) and the GPUs it takes to serve a fleet rate; overall vs steady "
-                    "throughput under overload and where it goes (seed L02 §5.4: share of the "
+                    "throughput under overload and where it goes (share of the "
                     "ideal decode-only throughput, prefill-alone share of busy time). Latencies "
                     "in milliseconds, JSON keys as vllm bench serve names them.")
     add_comparison(p)

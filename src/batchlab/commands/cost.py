@@ -7,6 +7,7 @@ import json
 
 from batchlab.commands import flagtypes
 from batchlab.commands.options import EXPERT_PARALLEL_HELP, MS_PER_S, add_hardware, hardware
+from batchlab.io_checks import MAX_REQUESTS
 
 # An hour: no batching question asks about longer steps, and the search for the largest batch
 # under a bound doubles the batch, so a bound like 1e308 ms would run past any float.
@@ -20,7 +21,7 @@ def register(subparsers) -> None:
                     "tokens, on a roofline model of a GPU. M and G are preset names or "
                     ".toml/.json spec files (see docs/hardware.md).")
     add_hardware(parser)
-    parser.add_argument("--batch", type=flagtypes.integer(ge=1, le=flagtypes.MAX_REQUESTS),
+    parser.add_argument("--batch", type=flagtypes.integer(ge=1, le=MAX_REQUESTS),
                         default=1, metavar="B",
                         help="sequences in the step (default: %(default)s)")
     parser.add_argument("--context", type=flagtypes.tokens_or_zero, default=0, metavar="C",
@@ -54,6 +55,8 @@ def compute(args) -> dict:
     from batchlab.hardware import kv_capacity_tokens, max_batch_under, reservations
     from batchlab.hardware.cost import uniform_step_cost
     from batchlab.hardware.costmodel import CostModel, max_batch_under_cost
+    from batchlab.hardware.kv_groups import kv_cache_report, kv_groups, serve_batched_tokens, window_reservation
+    from batchlab.memory.paged import DEFAULT_BLOCK_SIZE
     from batchlab.hardware.opcost import uniform_shape
     from batchlab.hardware.parallel import (
         Layout,
@@ -114,10 +117,21 @@ def compute(args) -> dict:
                                             args.new_tokens) if simple else
                             max_batch_under_cost(model_cost, out["max_batch_under_s"],
                                                  args.context, args.new_tokens))
+    groups = kv_groups(model, layout.pp)
+    if groups is not None:   # the windowed layers keep only their window: vLLM's hybrid figures
+        every_layer = out["kv_capacity_tokens"]
+        batched = serve_batched_tokens(gpu)
+        out.update(kv_cache_report(groups, every_layer, DEFAULT_BLOCK_SIZE, model.max_context, batched))
+        out.update(kv_tokens_every_layer=every_layer, kv_block_size=DEFAULT_BLOCK_SIZE,
+                   kv_cache_groups=len(groups.windows), kv_group_layers=groups.group_layers,
+                   max_num_batched_tokens=batched)
     if args.reservations is not None:
         out["reservation_tokens"] = args.reservations
-        out["reservations"] = (reservations(model, gpu, args.reservations) if layout.trivial
-                               else out["kv_capacity_tokens"] // args.reservations)
+        if groups is not None:
+            out["reservations"] = out["kv_tokens_every_layer"] // window_reservation(groups, args.reservations)
+        else:
+            out["reservations"] = (reservations(model, gpu, args.reservations) if layout.trivial
+                                   else out["kv_capacity_tokens"] // args.reservations)
     return out
 
 
@@ -160,6 +174,11 @@ def _table(out: dict):
         ("KV per token (bytes)", f"{out['kv_bytes_per_token']:,}"),
         ("KV capacity (tokens)", f"{out['kv_capacity_tokens']:,}"),
     ]
+    if "max_concurrency" in out:   # sliding windows: vLLM's "GPU KV cache size" and concurrency
+        rows += [(f"  KV cache blocks ({out['kv_block_size']} tokens x {out['kv_group_layers']} layers)",
+                  f"{out['kv_cache_blocks']:,}"),
+                 (f"  max concurrency at {out['max_context']:,} tokens", f"{out['max_concurrency']:.2f}"),
+                 ("  every token on every layer (tokens)", f"{out['kv_tokens_every_layer']:,}")]
     if "max_batch" in out:
         rows.append((f"max batch under {out['max_batch_under_s'] * MS_PER_S:g} ms",
                      f"{out['max_batch']:,}"))

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 
 from batchlab.errors import InputError
-from batchlab.io_checks import MAX_REQUESTS, MIN_RATE, number, request_count, token_count, whole
+from batchlab.io_checks import MIN_RATE, number, request_count, token_count, whole
 from batchlab.limits import MAX_EVENT_S
 
 

@@ -24,9 +24,10 @@ def register(subparsers) -> None:
     g.add_argument("--tp", type=flagtypes.count, default=1, metavar="N", help="tensor parallel GPUs per stage (default: 1)")
     g.add_argument("--pp", type=flagtypes.count, default=1, metavar="M",
                    help="pipeline stages per replica; with M > 1 Orca's scheduling keeps M batches in flight (default: 1)")
+    g.add_argument("--enable-expert-parallel", action="store_true", help=options.EXPERT_PARALLEL_HELP)
     g.add_argument("--replica", action="append", metavar="SPEC",
                    help="a replica group, repeatable: comma-separated count=, system=, model=, gpu=, tp=, pp=, "
-                        "role= (colocated, prefill or decode), e.g. count=2,gpu=A100-80GB,tp=2,system=paged:max_bs=64")
+                        "ep= (1 or tp), role= (colocated, prefill or decode), e.g. count=2,gpu=A100-80GB,tp=2,system=paged:max_bs=64")
     g.add_argument("--fleet-config", metavar="FILE", help="a TOML file of [[replica]] tables with the keys of --replica")
     g.add_argument("--router", default="round-robin", metavar="NAME[,NAME...]",
                    help="round-robin, random, least-outstanding, least-kv, power-of-two, session, prefix; "
@@ -117,16 +118,16 @@ def check_sizes(args: argparse.Namespace, fleet, link, workload, runs: int = 1) 
     """Refuse, before any replica is built, a fleet run that cannot fit in memory or finish
     (`batchlab.limits`), and a KV link whose transfers would overflow the run's clock."""
     from batchlab import limits
-    from batchlab.fleet.specs import books
+    from batchlab.fleet.specs import replica_bookkeeping_bytes
 
     record = "--fleet-config" if args.fleet_config and not args.replica else "--replica" if args.replica \
         else "--prefill-replicas" if fleet.decode is not None else "--replicas"
     specs = fleet.entry + (fleet.decode or [])
-    held = sum(books(spec, "--gpu") for spec in specs)
-    limits.check_memory(held, record, f"the books of {len(specs):,} replicas' KV caches")
+    held = sum(replica_bookkeeping_bytes(spec, "--gpu") for spec in specs)
+    limits.check_memory(held, record, f"the bookkeeping of {len(specs):,} replicas' KV caches")
     if len(workload):
         limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),
-                          runs=runs, books=held)
+                          runs=runs, bookkeeping=held)
     if link is None or not len(workload):
         return
     flag = "--kv-link-latency" if args.kv_link_latency is not None and link.latency_s > limits.MAX_EVENT_S / 2 \
@@ -174,12 +175,18 @@ def fleet_from_flags(args: argparse.Namespace):
         return options.gpu_named(args, name, "gpu")
 
     def model_named(name: str):
+        # --model itself as read (a config.json or spec file is not a preset name); any other
+        # model with the command's --dtype, --quantization and --kv-cache-dtype, as every GPU
+        # gets the command's --mfu and the like
+        if name == args.model:
+            return model
         from batchlab.hardware import resolve_model
         from batchlab.io_checks import named
         with named("model", "model"):
-            return resolve_model(name)
+            return options.precision(resolve_model(name), args)
 
-    defaults = Defaults(args.system, model_named, gpu_named, model.name, args.gpu, args.tp, args.pp)
+    defaults = Defaults(args.system, model_named, gpu_named, args.model, args.gpu, args.tp, args.pp,
+                        args.enable_expert_parallel)
     listed = bool(args.replica or args.fleet_config)
     split = args.prefill_replicas is not None or args.decode_replicas is not None
     if listed:
@@ -223,11 +230,11 @@ def fleet_from_flags(args: argparse.Namespace):
 @contextlib.contextmanager
 def _flag_names(count: str):
     """A replica of the simple flags is described by `count` (--replicas, ...), --system, --tp,
-    --pp, --model, --gpu: a message about its field names the flag."""
+    --pp, --enable-expert-parallel, --model, --gpu: a message about its field names the flag."""
     from batchlab.io_checks import named
 
-    with named("count", count), named("system", "--system"), named("tp", "--tp"), named("pp", "--pp"), named("model", "--model"), \
-            named("gpu", "--gpu"):
+    with named("count", count), named("system", "--system"), named("tp", "--tp"), named("pp", "--pp"), \
+            named("ep", "--enable-expert-parallel"), named("model", "--model"), named("gpu", "--gpu"):
         yield
 
 
@@ -244,8 +251,8 @@ def _orca(args: argparse.Namespace) -> int:
         if value is not None:
             raise InputError(f"field '{flag}': does not apply to --experiment orca (one replica of --tp x --pp GPUs)")
     model, gpu = options.hardware(args)
-    with named("tp", "--tp"), named("pp", "--pp"):
-        layout = Layout(args.tp, args.pp)
+    with named("tp", "--tp"), named("pp", "--pp"), named("ep", "--enable-expert-parallel"):
+        layout = Layout(args.tp, args.pp, args.tp if args.enable_expert_parallel else 1)
         check_layout(model, layout)
     systems = ORCA_SYSTEMS
     if args.systems:
@@ -283,9 +290,9 @@ ORCA_RUNS_PER_SYSTEM = 26
 def _check_orca_sizes(args, workload, systems, model, gpu, layout) -> None:
     from batchlab import limits
     from batchlab.fleet import ReplicaSpec
-    from batchlab.fleet.specs import books
+    from batchlab.fleet.specs import replica_bookkeeping_bytes
     from batchlab.experiments.systems import parse_system
 
-    held = max(books(ReplicaSpec(parse_system(name), model, gpu, layout), "--gpu") for name in systems)
+    held = max(replica_bookkeeping_bytes(ReplicaSpec(parse_system(name), model, gpu, layout), "--gpu") for name in systems)
     limits.simulation(len(workload), int(workload.output.sum()), options.flag(args, "requests", "--num-prompts"),
-                      runs=ORCA_RUNS_PER_SYSTEM * len(systems), at_once=options.jobs(args), books=held)
+                      runs=ORCA_RUNS_PER_SYSTEM * len(systems), at_once=options.jobs(args), bookkeeping=held)

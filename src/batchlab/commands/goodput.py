@@ -10,8 +10,8 @@ from batchlab.commands import flagtypes, options
 def register(subparsers) -> None:
     p = subparsers.add_parser("goodput", help="search the largest rate that meets the SLO (max_goodput_rate)",
                               description="max_goodput_rate: the largest arrival rate at which at "
-                                          "least --slo-target of the requests meet the SLO (seed L02 "
-                                          "§5.3, DistServe's goodput; vLLM's request_goodput is "
+                                          "least --slo-target of the requests meet the SLO ("
+                                          "DistServe's goodput; vLLM's request_goodput is "
                                           "another figure, the requests within the SLO per second of "
                                           "one run). Bracket, then bisect the arrival rate until the "
                                           "share of requests within the SLO crosses the target; the "

@@ -1,4 +1,4 @@
-"""`batchlab knobs`: the knobs of continuous batching, seed L02 §6, on the paper GPU."""
+"""`batchlab knobs`: the knobs of continuous batching on the paper GPU."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ EXPERIMENT_NAMES = ("reservation", "max_bs", "order", "prefill", "preempt", "fai
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "knobs", help="seed L02 §6: KV reservation, max_bs, queue order, prefill insertion, preemption",
+        "knobs", help="continuous batching's knobs: KV reservation, max_bs, queue order, prefill, preemption",
         description="The knobs of continuous batching, each an experiment of simulated runs: "
-                    "reservation (§6.1: KV held vs stored for Orca max/pow2/oracle, paged, "
-                    "unlimited), max_bs (§6.2), order (§6.3 and exercise 5: fcfs, sjf, predicted "
-                    "sjf, aging), prefill (§6.4: mixed, prefill-first, chunked) and preempt "
+                    "reservation (KV held vs stored for Orca max/pow2/oracle, paged, "
+                    "unlimited), max_bs, order (fcfs, sjf, predicted "
+                    "sjf, aging), prefill (mixed, prefill-first, chunked) and preempt "
                     "(recompute vs swap); fairness (two tenants: FCFS, VTC, priority, SLO-aware admission), "
                     "programs (chains of calls with tool waits: FCFS, PLAS, Parrot) and host (CPU work "
                     "per step, serial or overlapped). Without EXPERIMENT all run. --rates, --systems, "

@@ -1,4 +1,5 @@
-"""`batchlab mini`: the numpy mini transformer, batched for real (seed L02 §3.2, §4.1, §4.2)."""
+"""`batchlab mini`: the numpy mini transformer, batched for real (padding, iteration-level
+scheduling and selective batching, as the seed shows them)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def _check(args) -> None:
 
 
 def _seed_step(model, rng) -> dict:
-    """The §3.2 step on the model: batched, one at a time and padded, with its counted costs."""
+    """The seed's example step of mixed shapes on the model: batched, one at a time and padded,
+    with its counted costs."""
     import numpy as np
 
     from batchlab.hardware import GPU_PRESETS, SeqWork, step_cost

@@ -36,12 +36,19 @@ def add_hardware(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mfu", type=flagtypes.efficiency, help="override the GPU's compute efficiency")
     g.add_argument("--mbu", type=flagtypes.efficiency, help="override the GPU's bandwidth efficiency")
     g.add_argument("--overhead-ms", type=flagtypes.step_ms, help="override the fixed per-step overhead")
-    g.add_argument("--memory-utilization", type=flagtypes.share,
-                   help="override the share of GPU memory for weights and KV")
+    g.add_argument("--memory-utilization", "--gpu-memory-utilization", dest="memory_utilization",
+                   type=flagtypes.share,
+                   help="override the share of GPU memory for weights and KV (vLLM's "
+                        "--gpu-memory-utilization)")
     g.add_argument("--cost", choices=("roofline", "operators"),
                    help="cost model: one roofline per step, or one per operator "
                         "(default: the GPU spec's cost_model, operators for the presets; roofline is the "
                         "seed's paper GPU)")
+    add_precision(g)
+
+
+def add_precision(g) -> None:
+    """vLLM's precision flags, on the argument group `g`."""
     g.add_argument("--dtype", choices=tuple(DTYPES),
                    help="activations' and unquantized weights' dtype, as vLLM's --dtype "
                         "(default: auto, the model's)")
@@ -163,6 +170,7 @@ def precision(model, args: argparse.Namespace):
 
             raise InputError(f"--quantization: mxfp4 quantizes an MoE's experts; model "
                              f"'{model.name}' has none")
+        _check_requantization(model, quantization)
         changes.update(QUANTIZATIONS[quantization])
     if KV_CACHE_DTYPES.get(getattr(args, "kv_cache_dtype", None)) is not None:
         changes["kv_cache_dtype"] = KV_CACHE_DTYPES[args.kv_cache_dtype]
@@ -170,6 +178,30 @@ def precision(model, args: argparse.Namespace):
         return model
     with named("model", "--model"):
         return dataclasses.replace(model, **changes)
+
+
+# Weight widths a checkpoint's own quantization sets (bf16 and fp16 weights are not quantized).
+_QUANTIZED = ("fp8", "int8", "int4", "mxfp4")
+
+
+def _check_requantization(model, quantization: str) -> None:
+    """vLLM refuses a --quantization that differs from the checkpoint's own quantization_config
+    ("Quantization method specified in the model config (mxfp4) does not match the quantization
+    method specified in the `quantization` argument (fp8)"): an fp8 or mxfp4 checkpoint cannot
+    be re-quantized by a flag. An unquantized model takes any (a what-if), and none drops it."""
+    from batchlab.errors import InputError
+
+    weights, experts = model.weight_dtype, model.expert_dtype
+    if quantization == "none" or (weights not in _QUANTIZED and not experts):
+        return
+    wanted = {"weight_dtype": weights, "expert_dtype": experts, **QUANTIZATIONS[quantization]}
+    if wanted["weight_dtype"] == weights and wanted["expert_dtype"] == experts:
+        return
+    held = ", ".join(f"{what} {dtype}" for what, dtype in (("weights", weights), ("experts", experts))
+                     if dtype)
+    raise InputError(f"--quantization {quantization}: model '{model.name}' is already quantized "
+                     f"({held}) and vLLM refuses a method other than its checkpoint's; leave the "
+                     f"flag out, or give --quantization none to price it unquantized")
 
 
 # Built-in traces: replayed with their own timing unless a rate is given.

@@ -87,7 +87,7 @@ def check_sizes(args: argparse.Namespace, model, system, choices, workload) -> N
     from batchlab import limits
     from batchlab.errors import InputError
     from batchlab.fleet import ReplicaSpec
-    from batchlab.fleet.specs import MAX_REPLICAS, books
+    from batchlab.fleet.specs import MAX_REPLICAS, replica_bookkeeping_bytes
 
     if args.max_replicas > MAX_REPLICAS:
         raise InputError(f"field '--max-replicas': at most {MAX_REPLICAS} replicas, got {args.max_replicas}")
@@ -104,12 +104,12 @@ def check_sizes(args: argparse.Namespace, model, system, choices, workload) -> N
         for c in choices:
             if c.disaggregated:
                 check_link(KVLink.of_gpu(c.gpu), int(workload.prompt.max()) + 1, model, flag)
-    largest = max(books(ReplicaSpec(system, model, c.gpu, c.layout), flag) for c in choices) * args.max_replicas
-    limits.check_memory(largest, "--max-replicas", f"a fleet of {args.max_replicas:,} replicas' KV cache books")
+    largest = max(replica_bookkeeping_bytes(ReplicaSpec(system, model, c.gpu, c.layout), flag) for c in choices) * args.max_replicas
+    limits.check_memory(largest, "--max-replicas", f"a fleet of {args.max_replicas:,} replicas' KV cache bookkeeping")
     requests, tokens = len(workload), int(workload.output.sum())
-    limits.simulation(requests, tokens, options.flag(args, "requests", "--num-prompts"), books=largest)
+    limits.simulation(requests, tokens, options.flag(args, "requests", "--num-prompts"), bookkeeping=largest)
     runs = sum(search_runs(args.max_replicas, c.disaggregated) for c in choices)
-    limits.simulation(requests, tokens, "--max-replicas", runs=runs, at_once=options.jobs(args), books=largest)
+    limits.simulation(requests, tokens, "--max-replicas", runs=runs, at_once=options.jobs(args), bookkeeping=largest)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ with `--simulate`, a twin of a model on a GPU whose steps last what the cost mod
 from __future__ import annotations
 
 from batchlab.commands import flagtypes
+from batchlab.commands.options import EXPERT_PARALLEL_HELP, add_precision
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -23,7 +24,9 @@ def register(subparsers) -> None:
         description="Serve the numpy mini transformer with the engine's continuous batching on "
                     "the wall clock: POST /v1/completions and /v1/chat/completions (streaming "
                     "or not), GET /v1/models, /health, /metrics (Prometheus, vLLM's names), /version, "
-                    "/openapi.json, and /ping, POST /tokenize and /detokenize. "
+                    "/openapi.json, and /ping, POST /tokenize and /detokenize, and batchlab's "
+                    "own GET /debug/batchlab/steps and /debug/batchlab/requests (the engine's "
+                    "step log and finished requests, paged). "
                     "Text is tokenized byte by byte (256 bytes + EOS). SIGTERM drains the "
                     "requests in flight and exits 0. With --simulate, the same server is a twin "
                     "of --model on --gpu: no weights, each engine step lasts what the cost model "
@@ -72,6 +75,8 @@ def register(subparsers) -> None:
     g.add_argument("--gpu", metavar="G", help=f"GPU preset or .toml/.json spec file (default: {TWIN_GPU})")
     g.add_argument("--tp", type=flagtypes.count, default=1, metavar="N",
                    help="tensor parallel GPUs of the twin (default: %(default)s)")
+    g.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
+    add_precision(g)
     g.add_argument("--replicas", type=flagtypes.count, default=1, metavar="N",
                    help="N twins, each its own engine, on ports --port .. --port + N - 1, in one "
                         "process (default: %(default)s)")
@@ -96,6 +101,9 @@ def run(args) -> int:
     if args.simulate:
         return _run_twin(args)
     for flag, value, default in (("--gpu", args.gpu, None), ("--tp", args.tp, 1),
+                                 ("--enable-expert-parallel", args.enable_expert_parallel, False),
+                                 ("--dtype", args.dtype, None), ("--quantization", args.quantization, None),
+                                 ("--kv-cache-dtype", args.kv_cache_dtype, None),
                                  ("--replicas", args.replicas, 1), ("--fault", args.fault, []),
                                  ("--twin-output", args.twin_output, "seeded")):
         if value != default:
@@ -140,7 +148,7 @@ def check_flags(args) -> None:
     except (OSError, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise InputError(f"field '--host': cannot listen on {args.host!r}: {reason}") from None
-    if args.simulate:   # a twin holds no weights and no K and V: its KV books only
+    if args.simulate:   # a twin holds no weights and no K and V: its KV bookkeeping only
         from batchlab.serve.twin_server import DEFAULT_TWIN_SYSTEM
 
         if args.kv_cache_tokens is not None:
@@ -167,6 +175,8 @@ def _run_twin(args) -> int:
     faults = tuple(parse_fault(text, args.replicas) for text in args.fault)
     config = TwinConfig(model=TWIN_MODEL if args.model is None else args.model,
                         gpu=TWIN_GPU if args.gpu is None else args.gpu, tp=args.tp,
+                        expert_parallel=args.enable_expert_parallel, dtype=args.dtype,
+                        quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
                         system=DEFAULT_TWIN_SYSTEM if args.system is None else args.system,
                         served_model_name=args.served_model_name, max_model_len=args.max_model_len,
                         kv_cache_tokens=args.kv_cache_tokens, max_waiting=args.max_waiting,

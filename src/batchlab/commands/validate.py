@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 
 from batchlab.commands import flagtypes
 from batchlab.commands.bench import add_dataset_flags, random_given
@@ -31,14 +32,20 @@ def register(subparsers) -> None:
                     "timed just before and just after it, and its front end's per-request "
                     "latency measured. Default rates: 0.3, 0.9 and 1.5 x "
                     "the server's measured saturation rate (light, near saturation, over it). "
+                    "Each run's error is then split in two on the server's own step log: the "
+                    "scheduling part (a replay on its measured step times against its own "
+                    "latencies) and the cost part (the cost model's replay against that one). "
                     "See docs/fidelity.md.")
-    parser.add_argument("--model", default="mini", metavar="MINI-SPEC",
-                        help="the served model, as `batchlab serve --model` (default: %(default)s)")
-    parser.add_argument("--system", default="paged:max_bs=64", metavar="SPEC",
+    from batchlab.serve.defaults import DEFAULT_KV_CACHE_TOKENS, DEFAULT_MODEL, DEFAULT_SYSTEM
+
+    running = "; with --base-url, the server's own"
+    parser.add_argument("--model", metavar="MINI-SPEC",
+                        help=f"the served model, as `batchlab serve --model` (default: {DEFAULT_MODEL}{running})")
+    parser.add_argument("--system", metavar="SPEC",
                         help="scheduler and memory manager, as `batchlab serve --system` "
-                             "(default: %(default)s)")
-    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, default=65536, metavar="N",
-                        help="the server's KV capacity in tokens (default: %(default)s)")
+                             f"(default: {DEFAULT_SYSTEM}{running})")
+    parser.add_argument("--kv-cache-tokens", type=flagtypes.positive_tokens, metavar="N",
+                        help=f"the server's KV capacity in tokens (default: {DEFAULT_KV_CACHE_TOKENS}{running})")
     parser.add_argument("--device", metavar="SPEC.toml",
                         help="the device spec to predict with (`batchlab calibrate --mini --out`); "
                              "default: calibrate this machine first (`calibrate --mini --repeats "
@@ -52,8 +59,12 @@ def register(subparsers) -> None:
     g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     parser.add_argument("--base-url", metavar="URL",
-                        help="a running mini server to measure instead of starting one (its "
-                             "--model, --system and --kv-cache-tokens must match these)")
+                        help="a running server to measure instead of starting one, a mini server or "
+                             "a twin (`serve --simulate`): what it serves (model, system, KV "
+                             "capacity; a twin's GPU and tp too) is read from its /metrics, and a "
+                             "--model, --system or --kv-cache-tokens that disagrees with it exits "
+                             "2. The error is split on the server's own step log (GET "
+                             "/debug/batchlab/steps)")
     parser.add_argument("--repeats", type=flagtypes.integer(ge=1, le=MAX_REPEATS), default=1, metavar="N",
                         help="run the whole sequence of rates N times on the same server and "
                              "show the spread of the errors (default: %(default)s)")
@@ -119,18 +130,26 @@ def check_sizes(args, cfg, mini, system) -> None:
 def compute(args) -> dict:
     from batchlab.calibrate.validate import ValidateConfig, dataset, served_model, validate
 
-    cfg = ValidateConfig(model=args.model, system=args.system, kv_cache_tokens=args.kv_cache_tokens,
+    given = {"model": args.model, "system": args.system, "kv_cache_tokens": args.kv_cache_tokens}
+    cfg = ValidateConfig(**{k: v for k, v in given.items() if v is not None},
                          dataset=dataset_spec(args), rates=_rates(args.rates),
                          base_url=args.base_url)
     if args.base_url is not None:
         from batchlab.commands.bench import _base_url
         _base_url(args.base_url)
     if args.base_url:
+        from batchlab.calibrate.served import check_flags, mini_info
         from batchlab.calibrate.twin_check import twin_info
 
-        info = twin_info(args.base_url.rstrip("/"))
+        url = args.base_url.rstrip("/")
+        info = twin_info(url)
         if info is not None:   # a twin: its own model, GPU and system, replayed as they are
+            check_flags(given, info, args.base_url, twin=True)
             return _compute_twin(args, cfg, info)
+        info = mini_info(url)
+        if info is not None:   # a mini server that says what it serves: that, checked
+            check_flags(given, info, args.base_url, twin=False)
+            cfg = replace(cfg, **{k: info[k] for k in given})
     mini, model, _ = served_model(cfg)   # a bad MINI-SPEC fails before anything runs
     from batchlab.experiments.systems import parse_system
 
@@ -363,4 +382,16 @@ def run(args: argparse.Namespace) -> int:
                       f"{', '.join(f'{f:g}' for f in LOAD_FACTORS)} x the measured rate")
     for table in _tables(out):
         console.print(table)
+    for line in _split_missing(out):
+        console.print(line)
     return 0
+
+
+def _split_missing(out: dict) -> list[str]:
+    """Why runs have no error split, once per reason, with the loads it applies to."""
+    reasons: dict[str, list[str]] = {}
+    for run in out["runs"]:
+        if run.get("split_missing"):
+            which = f" (repeat {run['repeat']})" if out["repeats"] > 1 else ""
+            reasons.setdefault(run["split_missing"], []).append(run["load"] + which)
+    return [f"no error split for {', '.join(loads)}: {reason}" for reason, loads in reasons.items()]

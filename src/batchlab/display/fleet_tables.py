@@ -15,7 +15,7 @@ def _ratio(x: float | None) -> str:
 
 
 def replica_name(r: dict) -> str:
-    split = "" if r["tp"] * r["pp"] == 1 else f", tp {r['tp']} x pp {r['pp']}"
+    split = "" if r["tp"] * r["pp"] == 1 else f", tp {r['tp']} x pp {r['pp']}" + (f", ep {r['ep']}" if "ep" in r else "")
     return f"{r['name']} {r['system']}, {r['model']} on {r['gpu']}{split}"
 
 

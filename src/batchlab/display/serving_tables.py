@@ -130,7 +130,8 @@ def overload_table(report: dict) -> FitTable:
 
 
 def accounting_table(report: dict) -> FitTable | None:
-    """Seed L02 §5.4: each system against the ideal decode-only throughput, and the prefill share."""
+    """The seed's overload accounting: each system against the ideal decode-only throughput, and
+    the prefill share."""
     acc = report.get("accounting")
     if acc is None:
         return None

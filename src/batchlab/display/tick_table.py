@@ -1,4 +1,4 @@
-"""The round table of seed L11 §7, and the side-by-side summary of two policies."""
+"""The tick contract's round table (seed L11), and the side-by-side summary of two policies."""
 
 from __future__ import annotations
 

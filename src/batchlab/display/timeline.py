@@ -1,4 +1,5 @@
-"""An ASCII timeline in the style of seed L02 §4.1: a row per request, a column per round.
+"""An ASCII timeline in the style of the seed's iteration-level scheduling: a row per request,
+a column per round.
 
 `P` a prefill (or a prefill chunk), `D` a decode, `·` arrived and waiting, `-` holding a seat
 without computing (under static batching, a finished request whose batch is still running; or an

@@ -1,17 +1,18 @@
 """The engine: the one loop every mode of batchlab runs on.
 
 Each step reads as its four parts: arrivals join the queue; the scheduler plans once from the
-start-of-step state; the executor prices (or performs) the plan; the commit advances the clock,
-stamps outputs, finishes requests and frees their memory. When nothing runs the clock jumps to
-the next arrival.
+start-of-step state; the executor prices (or performs) the plan; the scheduler applies the
+result at the step's end (`update_from_output`: outputs stamped, requests finished or stopped,
+their memory freed), and the commit around it keeps the driver's records (the step log,
+round records, pipelined batches). When nothing runs the clock jumps to the next arrival.
 
 Two clocks drive the same steps. The online interface (`add`, `abort`, `step`, `trace`), as
 vLLM's engine core has it, is what a server loops on the wall clock; `run` is the simulator's
 loop over the same calls on a virtual clock.
 
 A request with parallel samples (`Request.samples`, vLLM's n > 1) computes its prompt once; its
-samples wait for the prompt's first token and fork there (`_fork`), sharing the prompt's KV
-where the memory manager can.
+samples wait for the prompt's first token and fork there (the scheduler's update), sharing the
+prompt's KV where the memory manager can.
 
 Runs of identical pure-decode steps (nobody can be admitted, nobody finishes before the last of
 them) are fast-forwarded in one vectorised piece when the executor can price them; the result
@@ -21,8 +22,6 @@ block) are advanced from running sums (`engine/fast_path.py`), again bit for bit
 """
 
 from __future__ import annotations
-
-import heapq
 
 import numpy as np
 
@@ -73,21 +72,24 @@ class Engine:
         # a real model's executor gives the tokens too (StepResult); a price gives a duration
         self._execute = getattr(executor, "execute", None)
 
+    @property
+    def unfinished(self) -> int:
+        """Requests accepted and neither finished nor aborted (the scheduler counts them)."""
+        return self.scheduler.unfinished
+
     # -- the online interface ---------------------------------------------------------------
 
     def reset(self) -> None:
         """Forget every request: a fresh scheduler, step log and work counters."""
-        self.scheduler = Scheduler(self.config, self.memory)
+        self.scheduler = Scheduler(self.config, self.memory, self.executor)
         self.requests: list[Request] = []
         self._ids: set[str] = set()
-        self.unfinished = 0
         self.steps = StepLog()
         # an fast path's step ends, and (index, first, stop) of the requests whose token
         # times are ends[first:stop]: the trace gathers those in numpy (fast_path.py)
         self.token_slices: list[tuple[np.ndarray, np.ndarray]] = []
         self.rounds: list[RoundRecord] = []
-        self.work = {"prefill": 0, "decode": 0, "recomputed": 0, "swapped_out": 0, "swapped_in": 0}
-        self._parked: dict[str, Request] = {}   # parallel samples waiting for their prompt's first token
+        self.work = self.scheduler.work   # the update counts the work; the trace reports it
 
     def add(self, request: Request) -> str | None:
         """A request arrives: it joins the waiting queue, or is rejected (the reason is returned)."""
@@ -108,19 +110,15 @@ class Engine:
                 self._ids.add(sample.id)
                 self.requests.append(sample)
             return reason
-        self.unfinished += 1
-        self.scheduler.enqueue(request)
-        for sample in request.samples:   # parallel sampling: they wait for the prompt's first token
+        self.scheduler.add(request)
+        for sample in request.samples:   # parallel sampling: parked until the prompt's first token
             self._ids.add(sample.id)
             self.requests.append(sample)
-            sample.status = Status.WAITING
-            self._parked[sample.id] = sample
-            self.unfinished += 1
         return None
 
     def resume(self, request: Request) -> None:
         """A request already under way joins the running set as it is, behind those there (a
-        case that starts mid-run, seed L11 §9): its computed and emitted counts stand. Only the
+        tick case that starts mid-run): its computed and emitted counts stand. Only the
         outputs it emits from here on get token times: before `trace`, the caller takes the
         earlier ones off its `emitted` and `output_tokens` (tick.py does)."""
         if request.status is not Status.PENDING or request.samples or not 0 <= request.emitted < request.output_tokens:
@@ -131,7 +129,7 @@ class Engine:
             raise InputError(f"request {request.id!r}: its KV does not fit in memory")
         self._ids.add(request.id)
         self.requests.append(request)
-        self.unfinished += 1
+        self.scheduler.unfinished += 1
         request.status = Status.RUNNING
         self.scheduler.running.append(request)
 
@@ -146,43 +144,17 @@ class Engine:
 
     def abort(self, request_id: str, reason: str = "aborted") -> bool:
         """Drop an unfinished request wherever it is and free what it holds; False if none."""
-        sched = self.scheduler
-        request = sched.remove(request_id) or self._parked.pop(request_id, None)
-        if request is None:
-            return False
-        self.memory.free(request)   # idempotent: a waiting request holds nothing
-        self.executor.release(request)
-        request.status = Status.ABORTED
-        request.reject_reason = reason
-        self.unfinished -= 1
-        if not request.emitted:     # its samples' prompt goes with it
-            for sample in request.samples:
-                if sample.id in self._parked:
-                    self.abort(sample.id, reason)
-        return True
+        return self.scheduler.abort(request_id, reason)
 
     def stop(self, request_id: str) -> bool:
         """Finish a running request before its output count (it emitted a stop token): it is
         finished with what it emitted and frees what it holds; False if it is not running (or
         waiting with outputs: a parallel sample queued at its fork, a preempted request)."""
-        sched = self.scheduler
-        request = next((r for r in sched.running if r.id == request_id), None)
-        if request is None:
-            request = next((r for r in sched.waiting.in_order() if r.id == request_id and r.emitted), None)
-            if request is None:
-                return False
-            sched.waiting.remove(request_id)
-        elif not request.emitted:
-            return False
-        else:
-            sched.running.remove(request)
-        request.output_tokens = request.emitted
-        self.finish(request)
-        return True
+        return self.scheduler.stop(request_id)
 
     def forget_history(self) -> None:
         """Drop finished, rejected and aborted requests and the step log, keeping the requests in
-        flight: a long-running server's books stay bounded (its trace restarts here)."""
+        flight: a long-running server's bookkeeping stays bounded (its trace restarts here)."""
         self.requests = [r for r in self.requests if not r.finished]
         self._ids = {r.id for r in self.requests}
         self.steps = StepLog()
@@ -194,7 +166,8 @@ class Engine:
         return not self.scheduler.running and not self.scheduler.waiting
 
     def step(self, now: float) -> StepOutput:
-        """Plan, execute and commit one step starting at `now`."""
+        """Plan, execute and commit one step starting at `now` (vLLM's schedule, execute,
+        update_from_output)."""
         return self.commit(self.begin(now))
 
     def begin(self, now: float) -> StepOutput:
@@ -208,16 +181,16 @@ class Engine:
         if not plan and not sched.running and not plan.preempted:
             raise RuntimeError(f"no progress at t={now}: {len(sched.waiting)} waiting, none admissible")
         priced = plan or plan.swap_out_tokens or plan.swap_in_tokens
-        tokens = None
+        tokens = logprobs = None
         if not priced:
             duration = 0.0
         elif self._execute is not None:
             result = self._execute(plan)
-            duration, tokens = result.duration, result.tokens
+            duration, tokens, logprobs = result.duration, result.tokens, result.logprobs
         else:
             duration = self.executor.run(plan)
         self._log_step(plan, now, duration)
-        return StepOutput(now, now + duration, plan, [], tokens=tokens)
+        return StepOutput(now, now + duration, plan, [], tokens=tokens, logprobs=logprobs)
 
     def trace(self) -> Trace:
         """Everything added so far, in input order, with the per-step log."""
@@ -235,7 +208,8 @@ class Engine:
             return self._run_pipelined(pending)
         next_arrival, t = 0, 0.0
         fast = fast_path.applies(self)
-        while self.unfinished or next_arrival < len(pending):
+        sched = self.scheduler
+        while sched.unfinished or next_arrival < len(pending):
             while next_arrival < len(pending) and pending[next_arrival].arrival <= t:
                 self.accept(pending[next_arrival])   # check_fresh checked them all
                 next_arrival += 1
@@ -288,116 +262,20 @@ class Engine:
     # -- 4 commit -------------------------------------------------------------------------
 
     def commit(self, step: StepOutput) -> StepOutput:
-        """Stamp a begun step's outputs at its end, finish requests and free their memory."""
-        plan, t, end = step.plan, step.start, step.end
-        if self.config.max_in_flight > 1:
+        """At a begun step's end: the scheduler applies its result (outputs, forks, finishes,
+        frees, stops); around it, the driver's records."""
+        plan = step.plan
+        if self.config.max_in_flight > 1:   # its batch is back: its requests may be planned again
             for r in plan.decodes:
                 r.in_flight = False
             for item in plan.prefills:
                 item.request.in_flight = False
-        for r in plan.preempted:
-            if r.swapped:
-                self.work["swapped_out"] += r.computed
-            else:
-                self.executor.release(r)
-        self.work["swapped_in"] += plan.swap_in_tokens
-        finished = step.finished
-        emitted: list[str] = []
-        self.work["decode"] += len(plan.decodes)
-        for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
-            computed = r.computed + 1
-            r.computed = r.peak_computed = computed
-            n_emitted = r.emitted + 1
-            r.emitted = n_emitted
-            r.token_times.append(end)
-            if n_emitted == r.output_tokens:
-                self.finish(r)
-                finished.append(r)
-        if self.record_rounds:
-            emitted += [r.id for r in plan.decodes]
-        for item in plan.prefills:
-            r = item.request
-            self._account_work(r, item.n_new)
-            r.computed += item.n_new
-            if item.emits:
-                self._emit(r, end, emitted, finished, step.forked, step.tokens)
-        if finished:
-            self.scheduler.running = [r for r in self.scheduler.running if r.status is Status.RUNNING]
+        self.scheduler.update_from_output(step)
         if self.check_memory:
             self.memory.check_integrity()
         if self.record_rounds:
-            self._record_round(plan, t, emitted, finished)
-        if step.tokens:   # a real model's tokens: those that end their request early
-            tokens = step.tokens
-            for r in step.emitted:
-                rule = r.stop
-                if rule is not None and rule.stops(tokens[r.id], r.emitted):
-                    if not r.finished:
-                        self.stop(r.id)
-                    step.stopped.append(r)
+            self._record_round(step)
         return step
-
-    def _emit(self, r: Request, end: float, emitted: list[str], finished: list[Request],
-              forked: list[Request] | None = None, tokens: dict[str, int] | None = None) -> None:
-        r.emitted += 1
-        r.token_times.append(end)
-        emitted.append(r.id)
-        if r.samples and r.emitted == 1:
-            self._fork(r, end, emitted, finished, forked if forked is not None else [], tokens)
-        if r.emitted == r.output_tokens:
-            self.finish(r)
-            finished.append(r)
-
-    def _fork(self, r: Request, end: float, emitted: list[str], finished: list[Request],
-              forked: list[Request], tokens: dict[str, int] | None = None) -> None:
-        """Parallel sampling: `r` computed the prompt and its first token; each of its samples
-        starts here, sharing the prompt's KV where the manager can (`fork`) with a first token
-        drawn from the same logits (vLLM's fork of a sequence group). A sample the manager or
-        the seats cannot take now waits in the queue and computes the prompt itself later."""
-        sched = self.scheduler
-        fork_kv = getattr(self.executor, "fork", None)
-        for s in r.samples:
-            if self._parked.pop(s.id, None) is None:
-                continue   # aborted meanwhile
-            s.admitted_at = r.admitted_at
-            shared = (s.output_tokens > 1 and len(sched.running) < self.config.seats
-                      and self.memory.fork(r, s))
-            if shared:
-                s.status = Status.RUNNING
-                s.computed = s.peak_computed = r.computed
-                sched.running.append(s)
-            if fork_kv is not None:
-                token = fork_kv(r, s)   # its first token (and the KV it shares)
-                if tokens is not None:
-                    tokens[s.id] = token
-            self._emit(s, end, emitted, finished)
-            forked.append(s)
-            if not shared and not s.finished:
-                sched.enqueue(s)
-
-    def finish(self, r: Request) -> None:
-        """`r` emitted its last token: finished, its memory freed (the update's last part; the
-        fast path calls it for the requests it runs)."""
-        r.status = Status.FINISHED
-        self.memory.free(r)
-        self.executor.release(r)
-        self.unfinished -= 1
-
-    def _account_work(self, r: Request, n_new: int) -> None:
-        """Split a prefill step's tokens for `r` into recomputed ones and new work.
-
-        Positions below the request's peak were computed before and discarded by a
-        preemption; of the rest, prompt positions are prefill work and later ones decode work,
-        so prefill + decode stays ΣP + Σ(O−1) whatever the preemptions.
-        """
-        lo, hi = r.computed, r.computed + n_new
-        fresh_lo = max(lo, r.peak_computed)
-        self.work["recomputed"] += max(0, min(hi, r.peak_computed) - lo)
-        if hi > fresh_lo:
-            prompt_part = max(0, min(hi, r.prompt_tokens) - fresh_lo)
-            self.work["prefill"] += prompt_part
-            self.work["decode"] += hi - fresh_lo - prompt_part
-            r.peak_computed = hi
 
     def _log_step(self, plan: StepPlan, t: float, duration: float) -> None:
         decodes = len(plan.decodes)
@@ -406,16 +284,22 @@ class Engine:
                        sum(map(computed_of, self.scheduler.running)) - self.memory.shared_tokens(),
                        len(self.scheduler.running))
 
-    def _record_round(self, plan: StepPlan, t: float, emitted: list[str], finished: list[Request]) -> None:
-        sched = self.scheduler
+    def _record_round(self, step: StepOutput) -> None:
+        sched, plan = self.scheduler, step.plan
+        emitted = [r.id for r in plan.decodes]
+        forked = {s.id for s in step.forked}
+        for item in plan.prefills:   # each prompt's first token, then the samples it forked
+            if item.emits:
+                emitted.append(item.request.id)
+                emitted += [s.id for s in item.request.samples if s.id in forked]
         self.rounds.append(RoundRecord(
-            t=t,
+            t=step.start,
             admitted=[r.id for r in plan.admitted],
             plan=[(i.request.id, i.phase.value, i.n_new) for i in plan.items],
             active=[(r.id, r.prefill_remaining, r.output_remaining) for r in sched.running],
             waiting=[r.id for r in sched.waiting.in_order()],
             emitted=emitted,
-            finished=[r.id for r in finished],
+            finished=[r.id for r in step.finished],
             preempted=[r.id for r in plan.preempted],
         ))
 
@@ -449,21 +333,21 @@ class Engine:
         steps, held = self._fast_forward_steps()
         return self._price_decode_run(now, steps, held) if steps else None
 
-    def cut_decode_run(self, stretch: DecodeRun, now: float) -> StepOutput | None:
-        """Cut a stretch at `now`: the steps that ended by then are applied; the one under way
+    def cut_decode_run(self, run: DecodeRun, now: float) -> StepOutput | None:
+        """Cut a decode run at `now`: the steps that ended by then are applied; the one under way
         at `now`, if any, becomes a begun step to commit at its end (as if stepped)."""
-        done = int(np.searchsorted(stretch.ends, now, side="right"))
+        done = int(np.searchsorted(run.ends, now, side="right"))
         if done:
-            self.apply_decode_run(stretch, done)
-        if done == len(stretch.ends):
+            self.apply_decode_run(run, done)
+        if done == len(run.ends):
             return None
         running = self.scheduler.running
         if self.memory.may_refuse_growth:
-            self.memory.grow_run(running, 1)   # within the stretch's growth room
+            self.memory.grow_run(running, 1)   # within the run's growth room
         plan = StepPlan(decodes=list(running))
-        start = stretch.start if done == 0 else float(stretch.ends[done - 1])
-        self._log_step(plan, start, float(stretch.durations[done]))
-        return StepOutput(start, float(stretch.ends[done]), plan, [])
+        start = run.start if done == 0 else float(run.ends[done - 1])
+        self._log_step(plan, start, float(run.durations[done]))
+        return StepOutput(start, float(run.ends[done]), plan, [])
 
     def _price_decode_run(self, t: float, steps: int, held: np.ndarray) -> DecodeRun:
         durations = self.executor.decode_run(list(map(computed_of, self.scheduler.running)), steps)
@@ -477,40 +361,28 @@ class Engine:
         order may put the newcomer ahead of a head that does not fit (every order but fcfs).
         """
         sched = self.scheduler
-        stretch = self._price_decode_run(t, steps, held)
+        run = self._price_decode_run(t, steps, held)
         newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
         if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
             # the arrival joins at the first step boundary at or after it
-            steps = min(steps, 1 + int(np.searchsorted(stretch.ends[:steps - 1], upcoming, side="left")))
-        return self.apply_decode_run(stretch, steps)
+            steps = min(steps, 1 + int(np.searchsorted(run.ends[:steps - 1], upcoming, side="left")))
+        return self.apply_decode_run(run, steps)
 
-    def apply_decode_run(self, stretch: DecodeRun, steps: int | None = None) -> float:
-        """Apply the first `steps` steps of a stretch (all by default); the end of the last."""
+    def apply_decode_run(self, run: DecodeRun, steps: int | None = None) -> float:
+        """Apply the first `steps` steps of a decode run (all by default); the end of the last."""
         sched, memory = self.scheduler, self.memory
-        steps = len(stretch.ends) if steps is None else steps
-        durations, ends = stretch.durations[:steps], stretch.ends[:steps]
+        steps = len(run.ends) if steps is None else steps
+        durations, ends = run.durations[:steps], run.ends[:steps]
         running = sched.running
         batch = len(running)
-        stored0 = -memory.shared_tokens()   # KV stored before the first step, summed below
+        # KV stored before the first step
+        stored0 = sum(map(computed_of, running)) - memory.shared_tokens()
+        stored = memory.decode_run_stored(running, steps)   # None: one more token per request a step
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
-        finished = False
-        for r in running:
-            computed = r.computed
-            stored0 += computed
-            computed += steps
-            r.computed = r.peak_computed = computed
-            emitted = r.emitted + steps
-            r.emitted = emitted
-            r.token_times.extend(times)
-            if emitted == r.output_tokens:
-                self.finish(r)
-                finished = True
-        self.steps.add_run(stretch.start, ends, durations, batch, stretch.held[:steps], stored0)
-        self.work["decode"] += steps * batch
-        if finished:
-            sched.running = [r for r in running if r.status is Status.RUNNING]
+        sched.update_from_decode_run(times, steps)
+        self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         if self.check_memory:
             memory.check_integrity()
         return times[-1]

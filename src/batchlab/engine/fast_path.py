@@ -6,8 +6,8 @@ newcomers (the queue's head onward, while seats and memory take them) prefill. A
 then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
 is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
 block. The fast path runs such steps with no work per running request in between; a request's
-counters and token times are written when it finishes, and everyone's when the fast path hands back
-to the general loop, at the first step where a prompt would be chunked, a decode would find no
+counters and token times are written when it finishes, and everyone's when the fast path leaves
+(to the general loop), at the first step where a prompt would be chunked, a decode would find no
 block (a preemption) or a request that is not fresh would be admitted.
 
 The result is the general loop's, bit for bit: the same plans in the same order, the same
@@ -312,7 +312,7 @@ class FastPath:
         self.finish_due()
         for r in single:
             self.computed -= r.computed
-            self.engine.finish(r)
+            self.engine.scheduler.finish(r)
         if single:
             self.held = self.held_tokens()
 
@@ -406,7 +406,7 @@ class FastPath:
         s, crossings = self.s, self.crossings
         free = self.memory.room()
         at, taken = [], []   # the run's steps that take blocks, and how many
-        for k in self._booked(steps):
+        for k in self._block_steps(steps):
             grow = crossings[k]
             if len(grow) > free:   # a preemption: stepped, by the general loop
                 steps = k - s
@@ -424,11 +424,11 @@ class FastPath:
             run.held = self._growth(len(run.ends))[1]
         return run
 
-    def _booked(self, steps: int) -> list[int]:
+    def _block_steps(self, steps: int) -> list[int]:
         """Those of the next `steps` fast steps at which decodes take blocks, in order: the
-        steps found among the booked ones (a set intersection, looked up in C), or the booked
-        ones in range when they are fewer (every booked step is still ahead: the fast path takes them
-        as it passes them)."""
+        steps found among the recorded crossings (a set intersection, looked up in C), or the
+        crossings in range when they are fewer (every recorded crossing is still ahead: the fast
+        path takes them as it passes them)."""
         s, crossings = self.s, self.crossings
         if steps <= len(crossings):
             return sorted(crossings.keys() & range(s, s + steps))
@@ -441,7 +441,7 @@ class FastPath:
         if self.grows:
             crossings, append_blocks = self.crossings, self.memory.append_blocks
             held0, at, taken = self.memory.held_tokens() // self.bs, [], []
-            for k in self._booked(steps):
+            for k in self._block_steps(steps):
                 grow = crossings.pop(k)
                 append_blocks(grow)   # price_run found the room
                 at.append(k - s)
@@ -508,7 +508,7 @@ class FastPath:
             if sliced:
                 self.sliced.extend((r.index, entry[4], self.s))
             self.computed -= r.computed
-            self.engine.finish(r)
+            self.engine.scheduler.finish(r)
         self.held = self.held_tokens()
 
     def write_back(self, entry: list, token_times: bool = True) -> Request:

@@ -13,7 +13,7 @@ from batchlab.scheduler.plan import StepPlan
 @dataclass(slots=True)
 class DecodeRun:
     """Decode steps of the whole running set, priced from `start`, not yet applied (a fast path's
-    run may lose requests at its last step; a stretch's are identical to its end)."""
+    run may lose requests at its last step; a decode run's are identical to its end)."""
 
     start: float
     durations: np.ndarray   # [steps] each step's duration
@@ -37,10 +37,11 @@ class StepOutput:
     start: float
     end: float
     plan: StepPlan
-    finished: list[Request]   # filled by the commit
-    forked: list[Request] = field(default_factory=list)   # parallel samples started by the commit
+    finished: list[Request]   # filled by the scheduler's update
+    forked: list[Request] = field(default_factory=list)   # parallel samples started by the update
     tokens: dict[str, int] | None = None   # a real model's: the token each emitting request drew
-    stopped: list[Request] = field(default_factory=list)   # ended by the commit at a stop token
+    logprobs: dict | None = None   # a real model's: those tokens' logprobs, where asked (StepResult)
+    stopped: list[Request] = field(default_factory=list)   # ended by the update at a stop token
 
     @property
     def emitted(self) -> list[Request]:

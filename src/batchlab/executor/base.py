@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from batchlab.executor.sampling import TokenLogprobs
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
@@ -14,10 +15,13 @@ from batchlab.scheduler.plan import StepPlan
 @dataclass(slots=True)
 class StepResult:
     """What executing a plan gives back: its duration and, for a real model, the token each
-    emitting request drew (request id -> token id); the engine's update applies both."""
+    emitting request drew (request id -> token id); the scheduler's update applies both."""
 
     duration: float
     tokens: dict[str, int] | None = None
+    # a real model's: the logprobs of the tokens of the requests that asked for them (the
+    # executor's `fork` adds a forked sample's first one: it runs at this step's update)
+    logprobs: dict[str, TokenLogprobs] | None = None
 
 
 class Executor(Protocol):

@@ -5,7 +5,7 @@ detokenising the outputs. Two ways to run it:
 
 - serial (FasterTransformer behind a request-level server; vLLM without async scheduling): the
   CPU and the GPU take turns, a step costs `gpu + cpu`;
-- overlapped (Orca's control/data-plane separation, seed L02 §4.4; vLLM's `--async-scheduling`):
+- overlapped (Orca's control/data-plane separation; vLLM's `--async-scheduling`):
   the CPU prepares step k+1 while the GPU runs step k, so a step costs `max(gpu, cpu)`.
 
 A step overlaps only when it carries on from the step before (some request in it ran before it
@@ -16,7 +16,7 @@ paused decodes' last step; counting it serial keeps the price an upper bound).
 
 What overlap saves on a carried step is `min(gpu, cpu)`: the speed-up `(gpu + cpu) / max(gpu, cpu)`
 is largest, 2×, when the two are equal, and falls to nothing as either goes to zero. Orca's "up
-to 47% faster" than FasterTransformer on GPT-3 175B (seed L02 §4.4 and §4.5, the engine
+to 47% faster" than FasterTransformer on GPT-3 175B (Orca's distributed execution and its engine
 microbenchmark) is that ratio at a CPU time of 0.47× the GPU's (or the GPU's 0.47× the CPU's).
 When the CPU takes longer than the GPU, an overlapped step costs the CPU time: a faster GPU
 then gains nothing.

@@ -16,7 +16,7 @@ the same logits and starts on the prompt's KV; blocks the manager copies on writ
 are copied before the forward writes anything.
 
 A step's duration is chosen by `clock`: "wall" (seconds measured around the forward), "unit"
-(one per step: iterations, as seed L02 §4.1 counts them) or a `GPUSpec` (the FLOPs and bytes
+(one per step: iterations, as the seed's timelines count them) or a `GPUSpec` (the FLOPs and bytes
 the forward counted, priced by the paper GPU's `step_time`).
 """
 
@@ -73,10 +73,11 @@ class NumpyExecutor:
         self.total = Counter()   # FLOPs and bytes of every step run so far
         self.reused: dict[str, int] = {}   # tokens of KV each request read from a prefix cache
         self.copied_blocks = 0   # blocks copied on write (parallel samples)
-        # first-token logits of prompts with parallel samples, until the commit forks them
+        # first-token logits of prompts with parallel samples, until the update forks them
         self._first_logits: dict[str, np.ndarray] = {}
         self.steps = 0
         self.run_seconds = 0.0   # wall time inside `run`: the server's share of a step is the rest
+        self.logprobs: dict[str, TokenLogprobs] = {}   # the last step's (StepResult.logprobs)
 
     def add_prompt(self, rid: str, prompt: Sequence[int], sampling: SamplingParams | None = None) -> None:
         """A request added online: its prompt token ids and, unless greedy, how it samples."""
@@ -157,6 +158,7 @@ class NumpyExecutor:
                              "must have its prompt")
         row = self._first_logits[parent.id]                                  # [V]
         self.outputs[child.id] = self._next_tokens([child.id], row[None])
+        self._keep_logprobs([child.id])   # into the step being updated: its first token's
         if child.computed:
             self._running[child.id] = child
             self.cache.fork(parent.id, child.id, child.computed)
@@ -171,12 +173,13 @@ class NumpyExecutor:
         self._swap(plan)
         self._adopt_prefixes(plan)
         self._copy_on_write()
-        if self._first_logits:   # kept until the commit that forks the samples has happened
+        if self._first_logits:   # kept until the update that forks the samples has happened
             self._first_logits = {rid: row for rid, row in self._first_logits.items()
                                   if rid in self._running and not self._running[rid].emitted}
         items = plan.items
+        self.logprobs = {}
         if not items:
-            return StepResult(0.0, {})  # a plan of swap-outs only: nothing to compute
+            return StepResult(0.0, {}, self.logprobs)  # a plan of swap-outs only: nothing to compute
         entered = time.perf_counter()
         works = [self._work(i.request, i.n_new, i.n_past, i.emits) for i in items]
         t0 = time.perf_counter()
@@ -190,12 +193,23 @@ class NumpyExecutor:
         tokens = dict(zip(emitting, self._next_tokens(emitting, out.logits)))
         for rid, token in tokens.items():
             self.outputs.setdefault(rid, []).append(token)
+        if self.samplers:
+            self._keep_logprobs(emitting)
         self.total.add(out.counter)
         self.run_seconds += time.perf_counter() - entered
         self.steps += 1
         if isinstance(self.clock, GPUSpec):
-            return StepResult(step_time(self.clock, out.counter.flops, out.counter.bytes), tokens)
-        return StepResult(wall if self.clock == "wall" else UNIT_STEP, tokens)
+            duration = step_time(self.clock, out.counter.flops, out.counter.bytes)
+        else:
+            duration = wall if self.clock == "wall" else UNIT_STEP
+        return StepResult(duration, tokens, self.logprobs)
+
+    def _keep_logprobs(self, rids: list[str]) -> None:
+        """The latest token's logprobs of those of `rids` that asked for them, for the step."""
+        for rid in rids:
+            sampler = self.samplers.get(rid)
+            if sampler is not None and sampler.last is not None:
+                self.logprobs[rid] = sampler.last
 
     def _next_tokens(self, rids: list[str], logits: np.ndarray) -> list[int]:
         """Greedy rows in one vectorised argmax; a request with a sampler picks its own.  [E, V]"""

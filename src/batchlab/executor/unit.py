@@ -1,4 +1,4 @@
-"""The unit executor: every step lasts one tick (the tick contract, seed L11 §3)."""
+"""The unit executor: every step lasts one tick (the tick contract)."""
 
 from __future__ import annotations
 

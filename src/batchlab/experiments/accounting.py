@@ -1,11 +1,12 @@
-"""Seed L02 §5.4's accounting of an overload run: how far from the ideal, and where prefill goes.
+"""The seed's accounting of an overload run: how far from the ideal, and where prefill goes.
 
 Two figures the seed uses to explain why the best system still falls short of the ideal:
 
 - The ideal decode-only throughput: output tokens per second if the GPU did nothing but decode
   steps of the largest batch the setting allows, every sequence at the workload's mean context.
   The batch is the largest `max_bs` among the compared systems, capped by how many sequences
-  of that context the KV capacity holds; the context is mean prompt + mean output / 2 (a
+  of that context the KV capacity holds (a model's windowed layers holding at most their
+  window of it); the context is mean prompt + mean output / 2 (a
   sequence's context grows from its prompt to prompt + output while it decodes). Priced by the
   same cost model and layout as every step (`CostModel`). Each system's steady and overall
   throughput under overload are then shares of this bound.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.kv_groups import kv_groups, window_reservation
 from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_capacity_tokens_on
 from batchlab.experiments.systems import System
 from batchlab.workload import Workload
@@ -49,7 +51,9 @@ def decode_bound(workload: Workload, systems: Sequence[System], model: ModelSpec
     from batchlab.hardware import CostModel, uniform_shape
 
     context = max(1, round(float(np.mean(workload.prompt)) + float(np.mean(workload.output)) / 2))
-    fits = max(1, kv_capacity_tokens_on(model, gpu, layout) // context)
+    groups = kv_groups(model, layout.pp)   # windowed layers hold at most their window
+    fits = max(1, kv_capacity_tokens_on(model, gpu, layout)
+               // (context if groups is None else window_reservation(groups, context)))
     caps = [s.max_bs for s in systems]
     batch = fits if any(c is None for c in caps) else min(fits, max(caps))
     step = float(CostModel(model, gpu, layout).step_time(uniform_shape(batch, context, 1,

@@ -1,8 +1,9 @@
 """`compare`: systems side by side across arrival rates, their goodput, and overload throughput.
 
-The experiment of seed L02 §5: the §5.2 table (latency, throughput, SLO attainment and mean
-batch per rate), §5.3 the largest rate meeting the SLO (`max_goodput_rate`) and the GPUs it
-takes to serve a target rate, and §5.4 overall vs steady throughput under overload with its
+The seed's continuous batching experiment: the table against static batching (latency,
+throughput, SLO attainment and mean batch per rate), the largest rate meeting the SLO
+(`max_goodput_rate`) and the GPUs it takes to serve a target rate, and overall vs steady
+throughput under overload with its
 accounting (`batchlab.experiments.accounting`): the share of the ideal decode-only throughput each
 system reaches, and the share of its busy time that prefill alone would take.
 """

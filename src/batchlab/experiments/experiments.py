@@ -1,4 +1,4 @@
-"""Experiments made of many runs: goodput searches and the system comparison of seed L02 §5.
+"""Experiments made of many runs: goodput searches and the system comparison of the seed.
 
 Independent runs go to a local process pool (`jobs` workers, one per core by default); a run's
 result is reduced to plain figures in the worker, so only small dicts cross processes.
@@ -49,7 +49,8 @@ def point(setting: Setting, system: System, rate: float) -> dict:
 
 
 def overload_point(setting: Setting, system: System, rate: float) -> dict:
-    """`point`, plus the GPU time the served prompts take to prefill alone (seed L02 §5.4)."""
+    """`point`, plus the GPU time the served prompts take to prefill alone (the seed's
+    overload accounting)."""
     from batchlab.experiments.accounting import prefill_alone_time
 
     res = _run(setting, system, rate)

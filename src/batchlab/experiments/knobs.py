@@ -1,16 +1,16 @@
-"""The knobs of continuous batching (seed L02 §6) as data: each experiment a set of runs.
+"""The knobs of continuous batching (as the seed turns them) as data: each experiment a set of runs.
 
 An experiment names a workload, an SLO, the arrival rates and the systems it compares (spec
 strings of `batchlab.experiments.systems`, each with a short label); every run is one
 `experiments.point`, so the rows are those of `compare` and the figure helpers draw them.
 Overrides (rates, systems, workload, SLO, hardware) replace an experiment's own choice.
 
-- reservation (§6.1): Orca's reservations by max / pow2 / oracle vs paged vs unlimited memory
+- reservation: Orca's reservations by max / pow2 / oracle vs paged vs unlimited memory
   on the long workload: KV held vs stored (time-weighted), mean batch, SLO attainment.
-- max_bs (§6.2): chat at 48 req/s, Orca with oracle reservations, max_bs from 8 to 512.
-- order (§6.3 and exercise 5): chat at 40 req/s; fcfs, sjf (true lengths), sjf on predicted
+- max_bs: chat at 48 req/s, Orca with oracle reservations, max_bs from 8 to 512.
+- order: chat at 40 req/s; fcfs, sjf (true lengths), sjf on predicted
   lengths (σ = 0.5 and 1), aging, with max_bs 64 (requests queue) and 256 (nothing queues).
-- prefill (§6.4): chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill-first (early
+- prefill: chat, max_bs 256, oracle reservations; mixed (Orca) vs prefill-first (early
   vLLM) vs chunked prefill with token budgets 512 and 2048 (Sarathi-Serve, vLLM v1).
 - preempt: paged memory on the long workload at rates that run out of KV blocks; preemption
   by recompute vs swap to host memory, a watermark that avoids most of it, and unlimited
@@ -44,7 +44,7 @@ PAGED_WATERMARK = 0.02   # share of blocks kept free at admission (vLLM's waterm
 @dataclass(frozen=True, slots=True)
 class Experiment:
     name: str
-    section: str                       # where in seed L02 it comes from
+    section: str                       # where in the seed it comes from (shown in the report)
     title: str
     workload: str                      # a generated workload kind (batchlab.workload)
     slo: tuple[float, float]           # (TTFT s, TPOT s)
@@ -77,8 +77,6 @@ class Experiment:
 def _same(specs: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple((s, s) for s in specs)
 
-
-LATENCY = ("p50_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput", "slo_attainment")
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment(

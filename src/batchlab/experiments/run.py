@@ -69,7 +69,7 @@ TABLE_PERCENTILES = (50.0, 90.0, 99.0)
 def run_figures(metrics: RunMetrics, prompt, usage: dict, percentiles=DEFAULT_PERCENTILES) -> dict:
     """A run's flat figures: vLLM's result keys (`batchlab.metrics.vllm_result`, latencies in
     ms) for every latency with TABLE_PERCENTILES and `percentiles`, then batchlab's own:
-    max_<m>_ms, steady_output_throughput (seed L02 §5.4), slo_attainment and `usage`."""
+    max_<m>_ms, steady_output_throughput (the seed's steady throughput), slo_attainment and `usage`."""
     wanted = tuple(dict.fromkeys([*TABLE_PERCENTILES, *(float(p) for p in percentiles)]))
     out = vllm_result(metrics, prompt, percentiles=wanted, selected=METRICS)
     for name, stats in (("ttft", metrics.ttft), ("tpot", metrics.tpot), ("itl", metrics.itl), ("e2el", metrics.e2e)):

@@ -5,7 +5,7 @@ A spec string is a preset name optionally followed by `:field=value` overrides, 
 `max_num_seqs` is `max_bs` (`chunked:max_num_seqs=128`) and `max_num_batched_tokens` is
 `token_budget` (`chunked:max_num_batched_tokens=1024`); dashes work too (`max-num-seqs`). The presets are the systems of seed L02:
 static batching with B = 128, Orca with reservations by max / pow2 / oracle, sequential
-(batch size one), and the later systems its §6 and §7 point to: paged memory with preemption
+(batch size one), and the later systems it points to: paged memory with preemption
 (vLLM), and chunked prefill on paged memory (Sarathi-Serve, vLLM v1).
 """
 
@@ -15,13 +15,14 @@ from dataclasses import dataclass, fields, replace
 
 from batchlab.errors import InputError
 from batchlab.hardware import GPUSpec, ModelSpec
+from batchlab.hardware.kv_groups import KVGroups, kv_groups
 from batchlab.hardware.parallel import SINGLE_GPU, Layout, kv_capacity_tokens_on
 from batchlab.memory import MemoryManager, ReservationMemory, UnlimitedMemory
 from batchlab.scheduler import QueueOrder, SchedulerConfig
 from batchlab.scheduler.order import AGING_ORDERS, PREDICTING_ORDERS, canonical_order
 
 MEMORY_KINDS = ("unlimited", "reservation-max", "reservation-pow2", "reservation-oracle", "paged")
-DEFAULT_MAX_BS = 256   # seed L02 and exercise 5 run Orca with max_bs = 256
+DEFAULT_MAX_BS = 256   # the seed and its queue-order exercise run Orca with max_bs = 256
 STATIC_BATCH = 128     # seed L02: static batching with B = 128
 
 
@@ -112,19 +113,34 @@ class System:
     def memory_manager(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> MemoryManager:
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        return self.memory_for_capacity(kv_capacity_tokens_on(model, gpu, layout), model.max_context)
+        return self.memory_for_capacity(kv_capacity_tokens_on(model, gpu, layout), model.max_context,
+                                        kv_groups(model, layout.pp))
 
-    def memory_for_capacity(self, capacity: int, max_context: int) -> MemoryManager:
-        """This system's memory manager over `capacity` tokens of KV (a real model's own cache)."""
+    def memory_for_capacity(self, capacity: int, max_context: int,
+                            groups: KVGroups | None = None) -> MemoryManager:
+        """This system's memory manager over `capacity` tokens of KV (a real model's own cache).
+        With a model's KV cache `groups` (it has sliding-window layers), the windowed layers
+        keep only their window: paged memory is vLLM's hybrid manager, a reservation counts
+        the window (a prefix cache keeps every token on every layer)."""
         if self.memory == "unlimited":
             return UnlimitedMemory()
-        if self.memory == "paged":   # its books grow with the blocks: refuse what cannot fit
+        if self.memory == "paged":   # its bookkeeping grows with the blocks: refuse what cannot fit
             from batchlab.limits import kv_blocks
-            kv_blocks(capacity, self.block_size, "--gpu")
+            hybrid = groups is not None and not self.prefix_caching
+            kv_blocks(groups.blocks(capacity, self.block_size) * self.block_size if hybrid else capacity,
+                      self.block_size, "--gpu")
         if self.memory.startswith("reservation-"):
-            return ReservationMemory(capacity, self.memory.removeprefix("reservation-"), max_context)
+            policy = self.memory.removeprefix("reservation-")
+            if groups is not None:
+                from batchlab.memory.reservation import WindowedReservationMemory
+                return WindowedReservationMemory(capacity, groups, policy, max_context)
+            return ReservationMemory(capacity, policy, max_context)
         from batchlab.memory.paged import PagedMemory
         host = capacity if self.host_capacity_tokens is None else self.host_capacity_tokens
+        if groups is not None and not self.prefix_caching:
+            from batchlab.memory.hybrid import HybridPagedMemory
+            return HybridPagedMemory(capacity, groups, block_size=self.block_size, watermark=self.watermark,
+                                     host_capacity_tokens=host)
         if self.prefix_caching:
             from batchlab.memory.prefix import PrefixCacheMemory
             return PrefixCacheMemory(capacity, block_size=self.block_size, watermark=self.watermark,

@@ -3,7 +3,7 @@
 Events are taken in time order. At each instant, steps that end now are committed; then the
 arrivals up to now are routed, so a router sees every replica as it is at that instant and
 never a step ahead; then every replica with work and nothing under way begins a step, or a
-fast-forwarded stretch of decode steps that all end before anything could be routed to it, and
+fast-forwarded run of decode steps that all end before anything could be routed to it, and
 goes on stepping by itself while its steps end before the next arrival. A
 pipelined replica (Orca: up to pp batches in flight) starts a batch whenever a slot is open
 and its first stage is free, and wakes when a batch returns or the next may enter.
@@ -48,8 +48,8 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     """Serve `requests` (fresh) on `replicas`; each replica's engine then holds its share.
 
     With a handoff, `router` places arrivals on the replicas outside the decode pool.
-    A replica in a fast-forwarded stretch is cut where a request is routed to it, so a
-    stretch costs one pricing however many arrivals go elsewhere meanwhile.
+    A replica in a fast-forwarded decode run is cut where a request is routed to it, so a
+    run costs one pricing however many arrivals go elsewhere meanwhile.
     `served(replica, trace)`, if given, is called once per replica with its trace, as soon
     as nothing more can reach it: where replicas serve apart, right after its share has run
     (so a caller may drop what the share's requests hold before the next replica runs).
@@ -75,7 +75,7 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     arrival = pending[0].arrival if n else math.inf   # the next one's
     while True:
         while ends and ends[0][2] != replicas[ends[0][1]].version:
-            heapq.heappop(ends)   # a stretch cut short by an arrival: its end was superseded
+            heapq.heappop(ends)   # a run cut short by an arrival: its end was superseded
         if i == n and not ends and not handed:
             break
         now = min(arrival, ends[0][0] if ends else math.inf, handed[0][0] if handed else math.inf)

@@ -1,4 +1,4 @@
-"""Orca's end-to-end comparison (seed L02 §4.5; Yu et al., OSDI 2022, §6.2): throughput at equal
+"""Orca's end-to-end comparison (Yu et al., OSDI 2022, §6.2, as the seed reports it): throughput at equal
 normalized latency, iteration-level pipelined scheduling against static batching.
 
 Normalized latency is a request's end-to-end latency divided by its output tokens (the paper's

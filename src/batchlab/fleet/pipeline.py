@@ -1,6 +1,6 @@
 """The engine of one replica on its parallel layout (tensor x pipeline parallel GPUs).
 
-A replica of pp > 1 stages runs Orca's pipelined iterations (seed L02 §4.4; Orca, OSDI 2022,
+A replica of pp > 1 stages runs Orca's pipelined iterations (Orca, OSDI 2022,
 Algorithm 1): its scheduler keeps up to pp batches in flight, a new one entering whenever the
 first stage is free. The executor tells the engine both times a batch takes: the beat of the
 pipeline (its busiest stage) and its latency end to end. Static batching keeps one batch in the

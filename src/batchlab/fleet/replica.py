@@ -2,9 +2,9 @@
 
 A replica whose scheduler keeps several batches in flight (Orca's pipelined iterations, one per
 pipeline stage) holds a heap of them; any other replica holds at most one step, or one
-fast-forwarded stretch of decode steps. Where its configuration allows, a replica keeps its
-running set in an fast path (batchlab/engine/fast_path.py): a fast path step, or a priced run of
-pure decodes, is then what it has under way, cut as a stretch is.
+fast-forwarded run of decode steps. Where its configuration allows, a replica keeps its
+running set in the fast path (batchlab/engine/fast_path.py): a fast path step, or a priced run of
+pure decodes, is then what it has under way, cut as a decode run is.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Replica:
     in_flight: StepOutput | None = None   # a begun step, committed when its end comes
     decode_run: DecodeRun | None = None        # a priced run of decode steps, applied at its end
     busy: bool = False                    # one of the two is under way
-    version: int = 0                      # bumped when a stretch is cut: its old end is void
+    version: int = 0                      # bumped when a run is cut: its old end is void
     routed: list[int] = field(default_factory=list)   # input positions of the requests sent here
     pipeline: Pipeline | None = None      # Orca's pipelined iterations (the engine's config), else None
     fast_path: fast_path.FastPath | None = None    # the running set as sums, while the fast path holds
@@ -69,7 +69,7 @@ class Replica:
         return []
 
     def begin(self, now: float, horizon: float = -math.inf) -> float:
-        """Start a fast path step or run, a fast-forwarded stretch, or else one step, at `now`; when
+        """Start a fast path step or run, a fast-forwarded decode run, or else one step, at `now`; when
         it ends. FastPath steps of decodes go on one after another while they end before `horizon`."""
         self.busy = True
         end = self._begin_fast(now, horizon)
@@ -83,7 +83,7 @@ class Replica:
 
     def _begin_fast(self, now: float, horizon: float) -> float | None:
         """A fast path run of pure decodes (up to the next finish), fast steps of decodes (up to
-        `horizon`) or a fast path step from `now`; None, with the fast path handed back, where the general
+        `horizon`) or a fast path step from `now`; None, with the fast path left, where the general
         loop must step."""
         if self.fast_path is None:
             if self.fast_ok is None:
@@ -119,7 +119,7 @@ class Replica:
         return wake
 
     def finish(self, now: float) -> list[StepOutput]:
-        """What ended by `now`: committed steps (returned), or the stretch applied."""
+        """What ended by `now`: committed steps (returned), or the decode run applied."""
         if self.pipeline is not None:
             return self.pipeline.finish(now)
         step, self.in_flight, self.busy = self.in_flight, None, False
@@ -133,35 +133,35 @@ class Replica:
         return []
 
     def cut(self, now: float) -> float | None:
-        """Something is routed here at `now`: cut a stretch there. Steps over by `now` are
+        """Something is routed here at `now`: cut a decode run there. Steps over by `now` are
         applied, and the one under way ends as planned: its end is returned (None: no step).
 
-        When the step under way is not the stretch's last, nobody finishes in it, so it is
+        When the step under way is not the run's last, nobody finishes in it, so it is
         applied at once with the others (one vectorised piece): what a router reads before its
         end (requests unfinished, KV held during it, the queue, cached prefixes) is the same
-        either way. The last step of a stretch goes on as a begun step, committed at its end.
+        either way. The last step of a run goes on as a begun step, committed at its end.
         """
         end = self.fast_path.cut(now) if self.fast_path is not None else None
-        if end is not None:   # a fast path run: as a stretch, its last step's finishes at its end
+        if end is not None:   # a fast path run: as a decode run, its last step's finishes at its end
             self.version += 1
             return end
-        stretch = self.decode_run
-        if stretch is None:
+        run = self.decode_run
+        if run is None:
             return None
-        done = int(stretch.ends.searchsorted(now, side="right"))
-        if done + 1 < len(stretch.ends):
-            end = self.engine.apply_decode_run(stretch, done + 1)
+        done = int(run.ends.searchsorted(now, side="right"))
+        if done + 1 < len(run.ends):
+            end = self.engine.apply_decode_run(run, done + 1)
             self.decode_run, self.in_flight, self.busy = None, None, True
             self.version += 1
             return end
-        step = self.engine.cut_decode_run(stretch, now)
+        step = self.engine.cut_decode_run(run, now)
         self.decode_run = None
         self.version += 1
         self.in_flight, self.busy = step, step is not None
         return None if step is None else step.end
 
     def held_tokens(self, now: float) -> float:
-        """KV tokens held at `now`, a stretch under way included."""
+        """KV tokens held at `now`, a decode run under way included."""
         if self.decode_run is not None:
             return self.decode_run.held_at(now)
         held = self.fast_path.held_at(now) if self.fast_path is not None else None

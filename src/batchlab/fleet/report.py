@@ -12,6 +12,8 @@ def replica_figures(replica: ReplicaResult, percentiles=DEFAULT_PERCENTILES) -> 
     spec = replica.spec
     return {"name": replica.name, "role": replica.role, "system": spec.system.name,
             "model": spec.model.name, "gpu": spec.gpu.name, "tp": spec.layout.tp, "pp": spec.layout.pp,
+            # ep only where experts are spread, so a dense fleet's figures stay as they were
+            **({"ep": spec.layout.ep} if spec.layout.ep > 1 else {}),
             "gpus": spec.gpus, "routed": len(replica.trace),
             **run_figures(replica.metrics, replica.trace.prompt, replica.usage, percentiles),
             "steps": replica.trace.n_steps}

@@ -41,7 +41,9 @@ class ReplicaSpec:
 
     @property
     def label(self) -> str:
-        split = "" if self.layout.trivial else f" x{self.layout.tp * self.layout.pp} (tp {self.layout.tp}, pp {self.layout.pp})"
+        layout = self.layout
+        split = "" if layout.trivial else (f" x{layout.gpus} (tp {layout.tp}, pp {layout.pp}"
+                                           + (f", ep {layout.ep})" if layout.ep > 1 else ")"))
         return f"{self.system.name}, {self.model.name} on {self.gpu.name}{split}"
 
     def engine(self) -> Engine:

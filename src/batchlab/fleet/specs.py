@@ -5,7 +5,9 @@ A replica spec is comma-separated `key=value` pairs (a system spec keeps its own
     count=2,system=paged:max_bs=64,gpu=A100-80GB,tp=2,pp=1,model=Llama-3-8B,role=prefill
 
 Every key is optional: `system`, `model` and `gpu` default to the command's flags, `tp` and
-`pp` to 1, `count` to 1 and `role` to colocated. A TOML file lists the same keys in `[[replica]]`
+`pp` to 1, `ep` (expert parallel GPUs of a mixture of experts: 1, or tp as vLLM's
+--enable-expert-parallel spreads them) to tp under --enable-expert-parallel and else 1, `count`
+to 1 and `role` to colocated. A TOML file lists the same keys in `[[replica]]`
 tables. A fleet is colocated (every replica serves whole requests) or disaggregated (roles
 prefill and decode, at least one of each), never a mix.
 """
@@ -22,7 +24,7 @@ from batchlab.hardware.parallel import Layout, check_layout
 from batchlab.io_checks import brief
 from batchlab.experiments.systems import parse_system
 
-KEYS = ("count", "system", "model", "gpu", "tp", "pp", "role")
+KEYS = ("count", "system", "model", "gpu", "tp", "pp", "ep", "role")
 ROLES = ("colocated", "prefill", "decode")
 MAX_REPLICAS = 4096
 
@@ -38,6 +40,7 @@ class Defaults:
     gpu_name: str
     tp: int = 1
     pp: int = 1
+    expert_parallel: bool = False   # a group without `ep` spreads its experts over its tp GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,23 +87,25 @@ def replica_group(fields: dict[str, object], defaults: Defaults, record: str,
     role = str(fields.get("role", "colocated")).strip()
     if role not in ROLES:
         raise InputError(_at(record, f"field 'role': must be one of {', '.join(ROLES)}, got {role!r}"))
-    layout = Layout(_int(record, "tp", fields.get("tp", defaults.tp), not typed),
-                    _int(record, "pp", fields.get("pp", defaults.pp), not typed))
+    tp = _int(record, "tp", fields.get("tp", defaults.tp), not typed)
+    ep = _int(record, "ep", fields["ep"], not typed) if "ep" in fields else tp if defaults.expert_parallel else 1
+    layout = Layout(tp, _int(record, "pp", fields.get("pp", defaults.pp), not typed), ep)
     try:
         system = parse_system(str(fields.get("system", defaults.system)), "system")
         model = defaults.model(str(fields.get("model", defaults.model_name)))
         gpu = defaults.gpu(str(fields.get("gpu", defaults.gpu_name)))
         check_layout(model, layout)
-        books(ReplicaSpec(system, model, gpu, layout), "gpu" if record else "--gpu")
+        replica_bookkeeping_bytes(ReplicaSpec(system, model, gpu, layout), "gpu" if record else "--gpu")
     except InputError as exc:
         raise InputError(_at(record, str(exc))) from None
     return role, [ReplicaSpec(system, model, gpu, layout)] * count
 
 
-def books(spec: ReplicaSpec, flag: str) -> float:
-    """Bytes of the replica's memory manager's books; InputError naming `flag` (the GPU, whose
+def replica_bookkeeping_bytes(spec: ReplicaSpec, flag: str) -> float:
+    """Bytes of the replica's memory manager's bookkeeping; InputError naming `flag` (the GPU, whose
     memory sets the KV capacity) when one replica's alone would not fit."""
     from batchlab import limits
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import kv_capacity_tokens_on
 
     if spec.system.memory != "paged":
@@ -109,8 +114,11 @@ def books(spec: ReplicaSpec, flag: str) -> float:
     if spec.system.block_size > capacity:
         raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
                          f"whole KV capacity ({capacity:,} tokens)")
+    groups = None if spec.system.prefix_caching else kv_groups(spec.model, spec.layout.pp)
+    if groups is not None:   # the hybrid manager's pool: a block per group's page
+        capacity = groups.blocks(capacity, spec.system.block_size) * spec.system.block_size
     limits.kv_blocks(capacity, spec.system.block_size, flag)
-    return limits.replica_books(capacity, spec.system.block_size)
+    return limits.kv_bookkeeping_bytes(capacity, spec.system.block_size)
 
 
 def parse_replica(text: str, defaults: Defaults, record: str = "--replica") -> tuple[str, list[ReplicaSpec]]:

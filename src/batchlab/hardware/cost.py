@@ -263,21 +263,6 @@ def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
     return _priced(gpu, *step_totals(model, sum_new, sum_past, n_emit, attn_units))
 
 
-def step_cost_arrays(model: ModelSpec, gpu: GPUSpec, n_new: np.ndarray, n_past: np.ndarray,
-                     emits: np.ndarray) -> StepCost:
-    """step_cost of the works (n_new[i], n_past[i], emits[i]), from int64 arrays, exactly."""
-    n_new, n_past = np.asarray(n_new, dtype=np.int64), np.asarray(n_past, dtype=np.int64)
-    emits = np.asarray(emits, dtype=bool)
-    if n_new.size == 0 or not n_new.shape == n_past.shape == emits.shape or n_new.ndim != 1:
-        raise InputError("step_cost_arrays: fields 'n_new', 'n_past', 'emits' must be non-empty "
-                         "1-D arrays of one length")
-    if int(n_new.min()) < 1 or int(n_past.min()) < 0:
-        raise InputError("step_cost_arrays: field 'n_new' must be >= 1 and 'n_past' >= 0")
-    attn_units = int((n_new * (2 * n_past + n_new + 1)).sum())
-    return _priced(gpu, *step_totals(model, int(n_new.sum()), int(n_past.sum()),
-                                 int(emits.sum()), attn_units))
-
-
 def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int,
                       new_tokens: int = 1) -> StepCost:
     """step_cost of `batch` works SeqWork(new_tokens, context), in O(1) for any batch."""

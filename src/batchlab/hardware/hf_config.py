@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from batchlab.errors import InputError
+from batchlab.hardware.hf_quantization import weight_widths
 from batchlab.hardware.specs import GATED_MLP_MATRICES, ModelSpec
 
 CONFIG_NAME = "config.json"
@@ -74,7 +75,7 @@ def _base(c: _Config, name: str) -> dict:
     fields = dict(name=name, n_layers=c.int("num_hidden_layers"), hidden=hidden,
                   n_heads=heads, n_kv_heads=c.int("num_key_value_heads", heads),
                   ffn=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                  max_context=c.int("max_position_embeddings"),
+                  max_context=_max_context(c),
                   tied_embeddings=c.bool("tie_word_embeddings", False),
                   mlp_matrices=GATED_MLP_MATRICES)
     if c.has("head_dim"):
@@ -87,6 +88,35 @@ def _base(c: _Config, name: str) -> dict:
         raise c.refuse("torch_dtype", f"is {dtype!r} (known: {', '.join(_ACT_BYTES)})")
     fields["bytes_per_value"] = _ACT_BYTES[dtype]
     return fields
+
+
+# RoPE scalings whose max_position_embeddings already is the scaled context (vLLM's
+# _get_and_verify_max_len leaves them as they are).
+_CONTEXT_AS_GIVEN = ("su", "longrope", "llama3")
+
+
+def _max_context(c: _Config) -> int:
+    """The context vLLM serves by default: max_position_embeddings, times a RoPE scaling's factor
+    (yarn: its original_max_position_embeddings times it), except for Llama 3's and LongRoPE's
+    scalings and Gemma 3, whose configs give the scaled length already. Qwen3-8B with
+    {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768} serves 131,072."""
+    context = c.int("max_position_embeddings")
+    scaling = c.data.get("rope_scaling", c.data.get("rope_parameters"))
+    if scaling is None or "gemma3" in str(c.data.get("model_type", "")) or c.arch.startswith("Gemma3"):
+        return context
+    if not isinstance(scaling, dict):
+        raise c.refuse("rope_scaling", "is not an object")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in _CONTEXT_AS_GIVEN:
+        return context
+    factor = scaling.get("factor", 1.0)
+    factor = 1.0 if factor is None else factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 <= factor <= 1e6:
+        raise c.refuse("rope_scaling.factor", f"is {factor!r} (a number >= 1)")
+    if kind == "yarn":
+        context = _Config(scaling, c.source, c.arch + " rope_scaling").int(
+            "original_max_position_embeddings")
+    return int(context * factor)
 
 
 def _window(c: _Config, fields: dict, windowed: int) -> None:
@@ -117,26 +147,10 @@ def _even_layers_slide(c: _Config, fields: dict) -> None:
 
 
 def _quantization(c: _Config, fields: dict) -> None:
-    """Weight widths from quantization_config: fp8 (DeepSeek-V3, Llama-3.3-70B-FP8), mxfp4
-    experts (gpt-oss), 4- or 8-bit weight-only (GPTQ, AWQ)."""
+    """Weight widths from quantization_config (hardware/hf_quantization.py)."""
     q = c.data.get("quantization_config")
-    if q is None:
-        return
-    if not isinstance(q, dict):
-        raise c.refuse("quantization_config", "is not an object")
-    method = q.get("quant_method")
-    if method == "fp8":
-        fields["weight_dtype"] = "fp8"
-    elif method == "mxfp4":
-        if not fields.get("n_experts"):
-            raise c.refuse("quantization_config.quant_method", "is mxfp4 on a dense model")
-        fields["expert_dtype"] = "mxfp4"   # attention, router and embeddings stay bf16
-    elif method in ("gptq", "awq") and q.get("bits") in (4, 8):
-        fields["weight_dtype"] = "int4" if q["bits"] == 4 else "int8"
-    else:
-        raise c.refuse("quantization_config.quant_method",
-                       f"is {method!r} with bits {q.get('bits')!r} (known: fp8, mxfp4, gptq or "
-                       f"awq with 4 or 8 bits)")
+    if q is not None:
+        fields.update(weight_widths(q, bool(fields.get("n_experts")), c.refuse))
 
 
 def _llama(c: _Config, name: str) -> dict:

@@ -90,10 +90,10 @@ import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.hardware.cost import check_works
+from batchlab.hardware.custom_allreduce import tp_allreduce_s
 from batchlab.hardware.parallel import (
     SINGLE_GPU,
     Layout,
-    allreduce_s,
     alltoall_bytes,
     alltoall_s,
     check_layout,
@@ -104,8 +104,6 @@ from batchlab.hardware.parallel import (
 from batchlab.hardware.shapes import WEIGHT_BITS, experts_touched_skewed, kv_value_bytes
 from batchlab.hardware.specs import ROW_KERNELS, GPUSpec, ModelSpec
 
-OP_CLASSES = ("matmul", "attn_prefill", "attn_decode", "norm", "elementwise", "rope", "act",
-              "add", "embedding")
 # Operators and their classes; the order is the order of a layer (then once per step).
 OP_CLASS = {
     "norm": "norm", "qkv": "matmul", "rope": "rope", "kv_write": "elementwise",
@@ -776,10 +774,10 @@ class OperatorCost:
         layer the attention's all-reduce, the dispatch and the combine (parallel.alltoall_s)."""
         gpu, layout = self.gpu, self.layout
         if not moe or layout.ep == 1:
-            return ALLREDUCES_PER_LAYER * allreduce_s(gpu, activation_bytes, layout.tp)
+            return ALLREDUCES_PER_LAYER * tp_allreduce_s(gpu, activation_bytes, layout.tp)
         sent = alltoall_bytes(shape.tokens, self.model.experts_per_token, layout.ep,
                               self.model.hidden, self.dims.b)
-        return allreduce_s(gpu, activation_bytes, layout.tp) + 2.0 * alltoall_s(gpu, sent, layout.ep)
+        return tp_allreduce_s(gpu, activation_bytes, layout.tp) + 2.0 * alltoall_s(gpu, sent, layout.ep)
 
     def price(self, shape: Shape) -> StepPrice:
         """Stage times, sends and CPU of a step of this shape (float or array-valued)."""
@@ -793,7 +791,7 @@ class OperatorCost:
             time = self._op(name, shape)
             if time is not None:
                 first = first + time
-        first = first + allreduce_s(gpu, activation_bytes, tp)  # vocab-parallel embedding
+        first = first + tp_allreduce_s(gpu, activation_bytes, tp)  # vocab-parallel embedding
         for name in LAST_STAGE_OPS:
             time = self._op(name, shape)
             if time is not None:
@@ -875,8 +873,8 @@ class OperatorCost:
             reduces = ALLREDUCES_PER_LAYER * total_layers - expert_parallel
             n = reduces + 1
             add("all_reduce", "interconnect", n, 0.0, n * nbytes,
-                reduces * allreduce_s(self.gpu, nbytes, self.layout.tp)
-                + allreduce_s(self.gpu, nbytes, self.layout.tp), "link")
+                reduces * tp_allreduce_s(self.gpu, nbytes, self.layout.tp)
+                + tp_allreduce_s(self.gpu, nbytes, self.layout.tp), "link")
             if expert_parallel:
                 sent = alltoall_bytes(shape.tokens, self.model.experts_per_token, self.layout.ep,
                                       self.model.hidden, self.dims.b)

@@ -65,6 +65,12 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
     if model.n_heads % layout.tp:
         raise InputError(f"field 'tp' ({layout.tp}) must divide model '{model.name}''s "
                          f"{model.n_heads} attention heads")
+    kv = model.n_kv_heads
+    if not model.is_mla and (layout.tp % kv if layout.tp >= kv else kv % layout.tp):
+        # vLLM's QKVParallelLinear: KV heads split evenly over the GPUs, or each replicated
+        # on a whole number of them
+        raise InputError(f"field 'tp' ({layout.tp}) must divide model '{model.name}''s {kv} KV "
+                         f"heads or be a multiple of them")
     if layout.ep > 1:
         if not model.is_moe:
             raise InputError(f"field 'ep' ({layout.ep}): model '{model.name}' has no experts "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from batchlab.errors import InputError
 from batchlab.hardware.specs import (
     NVLINK3_BYTES_S,
@@ -9,6 +11,7 @@ from batchlab.hardware.specs import (
     PCIE_GEN4_X16_BYTES_S,
     PCIE_GEN5_X16_BYTES_S,
     PLAIN_MLP_MATRICES,
+    ROW_KERNELS,
     GPUSpec,
     ModelSpec,
 )
@@ -133,13 +136,50 @@ _FIT_LINKS = {"A100-80GB": NVLINK3_BYTES_S, "H100-SXM": NVLINK4_BYTES_S}
 _FITS = {"A100-80GB": _A100_FIT, "H100-SXM": _H100_FIT}
 
 
-def transfer_fit(base: str, name: str, link_bytes_s: float | None = None) -> dict:
+@dataclass(frozen=True, slots=True)
+class Chip:
+    """What a per-token kernel's speed follows: SMs, their boost clock, memory bandwidth."""
+
+    sm_count: int
+    sm_clock_hz: float
+    mem_bandwidth: float
+
+
+# The fitted GPUs' chips. Boost clocks: A100 1,410 MHz (NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper, table 1); H100 SXM5 1,980 MHz (its datasheet's 67 TFLOPS FP32 over
+# 132 SMs x 128 FP32 lanes x 2).
+FIT_CHIPS = {"A100-80GB": Chip(108, 1.41e9, 2.039e12), "H100-SXM": Chip(132, 1.98e9, 3.35e12)}
+
+
+def _carry_row_kernels(fit: dict, base: Chip, chip: Chip) -> None:
+    """Carry the per-token kernels' fitted shares of bandwidth to `chip`. The kernel that
+    reached the highest share on the base (the residual add, 99-100%) was bound by memory: it
+    keeps its share. The others stayed below it because the SMs issuing their loads and
+    reductions were the limit: their absolute rate carries over, scaled by SMs x clock, up to
+    that highest share of the new bandwidth. (Carrying shares alone priced an A40's norm 46%
+    and its embedding 200% above their measured times: docs/fidelity.md.)"""
+    shares = {k: fit[f"{k}_mbu"] for k in ROW_KERNELS if f"{k}_mbu" in fit}
+    if not shares:
+        return
+    cap = max(shares.values())
+    scale = (chip.sm_count * chip.sm_clock_hz) / (base.sm_count * base.sm_clock_hz)
+    for kernel, share in shares.items():
+        if share < cap:
+            fit[f"{kernel}_mbu"] = min(cap, share * base.mem_bandwidth * scale / chip.mem_bandwidth)
+
+
+def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
+                 chip: Chip | None = None) -> dict:
     """The operator parameters fitted on `base`, carried to a GPU of the same family of kernels:
     efficiencies, floors, tiles and per-row kernels as fitted (shares of the new GPU's own
     peaks), and with `link_bytes_s` the fitted collectives scaled by the new link's datasheet
-    bandwidth over the fitted one's (None: the preset keeps its own link figures).
+    bandwidth over the fitted one's (None: the preset keeps its own link figures). With the
+    new GPU's `chip` the per-token kernels limited by the SMs keep their speed per SM-clock
+    instead of their share of bandwidth (`_carry_row_kernels`).
     How far this is off where a check exists: docs/hardware.md."""
     fit = dict(_FITS[base])
+    if chip is not None:
+        _carry_row_kernels(fit, FIT_CHIPS[base], chip)
     links = ("allreduce_bandwidth", "allreduce_latency_s", "p2p_bandwidth", "p2p_latency_s")
     if link_bytes_s is None:
         for field in links:
@@ -176,10 +216,12 @@ _GPUS = (
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
     # host link PCIe Gen4 (64 GB/s both directions); NVLink 3, 600 GB/s both directions; no FP8.
     # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1. Links at the
-    # datasheet's figure, as the Orca paper's setting prices them (docs/parallel.md).
+    # datasheet's figure, as the Orca paper's setting prices them (docs/parallel.md). Boost
+    # clock 1,410 MHz (whitepaper, table 1), as the 80GB's.
     GPUSpec("A100-40GB", **_CALIBRATED, peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, allreduce_bandwidth=NVLINK3_BYTES_S,
-            p2p_bandwidth=NVLINK3_BYTES_S, **transfer_fit("A100-80GB", "NVIDIA A100 40GB")),
+            p2p_bandwidth=NVLINK3_BYTES_S,
+            **transfer_fit("A100-80GB", "NVIDIA A100 40GB", chip=Chip(108, 1.41e9, 1.555e12))),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
     # The same GA100 chip, 108 SMs (the PCIe card Vidur profiled has them too).
     GPUSpec("A100-80GB", **_CALIBRATED, peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
@@ -187,6 +229,9 @@ _GPUS = (
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM (BF16 989 and FP8
     # 1,979 TFLOPS dense), 4.8 TB/s HBM3e, 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both ways.
     # The H100 SXM5's GH100 configuration, 132 SMs (H100 whitepaper; the H200 changes memory).
+    # Its per-token kernels keep the H100's shares of bandwidth: its vLLM run is one of the
+    # three vLLM's engine time is fitted on (VLLM_ENGINE_STEP_S), and carried per SM-clock they
+    # would move that fit (docs/hardware.md).
     GPUSpec("H200", **_CALIBRATED, peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
             **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S)),
@@ -206,30 +251,37 @@ _GPUS = (
             **transfer_fit("H100-SXM", "AMD Instinct MI300X", INFINITY_FABRIC_MI300X_BYTES_S)),
     # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense,
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 and no NVLink. 142 SMs: AD102 as configured for
-    # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper).
+    # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper);
+    # 2,520 MHz boost clock (the datasheet's 91.6 TFLOPS FP32 / (142 x 128 x 2)).
     GPUSpec("L40S", **_CALIBRATED, peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=142,
             fp8_peak_flops=733e12,
-            **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S)),
+            **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S,
+                           Chip(142, 2.52e9, 864e9))),
     # NVIDIA A40 datasheet: BF16 149.7 TFLOPS dense (299.4 with sparsity), 48 GB GDDR6 at
     # 696 GB/s, PCIe Gen4 (an NVLink bridge joins pairs only: collectives go over PCIe), no
-    # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM).
+    # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM); 1,740 MHz
+    # boost clock (the datasheet's 37.4 TFLOPS FP32 / (84 x 128 x 2)).
     GPUSpec("A40", **_CALIBRATED, peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=84,
-            **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S)),
+            **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S,
+                           Chip(84, 1.74e9, 696e9))),
     # AWS EC2 G5's NVIDIA A10G: 24 GB GDDR6 at 600 GB/s, 80 SMs, FP16/BF16 tensor 70 TFLOPS
     # dense (the A10's 125 at lower tensor clocks; AWS G5 documentation), PCIe Gen4, no FP8.
+    # No published boost clock: its per-token kernels keep the A100's shares of bandwidth, as
+    # the B200's and MI300X's (whose compute units are not SMs) keep the H100's.
     GPUSpec("A10G", **_CALIBRATED, peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=80,
             **transfer_fit("A100-80GB", "AWS A10G", PCIE_GEN4_X16_BYTES_S)),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense), FP8 485
     # with sparsity (242.5 dense), 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk
     # over PCIe. 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for
-    # the L4 (7,424 CUDA cores, 128 per SM).
+    # the L4 (7,424 CUDA cores, 128 per SM); 2,040 MHz boost clock (the datasheet's 30.3 TFLOPS
+    # FP32 / (58 x 128 x 2)).
     GPUSpec("L4", **_CALIBRATED, peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
             fp8_peak_flops=242.5e12,
-            **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S)),
+            **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S, Chip(58, 2.04e9, 300e9))),
 )
 
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
@@ -281,6 +333,20 @@ ALIASES = {
     "gemma327b": "google/gemma-3-27b-it", "gemma29bit": "google/gemma-2-9b",
     "deepseekv3base": "deepseek-ai/DeepSeek-V3", "deepseekv30324": "deepseek-ai/DeepSeek-V3",
     "deepseekv2chat": "deepseek-ai/DeepSeek-V2", "phi3mini4k": "microsoft/Phi-3-mini-4k-instruct",
+    # The instruct and chat checkpoints vLLM users serve: the same config.json fields as the
+    # base checkpoint's (a variant whose shapes or context differ, as Mistral-7B-Instruct-v0.2's
+    # or Qwen3-30B-A3B-Instruct-2507's do, is left to its own config.json).
+    "metallama38binstruct": "Llama-3-8B", "llama38binstruct": "Llama-3-8B",
+    "metallama318b": "Llama-3.1-8B", "metallama318binstruct": "Llama-3.1-8B",
+    "llama318binstruct": "Llama-3.1-8B",
+    "metallama370b": "Llama-3-70B", "metallama370binstruct": "Llama-3-70B",
+    "llama370binstruct": "Llama-3-70B",
+    "metallama3170b": "Llama-3.1-70B", "metallama3170binstruct": "Llama-3.1-70B",
+    "llama3170binstruct": "Llama-3.1-70B",
+    "llama27bchat": "Llama-2-7B", "llama213bchat": "Llama-2-13B", "llama270bchat": "Llama-2-70B",
+    "mistral7binstructv01": "Mistral-7B",
+    "llama321binstruct": "meta-llama/Llama-3.2-1B", "llama323binstruct": "meta-llama/Llama-3.2-3B",
+    "deepseekr10528": "deepseek-ai/DeepSeek-R1",
 }
 SHORT_EXAMPLES = {"gpu": "h100, a100", "model": "llama-3-8b, llama3-8b, meta-llama/Meta-Llama-3-8B, "
                                                 "deepseek-ai/DeepSeek-V3, a config.json"}

@@ -1,4 +1,6 @@
-"""Memory managers: unlimited, reservation (Orca), paged (vLLM) and paged with a prefix cache.
+"""Memory managers: unlimited, reservation (Orca), paged (vLLM), paged with a prefix cache, and
+paged over KV cache groups for models with sliding-window layers (`hybrid.py`, vLLM's hybrid
+KV cache manager; a windowed model's reservations count the window too).
 
 The paged managers are composed of small parts: a block pool (`block_pool.py`: free list,
 reference counts, idle cached blocks), a prefix index (`prefix_index.py`: key -> block, host

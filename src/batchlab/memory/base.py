@@ -3,7 +3,7 @@
 A manager tracks, in tokens of KV cache, what each running request holds (`held`: reserved or
 allocated) and what it actually stores (`stored`: tokens computed so far). Check-then-act as in
 nano-vllm's block manager: `try_admit` and `grow` either succeed and account, or fail and change
-nothing. `check_integrity` proves the books balance at any moment (mini-sglang's kvcache base).
+nothing. `check_integrity` proves the accounting balances at any moment (mini-sglang's kvcache base).
 
 Every manager answers the same small questions, and nothing outside `memory/` reads more:
 `room()` (what admissions can take now), `need(request)` (what its admission takes),
@@ -23,7 +23,7 @@ from batchlab.request import Request
 
 
 class IntegrityError(AssertionError):
-    """A memory manager's books do not balance: a bug, never a user error."""
+    """A memory manager's accounting does not balance: a bug, never a user error."""
 
 
 class MemoryManager(ABC):
@@ -108,7 +108,7 @@ class MemoryManager(ABC):
         return all(self.grow(r, 1) for r in requests) if self.may_refuse_growth else True
 
     def grow_run(self, requests: list[Request], n_tokens: int) -> None:
-        """Grow every request by `n_tokens` (a fast-forwarded stretch, within its growth room)."""
+        """Grow every request by `n_tokens` (a fast-forwarded decode run, within its growth room)."""
         for r in requests:
             self.grow(r, n_tokens)
 
@@ -147,6 +147,12 @@ class MemoryManager(ABC):
         Called before the growth is accounted. Reservations do not change while requests grow.
         """
         return np.full(steps, float(self.held_tokens()))
+
+    def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray | None:
+        """KV stored during each of `steps` decode steps in which every request grows by one,
+        where that is not the stored figure before them plus one token per request a step
+        (windowed layers keep only their window); None where it is. Called before the growth."""
+        return None
 
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
         """`growth_room` k and, when k > 0, `decode_run_held` for those k steps, in one call

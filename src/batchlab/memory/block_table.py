@@ -38,3 +38,16 @@ class CachedBlockTable(BlockTable):
         self.reused = 0                        # tokens its latest admission found in the cache
         self.loaded = 0                        # of those, copied back from the host tier
         self.shared_tail = False               # a fork shares its partial last block: copy before writing
+
+
+class GroupBlockTables:
+    """A request's blocks in a hybrid paged manager: one table per KV cache group, each listing
+    the blocks it still holds; the sliding groups' tables start `skipped` blocks in (the blocks
+    before held tokens that have left the window, released)."""
+
+    __slots__ = ("tables", "skipped", "swapped_blocks")
+
+    def __init__(self) -> None:
+        self.tables: list[list[int]] | None = None   # per group, its live blocks in token order
+        self.skipped = 0                              # leading blocks the sliding groups released
+        self.swapped_blocks = 0                       # blocks copied to host memory by a swap preemption

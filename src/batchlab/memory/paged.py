@@ -217,7 +217,7 @@ class PagedMemory(MemoryManager):
             counts[x] += 1
         below = np.array([0, *accumulate(counts)], dtype=np.int64)         # [bs+1] #{room < m}
         quot, rem = self._k_split
-        if len(quot) < steps:   # k // bs and k % bs for k = 1, 2, ...: kept, stretches repeat lengths
+        if len(quot) < steps:   # k // bs and k % bs for k = 1, 2, ...: kept, runs repeat lengths
             k = np.arange(1, max(steps, 2 * len(quot)) + 1, dtype=np.int64)
             quot, rem = self._k_split = (k // bs, k % bs)
         return len(room) * quot[:steps] + below[rem[:steps]]
@@ -261,19 +261,17 @@ class PagedMemory(MemoryManager):
             table += taken[at:at + need]
             at += need
 
-    # -- the books ------------------------------------------------------------------------
+    # -- integrity ------------------------------------------------------------------------
 
     def check_integrity(self) -> None:
         super().check_integrity()
-        self.pool.check([r.kv.blocks for r in self._held], "paged")
+        name = self.name
+        self.pool.check([r.kv.blocks for r in self._held], name)
         for r in self._held:
             if r.status is not Status.RUNNING:
-                raise IntegrityError(f"paged: {r.id} holds blocks but is {r.status.name}")
+                raise IntegrityError(f"{name}: {r.id} holds blocks but is {r.status.name}")
             if len(r.kv.blocks) * self.block_size < r.computed:
-                raise IntegrityError(f"paged: {r.id} stores {r.computed} tokens in {len(r.kv.blocks)} blocks")
-        self._check_host()
-
-    def _check_host(self) -> None:
+                raise IntegrityError(f"{name}: {r.id} stores {r.computed} tokens in {len(r.kv.blocks)} blocks")
         if not 0 <= self.host_used <= self.host_blocks or \
                 self.host_used != sum(r.kv.swapped_blocks for r in self._swapped):
             raise IntegrityError(f"{self.name}: host memory {self.host_used} of {self.host_blocks} blocks does not balance")

@@ -42,14 +42,14 @@ from batchlab.memory.block_table import CachedBlockTable
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE, PagedMemory
 from batchlab.memory.prefix_index import PrefixIndex
-from batchlab.request import Request, Status
+from batchlab.request import Request
 
 HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hits", "queries")
 
 
 class PrefixCacheMemory(PagedMemory):
     # Growth keys blocks and copies shared ones on write, and a decode run ends at a keyable
-    # block: a stretch grows one request at a time and asks room and held tokens apart, as the
+    # block: a run grows one request at a time and asks room and held tokens apart, as the
     # base manager does, not through paged memory's batched shortcuts.
     grow_run = MemoryManager.grow_run
     decode_run_room = MemoryManager.decode_run_room
@@ -368,7 +368,7 @@ class PrefixCacheMemory(PagedMemory):
         self._shared -= 1
         return self.grow(request, n_tokens)
 
-    # -- the cache's own books -------------------------------------------------------------
+    # -- the cache's own accounting --------------------------------------------------------
 
     def _set_next_key(self, table: CachedBlockTable, registered: int, n_keys: int) -> None:
         if registered < n_keys:
@@ -485,12 +485,11 @@ class PrefixCacheMemory(PagedMemory):
     # -- integrity -------------------------------------------------------------------------
 
     def check_integrity(self) -> None:
-        MemoryManager.check_integrity(self)
+        super().check_integrity()   # the pool, each holder's state and blocks, the host tier's use
         for r in self._held:
             if len(set(r.kv.blocks)) != len(r.kv.blocks):
                 raise IntegrityError(f"paged-prefix: {r.id} holds a block twice")
         pool, index = self.pool, self.index
-        pool.check([r.kv.blocks for r in self._held], "paged-prefix")
         key_of = index.key_of
         if any(key_of[b] is not None for b in pool.free):
             raise IntegrityError("paged-prefix: a block on the free list is still cached")
@@ -509,16 +508,11 @@ class PrefixCacheMemory(PagedMemory):
                 k = key_of[table.blocks[j]]
                 if k is not None and k != keys[j]:   # a shared block sits where its content is
                     raise IntegrityError(f"paged-prefix: {r.id} block {j} holds other content")
-            if r.status is not Status.RUNNING:
-                raise IntegrityError(f"paged-prefix: {r.id} holds blocks but is {r.status.name}")
-            if len(table.blocks) * self.block_size < r.computed:
-                raise IntegrityError(f"paged-prefix: {r.id} stores {r.computed} tokens in {len(table.blocks)} blocks")
             keying += bool(table.next_key_at)
             shared += table.shared_tail
         if (keying, shared) != (self._keying, self._shared):
             raise IntegrityError(f"paged-prefix: {self._keying} requests counted with blocks to key and "
                                  f"{self._shared} with shared tails, {keying} and {shared} held")
-        self._check_host()
         if len(index.host) > index.host_limit:
             raise IntegrityError(f"paged-prefix: {len(index.host)} host blocks > host limit {index.host_limit}")
         if not 0 <= self.host_hits <= self.hits <= self.queries:

@@ -9,7 +9,10 @@ length is 25, it reserves 32 positions") and `oracle` (prompt + true output).
 
 from __future__ import annotations
 
+import numpy as np
+
 from batchlab.errors import InputError
+from batchlab.hardware.kv_groups import KVGroups, window_reservation
 from batchlab.memory.base import IntegrityError, MemoryManager
 from batchlab.request import Request
 
@@ -84,5 +87,45 @@ class ReservationMemory(MemoryManager):
         if self._used != sum(self._reserved.values()):
             raise IntegrityError(f"{self.name}: usage {self._used} != sum of reservations")
         for r, size in self._reserved.items():
-            if r.computed > size:
+            if self.kept(r.computed) > size:
                 raise IntegrityError(f"{self.name}: {r.id} stores {r.computed} > reserved {size}")
+
+    def kept(self, computed: int) -> int:
+        """Tokens of KV (on every layer) that `computed` computed tokens occupy."""
+        return computed
+
+
+class WindowedReservationMemory(ReservationMemory):
+    """Reservations for a model with sliding-window layers: a windowed layer keeps only its
+    window (its slots reused as a ring), so reserving R positions takes the full layers' share
+    of R and the windowed layers' share of min(R, window), in tokens of every layer
+    (`hardware/kv_groups.window_reservation`)."""
+
+    def __init__(self, capacity_tokens: int, groups: KVGroups, policy: str = "max",
+                 max_context: int = 8192) -> None:
+        super().__init__(capacity_tokens, policy, max_context)
+        self.groups = groups
+
+    def reservation(self, request: Request) -> int:
+        return window_reservation(self.groups, super().reservation(request))
+
+    def kept(self, computed: int) -> int:
+        return window_reservation(self.groups, computed)
+
+    def stored_tokens(self) -> int:
+        window = self.groups.window
+        return self.groups.stored(sum(r.computed for r in self._reserved),
+                                  sum(min(r.computed, window) for r in self._reserved))
+
+    def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray:
+        """KV stored during each of `steps` decode steps: the windowed layers' stops growing at
+        the window."""
+        computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
+        now = computed[:, None] + np.arange(steps, dtype=np.int64)[None, :]   # [n, steps]
+        return self.groups.stored(now.sum(axis=0),
+                                  np.minimum(now, self.groups.window).sum(axis=0)).astype(np.float64)
+
+    def shared_tokens(self) -> int:
+        """Of the computed tokens summed over holders, those not held on every layer: the
+        windowed layers keep only their window (so the engine's stored figure is `stored_tokens`)."""
+        return sum(r.computed for r in self._reserved) - self.stored_tokens()

@@ -1,6 +1,6 @@
 """Goodput: the largest arrival rate whose SLO attainment stays at or above a target.
 
-The second definition of seed L01 §4.4 / L02 §5.3 (DistServe's "goodput": the maximum request
+The seed's second definition of goodput (DistServe's "goodput": the maximum request
 rate at which, say, 90% of requests meet the SLO). Search: from `start`, double while the
 attainment passes (or halve while it fails) to bracket the threshold, then bisect the bracket
 geometrically until hi / lo − 1 <= rel_tol. The caller's `attainment_at(rate)` should serve the

@@ -1,4 +1,5 @@
-"""Seat waste: the seats a batch holds while they compute nothing (seed L02 §1.2 and §3.1).
+"""Seat waste: the seats a batch holds while they compute nothing (the seed's cost of
+batching, and request-level batching's first challenge).
 
 Static batching forms a batch and keeps it together until its last request finishes: a request
 that finished early keeps its row of the batch (Orca's x2, computed as padding by a request-level

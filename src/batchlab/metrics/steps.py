@@ -1,8 +1,8 @@
 """Time-weighted means over engine steps: mean batch size, KV share reserved or stored.
 
 A step that lasts twice as long counts twice: the mean of a quantity held during each step,
-weighted by the step's duration (seed L02 §6.1 reports KV "occupied" and "actually stored"
-shares this way).
+weighted by the step's duration (the seed's KV reservation experiment reports KV "occupied" and
+"actually stored" shares this way).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Output-token throughput, overall and steady (seed L02 §5.4).
+"""Output-token throughput, overall and steady (the seed's overload experiment).
 
 overall = output tokens / (last token − first arrival).
 steady = output tokens emitted up to T*, the moment the last request emits its first token,

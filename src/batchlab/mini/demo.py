@@ -1,5 +1,5 @@
-"""Seed L02 §4.1 demo 4 on the mini model: continuous vs static batching, iteration by iteration,
-with every output checked against sequential generation."""
+"""The seed's continuous batching demo on the mini model: continuous vs static batching,
+iteration by iteration, with every output checked against sequential generation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from batchlab.request import Request
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.trace import Trace
 
-# Seed L02 demo 4: six requests arriving at iterations 0, 0, 1, 2, 3, 6 with 6, 3, 9, 2, 5
+# The seed's continuous batching demo: six requests arriving at iterations 0, 0, 1, 2, 3, 6 with 6, 3, 9, 2, 5
 # and 3 output tokens (read off its timelines), max_bs = 3. The seed does not give prompt
 # lengths; any do, since a whole prompt is one prefill iteration.
 DEMO_ARRIVALS = (0, 0, 1, 2, 3, 6)
@@ -25,7 +25,7 @@ DEMO_MAX_BS = 3
 
 
 def demo_requests(rng: np.random.Generator, vocab: int) -> tuple[list[Request], dict[str, list[int]]]:
-    """Fresh requests of seed §4.1 demo 4 and their prompt token ids."""
+    """Fresh requests of the seed's continuous batching demo and their prompt token ids."""
     requests, prompts = [], {}
     for i, (a, o, p) in enumerate(zip(DEMO_ARRIVALS, DEMO_OUTPUTS, DEMO_PROMPTS)):
         rid = f"r{i}"

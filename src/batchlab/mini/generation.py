@@ -3,7 +3,7 @@
 `continuous_generate` runs the engine (any scheduler config, any memory manager) with the numpy
 executor and returns every request's greedy tokens with the run's trace and per-step rounds;
 `sequential_generate` is the reference: each request alone. Scheduling changes when tokens are
-computed, never which (seed §4.1: "调度方式改变的只是什么时候算，不改变算出什么"), and so does a
+computed, never which ("调度方式改变的只是什么时候算，不改变算出什么"), and so does a
 prefix cache: a request's prompt token ids are its content, and the KV of a cached prefix is read
 from the blocks an earlier request wrote.
 The model (`batchlab.model`) knows nothing of the engine; this module is where the two meet.

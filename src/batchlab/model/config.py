@@ -1,6 +1,6 @@
 """`MiniConfig`: the shapes of the numpy mini transformer (a small Llama: RMSNorm, RoPE, GQA, SwiGLU).
 
-The default is about 13 M float32 parameters, the size of seed L02's CPU mini model (§1.1: "a
+The default is about 13 M float32 parameters, the size of the seed's CPU mini model ("a
 13-million-parameter model, 64 decode requests"): big enough that one decode step streams more
 bytes than a CPU's caches hold, small enough to run in tests.
 """

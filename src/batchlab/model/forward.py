@@ -1,10 +1,11 @@
 """Forward passes of the mini model over one step's work: selective, padded, one at a time.
 
-`forward_batch` is Orca's selective batching (Yu et al., OSDI 2022, §4.2; seed L02 §4.2): the new
+`forward_batch` is Orca's selective batching (Yu et al., OSDI 2022, §4.2): the new
 tokens of every request are laid end to end as one [ΣL, H] matrix for every per-token op
 (linears, norms, residuals, the MLP), so each weight is read once per step; only attention is
 split per request, against that request's own KV, and merged back. `forward_padded` is the naive
-alternative, a [B, L_max, H] tensor with padding (seed §3.2); `forward_one_by_one` runs each
+alternative, a [B, L_max, H] tensor with padding (the seed's second challenge of request-level
+batching); `forward_one_by_one` runs each
 request alone. All three give the same logits up to float rounding.
 """
 

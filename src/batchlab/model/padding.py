@@ -1,4 +1,5 @@
-"""Padding waste of a step batched as a rectangular [B, L_max, H] tensor (seed L02 §3.2, ex. 4).
+"""Padding waste of a step batched as a rectangular [B, L_max, H] tensor (the seed's
+second challenge of request-level batching, and its padding exercise).
 
 Linears: every request padded to L_max new tokens, so B*L_max rows are computed for Σn_new
 useful ones. Attention: every request padded to L_max queries and K_max = max(n_past + n_new)
@@ -26,12 +27,12 @@ class PaddingWaste:
 
     @property
     def linear_waste(self) -> float:
-        """Share of the padded linear rows that are padding (§3.2: 74%)."""
+        """Share of the padded linear rows that are padding (the seed's example step: 74%)."""
         return 1 - self.linear_useful / self.linear_padded
 
     @property
     def attention_ratio(self) -> float:
-        """Padded pairs per useful pair (exercise 4: 23.6x)."""
+        """Padded pairs per useful pair (the seed's padding exercise: 23.6x)."""
         return self.attention_padded / self.attention_useful
 
     def as_dict(self) -> dict:

@@ -1,4 +1,4 @@
-"""The Clipper controller experiment (seed L02 §2.3): batch size and latency per batch."""
+"""The Clipper controller experiment (the seed's AIMD experiment): batch size and latency per batch."""
 
 from __future__ import annotations
 

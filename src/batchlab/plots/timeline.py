@@ -1,7 +1,7 @@
 """The request timeline: a row per request, waiting, prefill and decode along time.
 
 A run with per-round records (the tick model) is drawn cell by cell from the same grid as the
-ASCII timeline of `batchlab.display.timeline` (seed L02 §4.1), one column per round. Any other
+ASCII timeline of `batchlab.display.timeline`, one column per round. Any other
 run is drawn from its timestamps: waiting [arrival, admitted), prefill [admitted, first token),
 decode [first token, last token].
 """

@@ -17,7 +17,7 @@ PREFILL_MODES = ("mixed", "prefill-first", "chunked")
 PREEMPT_MODES = ("recompute", "swap")
 # stop-at-head: Orca's Select, admission stops at the first waiting request that does not fit
 # (FCFS kept, the head never starves); skip-blocked: requests behind it that fit are admitted
-# (memory and seats used, the head may wait longer): seed L02 exercise 1(b).
+# (memory and seats used, the head may wait longer): the seed's iteration-level FCFS exercise.
 ADMISSIONS = ("stop-at-head", "skip-blocked")
 VICTIMS = ("latest-arrival", "last-admitted")
 

@@ -1,6 +1,7 @@
-"""The scheduler: plans each step once, from the start-of-step state.
+"""The scheduler: plans each step once, from the start-of-step state (and applies its result:
+update.py).
 
-The rule is the tick contract's (seed L11 §3) generalised, and it is vLLM v1's single
+The rule is the tick contract's generalised, and it is vLLM v1's single
 token-budget loop: admit from the queue in order while seats and memory allow (static batching
 admits only into an empty running set; admission stops at the first request that does not fit,
 never skipping the head: Orca's Select, unless admission is `skip-blocked`); then every decoding
@@ -18,10 +19,14 @@ from batchlab.request import Phase, Request, Status, arrival_order
 from batchlab.scheduler.config import SchedulerConfig
 from batchlab.scheduler.queues import make_queue
 from batchlab.scheduler.plan import PlanItem, StepPlan
+from batchlab.scheduler.update import OutputUpdate
 
 
-class Scheduler:
-    def __init__(self, config: SchedulerConfig, memory: MemoryManager) -> None:
+class Scheduler(OutputUpdate):
+    """Plans each step (`plan`) and applies its result (`update_from_output`, update.py)."""
+
+    def __init__(self, config: SchedulerConfig, memory: MemoryManager, executor=None) -> None:
+        super().__init__(executor)
         self.config = config
         self.memory = memory
         self.waiting = make_queue(config.order, memory)

@@ -64,7 +64,7 @@ class RankedQueue(WaitingQueue, ABC):
         """The ranks changed: find the head again."""
         self._slot = None
 
-    # -- what a subclass keeps books of -------------------------------------------------------
+    # -- what a subclass keeps track of -------------------------------------------------------
 
     def joined(self, r: Request) -> None:
         """`r` enters the queue (an arrival, or a preempted request coming back)."""

@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from batchlab.request import Request
-from batchlab.serve import info, protocol
+from batchlab.serve import info, protocol, served_log
 from batchlab.serve.responses import error_response
 from batchlab.serve.responses import read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
@@ -106,6 +106,7 @@ def create_app(state: ServeState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *info.routes(),
+        *served_log.routes(),   # batchlab's own: the engine's steps and finished requests
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.serve = state
     return app
@@ -300,7 +301,7 @@ async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
     gen = job.generation
     choice = _Choice(st, job, created, 0, prompt_lps)
     queue = job.tokens
-    done = False
+    done, written = False, False
     try:
         while not done:
             items = [await queue.get()]
@@ -317,6 +318,9 @@ async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
                     done = True
                     break
             yield "".join(events)
+            if not written and choice.count:   # resumed once the first token's event is sent
+                written = True
+                st.metrics.first_write.observe(st.loop.now() - job.request.token_times[0])
         if gen.include_usage:
             yield protocol.usage_chunk(job.id, created, st.limits.model, gen.chat, len(gen.prompt),
                                        choice.count, job.cached_tokens)

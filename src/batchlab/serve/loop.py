@@ -15,7 +15,7 @@ A request stops at its `max_tokens` (the engine's output count, "length") or, un
 `ignore_eos`, at the EOS token, one of its `stop_token_ids` or the end of one of its `stop`
 strings ("stop": `Engine.stop`), once it has `min_tokens` outputs (vLLM's `check_stop`). Stop
 strings are matched on the output's bytes, which are its tokens. A client that goes away is
-aborted (`Engine.abort`: its KV blocks are freed) and the memory manager's books are checked.
+aborted (`Engine.abort`: its KV blocks are freed) and the memory manager's bookkeeping is checked.
 A request cut short by the server (`cut`: the drain timeout) keeps the tokens it got.
 """
 
@@ -36,13 +36,14 @@ from batchlab.memory.base import IntegrityError
 from batchlab.request import Request, Status, StopRule
 from batchlab.serve.metrics import ServerMetrics
 from batchlab.serve.protocol import ApiError, Generation
+from batchlab.serve.served_log import ServedLog
 from batchlab.serve.tokenizer import BYTES
 from batchlab.trace import Trace
 from batchlab.workload.content import Content
 
 log = logging.getLogger("batchlab.serve")
 
-# The engine's books hold at most about this many past requests (see `_maybe_reset`): a
+# The engine's history holds at most about this many past requests (see `_maybe_reset`): a
 # long-running server's memory stays flat.
 RESET_EVERY = 1000
 _STOP = ("stop", None)
@@ -81,6 +82,7 @@ class EngineLoop:
         self.n_running = 0
         self.failure: str | None = None
         self.traces: list[Trace] = []
+        self.log = ServedLog()   # the steps and finished requests, read over HTTP
         self.jobs: dict[str, Job] = {}
         self.outbox: collections.deque = collections.deque()   # lists of (asyncio queue, item)
         self._index = 0
@@ -237,13 +239,13 @@ class EngineLoop:
             log.exception("KV memory integrity check failed")
 
     def _hand_off(self, step: StepOutput) -> None:
-        """Each emitted token to its request's queue: the step's tokens, with those the
-        engine's update ended at EOS or a stop token (`StopRule`); stop at a stop string;
-        retire finished requests."""
-        executor, eos, events = self.executor, self.eos, []
-        samplers = getattr(executor, "samplers", None)
+        """Each emitted token to its request's queue, all read from the step: its tokens, their
+        logprobs and the requests the scheduler's update ended at EOS or a stop token
+        (`StopRule`); stop at a stop string; retire finished requests."""
+        eos, events = self.eos, []
         reused = getattr(self.engine.memory, "reused_tokens", None)
-        tokens, stopped = step.tokens, {r.id for r in step.stopped}
+        tokens, stopped, logprobs = step.tokens, {r.id for r in step.stopped}, step.logprobs or {}
+        retired = []
         for r in step.emitted:
             job = self.jobs[r.id]
             gen = job.generation
@@ -263,12 +265,13 @@ class EngineLoop:
                 job.cached_tokens = reused(r) if reused is not None else 0
                 if not job.sample:   # a sample's prompt is its request's
                     self.metrics.prompt_tokens.inc(r.prompt_tokens)
-            logprobs = samplers[r.id].last if samplers and r.id in samplers else None
-            events.append((job, (token, finish, logprobs)))
+            events.append((job, (token, finish, logprobs.get(r.id))))
             if finish is not None:
                 del self.jobs[r.id]
                 self.executor.forget(r.id)
                 self.metrics.request_done(r, finish)
+                retired.append((r, finish))
+        self.log.record(step, retired)   # before the tokens go: a client that has its last token finds it
         self._post(events)
 
     @staticmethod
@@ -305,7 +308,7 @@ class EngineLoop:
         m.kv_usage.set(held / memory.capacity_tokens if memory.capacity_tokens else 0.0)
 
     def _maybe_reset(self) -> None:
-        """Bound the engine's books. Without a trace to save, past requests are forgotten every
+        """Bound the engine's history. Without a trace to save, past requests are forgotten every
         `reset_every`; with one, the trace is cut into pieces at idle moments only."""
         engine = self.engine
         if len(engine.requests) - engine.unfinished < self.reset_every:
@@ -327,7 +330,7 @@ class EngineLoop:
             self.executor.forget(job.id)
             self.metrics.request_done(job.request, "error")
         if jobs and broken:
-            self.engine.reset()   # after a failed step its books cannot be trusted
+            self.engine.reset()   # after a failed step its bookkeeping cannot be trusted
         self._post([(job, message) for job in jobs])
 
     def all_traces(self) -> list[Trace]:

@@ -8,7 +8,8 @@ time running (inference) split into prefill (admission to first token) and decod
 to last), prompt and output lengths, tokens per step, and the `n` and `max_tokens` parameters
 of accepted requests; `vllm:cache_config_info` (a gauge at 1 whose labels describe the KV
 cache), and prometheus_client's process and Python (platform, GC) collectors. batchlab's own (`batchlab:` prefix): step
-duration and batch size, KV tokens held, the engine thread's busy time and the part of it spent
+duration and batch size, the delay from a stream's first token to its write to the connection
+(the server's part of what a client adds to TTFT), KV tokens held, the engine thread's busy time and the part of it spent
 in the executor (the rest is the server's own per-step overhead), KV integrity checks, and
 requests refused by HTTP status. Latencies come from the engine's own token timestamps, the
 same ones its trace holds. Each server has its own registry.
@@ -36,6 +37,7 @@ N_BUCKETS = (1, 2, 5, 10, 20)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+WRITE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 FINISH_REASONS = ("stop", "length", "abort", "error")
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -114,6 +116,9 @@ class ServerMetrics:
                                   "(plan, execute, commit, hand-off of its tokens).", STEP_BUCKETS)
         self.batch_size = hist("batchlab:step_batch_size", "Requests computed in one step.",
                                BATCH_BUCKETS)
+        self.first_write = hist("batchlab:first_token_write_delay_seconds", "Streamed requests: "
+                                "from the first token's stamp (the step's end, where TTFT ends) to "
+                                "its event's write to the client's connection.", WRITE_BUCKETS)
         self.busy = counter("batchlab:engine_busy_seconds", "Engine thread time in steps.")
         self.executor = counter("batchlab:executor_seconds", "Of which in the executor's run.")
         self.integrity_checks = counter("batchlab:kv_integrity_checks", "Memory integrity checks run.")

@@ -5,6 +5,7 @@ schema-driven clients and fuzzers (schemathesis) can drive it. Served at GET /op
 
 from __future__ import annotations
 
+from batchlab.serve import served_log
 from batchlab.serve.protocol import MAX_LOGPROBS, MAX_N, MAX_SEED, MAX_STOPS, Limits
 
 NULL = {"type": "null"}
@@ -193,6 +194,7 @@ def schema(limits: Limits) -> dict:
                     **_errors(400, 404, 413)}}},
             "/openapi.json": {"get": {"summary": "This schema", "responses": {"200": {
                 "description": "OpenAPI 3.1", **_json({"type": "object"})}}}},
+            **served_log.paths(_errors(400)),
         },
         "components": {"schemas": {"Error": ERROR, "Completion": _response(False),
                                    "ChatCompletion": _response(True)}},

@@ -197,8 +197,16 @@ def _check_unsupported(body: dict, chat: bool) -> None:
                            f"(only {json.dumps(neutral[0])})", "unsupported")
 
 
+def all_ints(value: list) -> bool:
+    """Whether every item is an int (not a bool): one pass over the item types in C, since a
+    prompt of thousands of ids is read on every request's way to the engine."""
+    return set(map(type, value)) <= {int}
+
+
 def _token_ids(value: list, limits: Limits) -> list[int]:
-    for i, t in enumerate(value):
+    if all_ints(value) and (not value or (min(value) >= 0 and max(value) < limits.vocab)):
+        return list(value)
+    for i, t in enumerate(value):   # the first bad id, for its message
         if isinstance(t, bool) or not isinstance(t, int):
             raise bad("prompt", f"'prompt' token {i} must be an integer id, got {_show(t)}",
                       "invalid_type")

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
+from batchlab.serve import defaults
 from batchlab.memory.base import MemoryManager
 from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS,
                                      DEFAULT_MAX_WAITING, DEFAULT_SYSTEM)
@@ -77,6 +78,7 @@ def build_state(config: ServeConfig):
                     check_memory=config.check_memory, fast_forward=False)
     name = config.served_model_name or config.model
     metrics = ServerMetrics(name, max_len, cache_info(memory, config.kv_cache_tokens))
+    server_info(metrics.registry, name, config)
     loop = EngineLoop(engine, executor, metrics, EOS,
                       keep_trace=config.save_trace is not None or config.save_steps is not None)
     return ServeState(loop=loop, limits=Limits(name, max_len, mini.vocab, EOS), metrics=metrics,
@@ -91,6 +93,17 @@ def cache_info(memory, kv_cache_tokens: int) -> dict[str, str]:
             "enable_prefix_caching": str(hasattr(memory, "reused_tokens") and type(memory).reused_tokens
                                          is not MemoryManager.reused_tokens),
             "kv_cache_tokens": str(kv_cache_tokens)}
+
+
+def server_info(registry, name: str, config: ServeConfig) -> None:
+    """batchlab:server_info, a gauge at 1 whose labels are the model spec, system and KV capacity
+    the server was started with (as a twin's batchlab:twin_info): `batchlab validate
+    --base-url` replays on them and checks its flags against them."""
+    from prometheus_client import Gauge
+
+    Gauge("batchlab:server_info", "The mini server: the model spec, system and KV capacity it "
+          "serves (always 1).", ["model_name", "model", "system", "kv_cache_tokens"],
+          registry=registry).labels(name, config.model, config.system, str(config.kv_cache_tokens)).set(1)
 
 
 def save_trace(state, path: str) -> int:
@@ -169,7 +182,7 @@ def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DR
             self.draining.add_done_callback(lambda _: setattr(self, "should_exit", True))
 
     uv = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                        timeout_graceful_shutdown=CLOSE_S, lifespan="on")
+                        timeout_graceful_shutdown=CLOSE_S, lifespan="on", http=defaults.HTTP)
     server = DrainingServer(uv)
     server.run(sockets=[sock])
     if not server.started:

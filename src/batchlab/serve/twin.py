@@ -122,7 +122,7 @@ class TwinExecutor:
         return self._emit(child.id)
 
     def release(self, request: Request) -> None:
-        pass   # no KV of its own: the memory manager keeps the books
+        pass   # no KV of its own: the memory manager keeps the bookkeeping
 
 
 def parse_twin(body: dict, limits, chat: bool, parse):
@@ -164,4 +164,4 @@ def _is_token_ids(prompt: object) -> bool:
     """A completions prompt given as token ids (a list of ints, or OpenAI's one-prompt array of it)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
         prompt = prompt[0]
-    return isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
+    return isinstance(prompt, list) and set(map(type, prompt)) <= {int, bool}   # isinstance(t, int)

@@ -5,7 +5,7 @@ run on the event loop itself, and one process can host many twins (`--replicas`)
 per engine. Each step: arrivals up to its start join the queue, the plan is priced
 (`TwinExecutor`), the loop sleeps until the step's end on the wall clock (start + price: the CPU
 time spent planning is part of the step, not added to it), then the step is committed and its
-tokens go to their clients.
+tokens go to their clients, whose streams write them out before the next step is planned.
 
 While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
 idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay
@@ -16,7 +16,7 @@ they wait for the next step, as the simulator has them. Only when the loop falls
 steps are counted (`batchlab:twin_late_steps`).
 
 Everything else is the real server's engine loop (`EngineLoop`): adding and aborting requests,
-handing tokens off, stops, metrics, KV books.
+handing tokens off, stops, metrics, KV bookkeeping.
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ class TwinLoop(EngineLoop):
     async def _run_async(self) -> None:
         engine = self.engine
         chained: float | None = None   # the last step's end while the engine stays busy
+        reached = 0.0                  # when the loop reached it (before its streams wrote)
         while True:
             if engine.idle and not self._deferred and self.inbox.empty():
                 chained = None
@@ -178,7 +179,7 @@ class TwinLoop(EngineLoop):
                 first = min((job.arrival for job in self._deferred), default=now)
                 start = first if now - first <= self.chain_late_s else now
             else:
-                slipped = now - chained > self.chain_late_s
+                slipped = reached - chained > self.chain_late_s
                 start = now if slipped else chained
             if not self._admit(start):
                 break
@@ -214,8 +215,12 @@ class TwinLoop(EngineLoop):
                 deliver(self.outbox)
                 chained = None
                 continue
-            chained = out.end
+            chained, reached = out.end, self.now()
             deliver(self.outbox)
+            # The streams these tokens woke write them out before the next step is planned and
+            # priced (that CPU time is the next step's own: it starts at `chained`), as vLLM's
+            # API server streams a step's outputs while its engine runs the next step.
+            await asyncio.sleep(0)
             self._publish()
             self._account(out, late)
         for job in self._deferred:

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from batchlab.errors import InputError
+from batchlab.serve import defaults
 from batchlab.serve.defaults import DEFAULT_DRAIN_S, DEFAULT_MAX_WAITING
 
 DEFAULT_TWIN_SYSTEM = "paged:max_bs=256"
@@ -25,8 +26,12 @@ class TwinConfig:
     model: str = "Llama-3.1-8B"
     gpu: str = "H100-SXM"
     tp: int = 1
+    expert_parallel: bool = False          # an MoE's experts spread over the tp GPUs (ep = tp)
+    dtype: str | None = None               # vLLM's --dtype, --quantization, --kv-cache-dtype
+    quantization: str | None = None        # (None: the model's own)
+    kv_cache_dtype: str | None = None
     system: str = DEFAULT_TWIN_SYSTEM
-    served_model_name: str | None = None   # default: the model's name
+    served_model_name: str | None = None   # default: --model as given (vLLM's default)
     max_model_len: int | None = None       # default: the model's max_context
     kv_cache_tokens: int | None = None     # default: what the GPU's memory holds, as `simulate`
     max_waiting: int = DEFAULT_MAX_WAITING
@@ -78,6 +83,7 @@ class TwinMetrics:
 
 def hardware(cfg: TwinConfig):
     """(ModelSpec, GPUSpec, Layout) of the twin, checked."""
+    from batchlab.commands.options import precision
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.hardware.parallel import Layout, check_layout
     from batchlab.io_checks import named
@@ -85,9 +91,9 @@ def hardware(cfg: TwinConfig):
     with named("gpu", "--gpu"):
         gpu = resolve_gpu(cfg.gpu)
     with named("model", "--model"):
-        model = resolve_model(cfg.model)
-    layout = Layout(tp=cfg.tp)
-    with named("tp", "--tp"):
+        model = precision(resolve_model(cfg.model), cfg)
+    with named("tp", "--tp"), named("ep", "--enable-expert-parallel"):
+        layout = Layout(tp=cfg.tp, ep=cfg.tp if cfg.expert_parallel else 1)
         check_layout(model, layout)
     return model, gpu, layout
 
@@ -96,6 +102,7 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
     """One twin's ServeState (its own engine, memory, loop and metrics), checked before it listens."""
     from batchlab.engine import Engine
     from batchlab.executor.costed import make_executor
+    from batchlab.hardware.kv_groups import kv_groups
     from batchlab.hardware.parallel import kv_capacity_tokens_on
     from batchlab.serve import protocol
     from batchlab.serve.app import ServeState
@@ -113,11 +120,11 @@ def build_twin(cfg: TwinConfig, replica: int = 0):
                          f"max_context {model.max_context}")
     system = parse_system(cfg.system, "--system")
     capacity = cfg.kv_cache_tokens or kv_capacity_tokens_on(model, gpu, layout)
-    memory = system.memory_for_capacity(capacity, max_len)
+    memory = system.memory_for_capacity(capacity, max_len, kv_groups(model, layout.pp))
     executor = TwinExecutor(make_executor(model, gpu, layout), cfg.output)
     engine = Engine(system.scheduler_config(), executor, memory, max_context=max_len,
                     check_memory=cfg.check_memory, fast_forward=False)
-    name = cfg.served_model_name or model.name
+    name = cfg.served_model_name or cfg.model   # vLLM: --model as given, e.g. openai/gpt-oss-120b
     metrics = ServerMetrics(name, max_len)
     twin_metrics = TwinMetrics(metrics.registry, name, cfg, model, gpu)
     twin_metrics.info.labels(name, *twin_metrics.labels.values(), str(memory.capacity_tokens)).set(1)
@@ -159,7 +166,7 @@ def serve_twins(cfg: TwinConfig, host: str, port: int, replicas: int = 1,
     for (state, faults), sock in zip(built, sockets):
         config = uvicorn.Config(twin_app(state, faults), host=host, port=sock.getsockname()[1],
                                 log_level=log_level, access_log=False,
-                                timeout_graceful_shutdown=drain_s, lifespan="on")
+                                timeout_graceful_shutdown=drain_s, lifespan="on", http=defaults.HTTP)
         servers.append(_DrainingServer(config, state))
     model = built[0][0].limits.model
     for (state, _), sock in zip(built, sockets):

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from batchlab.errors import InputError
-from batchlab.io_checks import MIN_RATE, number, reading, request_count, token_count, whole
+from batchlab.io_checks import MIN_RATE, number, read_limited, reading, request_count, token_count, whole
 from batchlab.experiments.systems import System
 
 SECTIONS = ("workload", "slo", "grid", "goodput", "report")
@@ -93,7 +93,7 @@ def _product(axes: dict[str, list]) -> list[dict]:
 def load_config(path: str | Path) -> SweepConfig:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path, str(path)).decode("utf-8")
         with reading(str(path)):       # nesting past the recursion limit, 5,000-digit integers
             data = tomllib.loads(text)
     except OSError as exc:

@@ -7,7 +7,7 @@ from batchlab.experiments.systems import System
 
 
 def goodput_row(setting: Setting, system: System, target: float, fleet_rate: float | None) -> dict:
-    """A goodput search reduced to a row; GPUs for `fleet_rate` as in seed L02 §5.3."""
+    """A goodput search reduced to a row; GPUs for `fleet_rate` as the seed's goodput counts them."""
     res = goodput(setting, system, target)
     return {
         "max_goodput_rate": res.goodput, "max_goodput_rate_above": res.above,

@@ -130,7 +130,7 @@ class FixedLengths:
 # ShareGPT-like conversation (docs/workloads.md explains the choice): output mean 230 tokens
 # as seed L02's chat throughput implies, prompt mean 300, sigma 1.0 as in the Azure conv
 # trace's output (median / mean = 0.61 = exp(-sigma²/2)); then about 1 request in 600 exceeds
-# 4096 tokens in total, as in seed L02 exercise 3.
+# 4096 tokens in total, as in the seed's shorter-context exercise.
 CHAT = LogNormalLengths(prompt_mean=300, prompt_sigma=1.0, output_mean=230, output_sigma=1.0)
 # Long-context (seed L02): prompt mean 2048, output mean 512, sigma 0.5 each.
 LONG = LogNormalLengths(prompt_mean=2048, prompt_sigma=0.5, output_mean=512, output_sigma=0.5)

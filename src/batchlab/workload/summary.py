@@ -7,7 +7,7 @@ import numpy as np
 from batchlab.workload.base import Workload
 
 SUMMARY_PERCENTILES = (50, 90, 99)
-# Context sizes whose exceedances are counted: 4096 (seed L02 exercise 3) and 8192 (Llama 3).
+# Context sizes whose exceedances are counted: 4096 (the seed's shorter-context exercise) and 8192 (Llama 3).
 CONTEXT_MARKS = (4096, 8192)
 
 

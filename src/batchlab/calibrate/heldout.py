@@ -1,0 +1,66 @@
+"""The presets checked on operator profiles they were not fitted on.
+
+batchlab/data/profiles/heldout holds rows of Vidur's mlp.csv for models other than the
+Llama-2-7B the A100-80GB and H100-SXM presets were fitted on (Llama-2-70B, Llama-3-70B,
+Qwen-72B, InternLM-20B, phi-2), on those two GPUs and on an A40, whose preset is transferred
+from the A100's fit and was never fitted at all (the folder's README names every row's
+source). Each row is one layer's operators at one token count and TP degree; `layer_errors`
+prices every operator with the GPU's preset as it is (`fit.check`: nothing fitted) and sums
+the layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from batchlab.calibrate.fit import check, row_sums
+from batchlab.calibrate.profiles import load_profile
+from batchlab.hardware.presets import gpu_preset
+
+# The GPU each file's name starts with, as the preset that prices it.
+GPU_OF = {"a100": "A100-80GB", "h100": "H100-SXM", "a40": "A40"}
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOutCheck:
+    file: str           # the profile's file name
+    gpu: str            # the preset that priced it
+    model: str          # the model named in the file name
+    layers: int         # profile rows: one layer each
+    mean_pct: float     # mean |predicted - measured| / measured of a layer, in percent
+    worst_pct: float    # the worst row's
+    signed_pct: float   # mean (predicted - measured) / measured
+
+
+def heldout_files() -> list:
+    """The shipped held-out profiles, by name."""
+    folder = resources.files("batchlab") / "data" / "profiles" / "heldout"
+    return sorted((p for p in folder.iterdir() if p.name.endswith(".csv.gz")), key=lambda p: p.name)
+
+
+def layer_errors(path) -> HeldOutCheck:
+    """One held-out profile priced by its GPU's preset: the layer errors (`fit.row_sums`)."""
+    _, gpu_key, model, *_ = path.name.split("_")
+    result = check(load_profile(path), gpu_preset(GPU_OF[gpu_key]))
+    (layers,) = row_sums(result.rows)
+    return HeldOutCheck(path.name, GPU_OF[gpu_key], model, layers["points"],
+                        layers["mean_abs_error_pct"], layers["worst_abs_error_pct"],
+                        layers["mean_error_pct"])
+
+
+def heldout_checks() -> list[HeldOutCheck]:
+    return [layer_errors(path) for path in heldout_files()]
+
+
+def by_gpu(checks: list[HeldOutCheck]) -> dict[str, tuple[int, float, float]]:
+    """(layers, mean, worst) per GPU over all its models, layers weighted alike."""
+    out = {}
+    for gpu in dict.fromkeys(c.gpu for c in checks):
+        mine = [c for c in checks if c.gpu == gpu]
+        n = sum(c.layers for c in mine)
+        out[gpu] = (n, float(np.sum([c.mean_pct * c.layers for c in mine])) / n,
+                    max(c.worst_pct for c in mine))
+    return out

@@ -1,0 +1,114 @@
+"""The presets on operator profiles of models and a GPU they were not fitted on: one layer's
+kernels per model and GPU (docs/fidelity.md), and the loading those rows need."""
+
+import dataclasses
+import json
+
+import pytest
+
+from batchlab import cli
+from batchlab.calibrate.fit import check, row_sums
+from batchlab.calibrate.heldout import GPU_OF, by_gpu, heldout_checks, heldout_files
+from batchlab.calibrate.profiles import PARALLEL_BLOCK_ADDS, load_profile
+from batchlab.hardware.presets import gpu_preset
+from batchlab.hardware.specs import PLAIN_MLP_MATRICES
+
+# (GPU, model): layers, mean and worst |error| of a layer in percent, as the presets price them
+# today. A change that moves one must update docs/fidelity.md with it.
+ACHIEVED = {
+    ("A100-80GB", "llama-2-70b"): (24, 2.1, 6.4),
+    ("A100-80GB", "llama-3-70b"): (8, 1.0, 1.6),
+    ("A100-80GB", "qwen-72b"): (16, 1.0, 2.5),
+    ("A100-80GB", "internlm-20b"): (16, 2.4, 6.6),
+    ("A100-80GB", "phi-2"): (17, 8.3, 25.1),
+    ("H100-SXM", "llama-2-70b"): (16, 3.7, 8.3),
+    ("H100-SXM", "internlm-20b"): (8, 2.6, 6.8),
+    ("H100-SXM", "qwen-72b"): (8, 6.3, 8.5),
+    ("H100-SXM", "phi-2"): (9, 7.4, 12.8),
+    ("A40", "llama-2-7b"): (17, 5.3, 17.9),
+    ("A40", "llama-2-70b"): (17, 4.6, 11.6),
+    ("A40", "internlm-20b"): (16, 4.4, 24.1),
+    ("A40", "qwen-72b"): (8, 5.0, 10.2),
+    ("A40", "phi-2"): (9, 7.1, 10.6),
+}
+# The aim: 10% mean and 20% worst per model and GPU. Two worst rows miss it (docs/fidelity.md).
+MISSES_WORST = {("A100-80GB", "phi-2"), ("A40", "internlm-20b")}
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return heldout_checks()
+
+
+def test_every_model_and_gpu_is_priced_as_docs_say(checks):
+    got = {(c.gpu, c.model): (c.layers, round(c.mean_pct, 1), round(c.worst_pct, 1)) for c in checks}
+    assert got == ACHIEVED
+
+
+def test_the_aim_is_met_but_for_two_worst_rows(checks):
+    assert all(c.mean_pct <= 10.0 for c in checks)
+    assert {(c.gpu, c.model) for c in checks if c.worst_pct > 20.0} == MISSES_WORST
+    per_gpu = by_gpu(checks)
+    assert set(per_gpu) == {"A100-80GB", "H100-SXM", "A40"}
+    assert all(mean <= 10.0 for _, mean, _ in per_gpu.values())
+
+
+def test_the_a40_preset_is_transferred_not_fitted():
+    a40 = gpu_preset("A40")
+    assert a40.fit_base == "A100-80GB" and "transferred" in a40.source
+    assert {GPU_OF[p.name.split("_")[1]] for p in heldout_files()} == {"A100-80GB", "H100-SXM", "A40"}
+
+
+def test_no_held_out_model_is_the_fitted_one_on_a_fitted_gpu():
+    for path in heldout_files():
+        _, gpu, model, *_ = path.name.split("_")
+        assert not (gpu in ("a100", "h100") and model == "llama-2-7b")
+
+
+def test_phi2_is_a_plain_mlp_whose_add_is_two_adds():
+    (phi,) = [p for p in heldout_files() if p.name == "vidur_a100_phi-2_mlp_sample.csv.gz"]
+    points = load_profile(phi)
+    assert {p.model.mlp_matrices for p in points} == {PLAIN_MLP_MATRICES}
+    assert {p.model.hidden for p in points} == {2560} and {p.model.ffn for p in points} == {10240}
+    assert {p.instances for p in points if p.op == "add"} == {PARALLEL_BLOCK_ADDS}
+    assert {p.instances for p in points if p.op != "add"} == {1}
+    # A layer has one norm: no post-attention norm was timed.
+    row = [p for p in points if p.row == 2]
+    assert sorted(p.op for p in row).count("norm") == 1
+    # Two adds cost twice one.
+    gpu = gpu_preset("A100-80GB")
+    (add,) = [p for p in row if p.op == "add"]
+    one = check([dataclasses.replace(add, instances=1)], gpu).rows[0][1]
+    assert check([add], gpu).rows[0][1] == pytest.approx(2 * one)
+
+
+def test_llama_rows_time_one_add():
+    (llama,) = [p for p in heldout_files() if p.name == "vidur_a40_llama-2-70b_mlp_sample.csv.gz"]
+    points = load_profile(llama)
+    assert {p.instances for p in points} == {1}
+    assert {p.model.n_kv_heads for p in points} == {8} and {p.tp for p in points} == {1, 2, 4, 8}
+
+
+def test_no_fit_command_prices_with_the_spec_as_it_is(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMANDS", ("calibrate",))
+    (path,) = [p for p in heldout_files() if p.name == "vidur_a40_llama-2-7b_mlp_sample.csv.gz"]
+    assert cli.main(["calibrate", str(path), "--gpu", "A40", "--no-fit", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["no_fit"] and out["fitted"] == {}
+    assert out["parameters"]["norm_mbu"] == gpu_preset("A40").norm_mbu
+    (layers,) = [s for s in out["summary"] if s["op"] == "row sum"]
+    expected = row_sums(check(load_profile(path), gpu_preset("A40")).rows)[0]
+    assert layers == expected and layers["set"] == "held-out"
+    assert cli.main(["calibrate", str(path), "--gpu", "A40", "--no-fit", "--summary"]) == 0
+    text = capsys.readouterr().out
+    assert "nothing fitted" in text and "as given" in text
+
+
+@pytest.mark.parametrize("extra", [["--hold-out", "tp=1"], ["--out", "x.toml"], ["--mini"],
+                                   ["--name", "mine"]])
+def test_no_fit_refuses_what_only_a_fit_uses(monkeypatch, capsys, extra):
+    monkeypatch.setattr(cli, "COMMANDS", ("calibrate",))
+    path = heldout_files()[0]
+    assert cli.main(["calibrate", str(path), "--gpu", "A100-80GB", "--no-fit", *extra]) == 2
+    err = capsys.readouterr().err
+    assert "--no-fit" in err and len(err.strip().splitlines()) == 1

@@ -358,3 +358,21 @@ def test_vllms_long_parallelism_flags_are_taken_where_the_short_ones_are(capsys)
     from batchlab.cli import build_parser
     args = build_parser(("serve",)).parse_args(["serve", "--simulate", "--tensor-parallel-size", "4"])
     assert args.tp == 4
+
+
+@pytest.mark.parametrize("printed, preset", [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"),
+    ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"), ("NVIDIA A40", "A40"),
+    ("AMD Instinct MI300X", "MI300X"),
+])
+def test_the_gpu_names_nvidia_smi_prints_resolve(printed, preset):
+    from batchlab.hardware.presets import gpu_preset
+    assert gpu_preset(printed).name == preset
+
+
+@pytest.mark.parametrize("card", ["NVIDIA H100 PCIe", "A100 80GB PCIe", "NVIDIA H200 NVL", "NVIDIA"])
+def test_a_pcie_card_is_not_taken_for_the_sxm_part(card):
+    from batchlab.hardware.presets import gpu_preset
+    with pytest.raises(InputError, match="unknown gpu"):
+        gpu_preset(card)

@@ -376,3 +376,29 @@ def test_a_pcie_card_is_not_taken_for_the_sxm_part(card):
     from batchlab.hardware.presets import gpu_preset
     with pytest.raises(InputError, match="unknown gpu"):
         gpu_preset(card)
+
+
+def test_cost_says_when_the_batch_does_not_fit_in_the_kv_cache(capsys):
+    def cost(*flags) -> dict:
+        assert main(["cost", "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    fits = cost("--batch", "4", "--context", "2000")
+    assert fits["sequences_in_kv"] == fits["kv_capacity_tokens"] // 2001 and not fits["exceeds_kv_capacity"]
+    over = cost("--batch", str(fits["sequences_in_kv"] + 1), "--context", "2000")
+    assert over["exceeds_kv_capacity"] and over["time_s"] > fits["time_s"]
+    assert main(["cost", "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--batch", "1000",
+                 "--context", "100000"]) == 0
+    caption = " ".join(capsys.readouterr().out.split())   # the table wraps its caption
+    assert "the KV cache holds 0 sequences of 100,001 tokens, not 1,000" in caption
+
+
+def test_a_windowed_model_holds_its_window_per_sequence(capsys):
+    # gpt-oss-120b: 18 full and 18 windowed (128-token) layers, so a 100,001-token sequence
+    # takes (18 x 100,001 + 18 x 128) / 36 tokens on every layer
+    assert main(["cost", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--batch", "2",
+                 "--context", "100000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    per_sequence = -(-(18 * 100001 + 18 * 128) // 36)
+    assert out["sequences_in_kv"] == out["kv_tokens_every_layer"] // per_sequence == 1
+    assert out["exceeds_kv_capacity"]

@@ -402,3 +402,16 @@ def test_a_windowed_model_holds_its_window_per_sequence(capsys):
     per_sequence = -(-(18 * 100001 + 18 * 128) // 36)
     assert out["sequences_in_kv"] == out["kv_tokens_every_layer"] // per_sequence == 1
     assert out["exceeds_kv_capacity"]
+
+
+@pytest.mark.parametrize("flags, hint", [
+    (["--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H200"], "; tp 8 holds them"),
+    (["--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "H100"], "; tp 2 holds them"),
+    (["--model", "Llama-3.1-70B", "--gpu", "L4", "--tp", "2"], "; tp 8 holds them"),
+    # 672.88 GB over 8 H100s is 84 GB each: no tp of one node holds it, and no hint is made up
+    (["--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H100", "--tp", "2"], "no room for KV"),
+])
+def test_weights_that_do_not_fit_name_the_tp_that_holds_them(capsys, flags, hint):
+    assert main(["cost", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(hint)

@@ -1,9 +1,9 @@
 """Every output the docs show is what the command prints today.
 
 The docs show a command's output as a `console` block (`$ batchlab ...`, then what it prints);
-benchmarks/docs_outputs.py finds them, runs them and compares. Here every block not marked
-`slow` or `timing` is run (a few seconds each); `python benchmarks/docs_outputs.py --update`
-rewrites the stale ones for review.
+benchmarks/docs_outputs.py finds them, runs them and compares. Here every unmarked block is run
+(about a second each); the doc marks the others `slow` (the script runs them), `timing` or
+`server`. `python benchmarks/docs_outputs.py --update` rewrites the stale ones for review.
 """
 
 import importlib.util

@@ -284,3 +284,134 @@ def test_a_tp_above_the_kv_heads_replicates_them_as_vllm_does(capsys):
     out = json.loads(capsys.readouterr().out)
     model = resolve_model("Qwen/Qwen3-30B-A3B")
     assert out["kv_bytes_per_token_per_gpu"] == 2 * 2 * model.n_layers * 1 * model.head_dim
+
+
+def test_a_folder_without_config_json_is_named(tmp_path, capsys):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert main(["cost", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path) in err and "holds no config.json" in err
+
+
+def _llama_config(tmp_path, **changes) -> str:
+    data = {**json.loads(LLAMA_1B.read_text()), **changes}
+    data = {k: v for k, v in data.items() if v != "__drop__"}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    return str(tmp_path)
+
+
+def test_the_config_variants_users_have_load_as_vllm_serves_them(tmp_path):
+    plain = resolve_model(str(LLAMA_1B))
+    # an fp32 checkpoint is served in 16 bits by vLLM's --dtype auto
+    assert resolve_model(_llama_config(tmp_path, torch_dtype="float32")).weight_bytes == plain.weight_bytes
+    # newer transformers write `dtype`; older ones none at all
+    assert resolve_model(_llama_config(tmp_path, torch_dtype="__drop__", dtype="bfloat16")).weight_bytes \
+        == plain.weight_bytes
+    # head_dim null or absent: hidden / heads (2048 / 32 = 64, the config's own)
+    assert resolve_model(_llama_config(tmp_path, head_dim=None)).head_dim == 64
+    assert resolve_model(_llama_config(tmp_path, head_dim="__drop__")).head_dim == 64
+    # num_key_value_heads null: multi-head attention, as transformers defaults it
+    assert resolve_model(_llama_config(tmp_path, num_key_value_heads=None)).n_kv_heads == 32
+    # an untied LM head is a second vocabulary matrix
+    untied = resolve_model(_llama_config(tmp_path, tie_word_embeddings=False))
+    assert untied.n_params - plain.n_params == 128256 * 2048
+
+
+def test_dtype_float32_holds_the_weights_and_kv_in_32_bits(capsys):
+    def fields(*flags) -> dict:
+        assert main(["cost", "--model", "Llama-3.1-8B", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain, fp32 = fields(), fields("--dtype", "float32")
+    assert fp32["weight_bytes"] == 2 * plain["weight_bytes"]
+    assert fp32["kv_bytes_per_token"] == 2 * plain["kv_bytes_per_token"]
+
+
+@pytest.mark.parametrize("architecture", ["Llama4ForConditionalGeneration", "MiniMaxM1ForCausalLM",
+                                          "Glm4MoeForCausalLM"])
+def test_an_architecture_not_modelled_exits_2_naming_it(tmp_path, capsys, architecture):
+    path = _llama_config(tmp_path, architectures=[architecture])
+    assert main(["simulate", "--model", path, "--num-prompts", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"architecture '{architecture}'" in err
+
+
+def test_a_malformed_config_exits_2_naming_the_file(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], ')
+    assert main(["cost", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.json: not valid JSON" in err
+
+
+def test_vllms_long_parallelism_flags_are_taken_where_the_short_ones_are(capsys):
+    def cost(*flags) -> dict:
+        assert main(["cost", "--model", "Qwen/Qwen3-30B-A3B", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert cost("--tensor-parallel-size", "2", "--pipeline-parallel-size", "2") == cost("--tp", "2", "--pp", "2")
+    fleet = _fleet(capsys, "--model", "Qwen/Qwen3-30B-A3B", "--tensor-parallel-size", "2",
+                   "--pipeline-parallel-size", "2", "--enable-expert-parallel")
+    assert (fleet[0]["tp"], fleet[0]["pp"]) == (2, 2)
+    # the mini server has no GPUs: the flag is taken, and refused without --simulate
+    assert main(["serve", "--tensor-parallel-size", "2"]) == 2
+    assert "--simulate" in capsys.readouterr().err
+    from batchlab.cli import build_parser
+    args = build_parser(("serve",)).parse_args(["serve", "--simulate", "--tensor-parallel-size", "4"])
+    assert args.tp == 4
+
+
+@pytest.mark.parametrize("printed, preset", [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"),
+    ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"), ("NVIDIA A40", "A40"),
+    ("AMD Instinct MI300X", "MI300X"),
+])
+def test_the_gpu_names_nvidia_smi_prints_resolve(printed, preset):
+    from batchlab.hardware.presets import gpu_preset
+    assert gpu_preset(printed).name == preset
+
+
+@pytest.mark.parametrize("card", ["NVIDIA H100 PCIe", "A100 80GB PCIe", "NVIDIA H200 NVL", "NVIDIA"])
+def test_a_pcie_card_is_not_taken_for_the_sxm_part(card):
+    from batchlab.hardware.presets import gpu_preset
+    with pytest.raises(InputError, match="unknown gpu"):
+        gpu_preset(card)
+
+
+def test_cost_says_when_the_batch_does_not_fit_in_the_kv_cache(capsys):
+    def cost(*flags) -> dict:
+        assert main(["cost", "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    fits = cost("--batch", "4", "--context", "2000")
+    assert fits["sequences_in_kv"] == fits["kv_capacity_tokens"] // 2001 and not fits["exceeds_kv_capacity"]
+    over = cost("--batch", str(fits["sequences_in_kv"] + 1), "--context", "2000")
+    assert over["exceeds_kv_capacity"] and over["time_s"] > fits["time_s"]
+    assert main(["cost", "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--batch", "1000",
+                 "--context", "100000"]) == 0
+    caption = " ".join(capsys.readouterr().out.split())   # the table wraps its caption
+    assert "the KV cache holds 0 sequences of 100,001 tokens, not 1,000" in caption
+
+
+def test_a_windowed_model_holds_its_window_per_sequence(capsys):
+    # gpt-oss-120b: 18 full and 18 windowed (128-token) layers, so a 100,001-token sequence
+    # takes (18 x 100,001 + 18 x 128) / 36 tokens on every layer
+    assert main(["cost", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--batch", "2",
+                 "--context", "100000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    per_sequence = -(-(18 * 100001 + 18 * 128) // 36)
+    assert out["sequences_in_kv"] == out["kv_tokens_every_layer"] // per_sequence == 1
+    assert out["exceeds_kv_capacity"]
+
+
+@pytest.mark.parametrize("flags, hint", [
+    (["--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H200"], "; tp 8 holds them"),
+    (["--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "H100"], "; tp 2 holds them"),
+    (["--model", "Llama-3.1-70B", "--gpu", "L4", "--tp", "2"], "; tp 8 holds them"),
+    # 672.88 GB over 8 H100s is 84 GB each: no tp of one node holds it, and no hint is made up
+    (["--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H100", "--tp", "2"], "no room for KV"),
+])
+def test_weights_that_do_not_fit_name_the_tp_that_holds_them(capsys, flags, hint):
+    assert main(["cost", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(hint)

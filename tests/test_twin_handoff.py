@@ -26,10 +26,13 @@ def _twin():
     return state
 
 
-def test_each_steps_tokens_are_read_by_their_streams_before_the_next_step_is_planned():
+def _tokens_read_at_each_plan(slowdown: float) -> list[int]:
+    """Three requests of 4 tokens on a twin whose steps last `slowdown` times their price: how
+    many tokens their readers had read each time the twin planned a step."""
     state = _twin()
     loop, engine = state.loop, state.loop.engine
-    read_at_begin: list[int] = []   # tokens the readers had read when each step was planned
+    loop.executor.slowdown = slowdown
+    read_at_begin: list[int] = []
     read = [0]
     begin = engine.begin
 
@@ -55,13 +58,23 @@ def test_each_steps_tokens_are_read_by_their_streams_before_the_next_step_is_pla
                 if item[1] is not None:
                     return
 
-        await asyncio.wait_for(asyncio.gather(*(reader(j) for j in jobs)), 30)
+        await asyncio.wait_for(asyncio.gather(*(reader(j) for j in jobs)), 60)
         await asyncio.to_thread(loop.stop)
 
     asyncio.run(main())
-    # a prefill step for the three, then three decode steps: before each is planned, the
-    # readers have read every token of the steps before it
-    assert read_at_begin == [0, 3, 6, 9]
+    return read_at_begin
+
+
+def test_a_loop_on_time_lets_the_streams_read_each_steps_tokens_before_it_plans_the_next():
+    # steps of 50 times their price (tens of ms): the loop is on time at every step's end, and
+    # before each step is planned the readers have read every token of the steps before it
+    assert _tokens_read_at_each_plan(50.0) == [0, 3, 6, 9]
+
+
+def test_a_loop_behind_its_steps_plans_the_next_at_once_and_the_streams_catch_up_after():
+    # steps of a billionth of their price end before they are planned: the loop never waits,
+    # and the readers read the tokens of all four steps only after the last
+    assert _tokens_read_at_each_plan(1e-9) == [0, 0, 0, 0]
 
 
 def _series(text: str, name: str) -> float:

@@ -21,8 +21,9 @@ def register(subparsers) -> None:
                    help="N identical replicas of --system, --tp, --pp (default: 1)")
     g.add_argument("--system", default="paged", metavar="SPEC",
                    help="each replica's system, a preset with :field=value overrides (default: %(default)s)")
-    g.add_argument("--tp", type=flagtypes.count, default=1, metavar="N", help="tensor parallel GPUs per stage (default: 1)")
-    g.add_argument("--pp", type=flagtypes.count, default=1, metavar="M",
+    g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=flagtypes.count, default=1,
+                   metavar="N", help="tensor parallel GPUs per stage (default: 1)")
+    g.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=flagtypes.count, default=1, metavar="M",
                    help="pipeline stages per replica; with M > 1 Orca's scheduling keeps M batches in flight (default: 1)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=options.EXPERT_PARALLEL_HELP)
     g.add_argument("--replica", action="append", metavar="SPEC",

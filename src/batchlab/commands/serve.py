@@ -73,7 +73,7 @@ def register(subparsers) -> None:
                    help="serve a twin: the real server and engine with steps priced by the cost "
                         "model of --model on --gpu (--tp of them), no weights")
     g.add_argument("--gpu", metavar="G", help=f"GPU preset or .toml/.json spec file (default: {TWIN_GPU})")
-    g.add_argument("--tp", type=flagtypes.count, default=1, metavar="N",
+    g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=flagtypes.count, default=1, metavar="N",
                    help="tensor parallel GPUs of the twin (default: %(default)s)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
     add_precision(g)

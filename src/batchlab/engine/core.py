@@ -375,13 +375,12 @@ class Engine:
         durations, ends = run.durations[:steps], run.ends[:steps]
         running = sched.running
         batch = len(running)
-        # KV stored before the first step
-        stored0 = sum(map(computed_of, running)) - memory.shared_tokens()
+        shared = memory.shared_tokens()   # before the run: the KV stored is computed less shared
         stored = memory.decode_run_stored(running, steps)   # None: one more token per request a step
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
-        sched.update_from_decode_run(times, steps)
+        stored0 = sched.update_from_decode_run(times, steps) - shared
         self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         if self.check_memory:
             memory.check_integrity()

@@ -34,8 +34,9 @@ def _least(replicas: Sequence[Replica], load: Callable[[Replica], float],
 
 
 def outstanding(replica: Replica) -> float:
-    """Requests routed to the replica and not finished: running plus waiting."""
-    return replica.engine.unfinished
+    """Requests routed to the replica and not finished: running plus waiting (its scheduler
+    counts them)."""
+    return replica.engine.scheduler.unfinished
 
 
 class RoundRobin:
@@ -66,7 +67,8 @@ class LeastOutstanding:
     name = "least-outstanding"
 
     def pick(self, request: Request, replicas: Sequence[Replica], now: float) -> int:
-        loads = [replica.engine.unfinished for replica in replicas]   # outstanding(), inlined: it runs at every arrival
+        # outstanding(), inlined: it runs at every arrival
+        loads = [replica.engine.scheduler.unfinished for replica in replicas]
         return loads.index(min(loads))   # the first of the least loaded: the lowest index
 
 

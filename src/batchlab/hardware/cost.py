@@ -313,9 +313,12 @@ def kv_capacity_bytes(model: ModelSpec, gpu: GPUSpec) -> float:
     """memory * memory_utilization - weight bytes: what is left for the KV cache."""
     free = gpu.memory * gpu.memory_utilization - model.weight_bytes
     if free < model.kv_bytes_per_token:
+        from batchlab.hardware.parallel import tp_that_holds
+
         raise InputError(f"model '{model.name}' on gpu '{gpu.name}': the weights "
                          f"({model.weight_bytes / 1e9:.2f} GB) leave no room for KV in "
-                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB")
+                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB"
+                         f"{tp_that_holds(model, gpu)}")
     return free
 
 

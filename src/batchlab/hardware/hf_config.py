@@ -375,7 +375,11 @@ def load_json_config(text: str, source: str, name: str) -> ModelSpec:
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """The model of a config.json file, or of a folder holding one."""
-    path = config_path(Path(path))
+    folder = Path(path)
+    path = config_path(folder)
+    if folder.is_dir() and not path.exists():
+        raise InputError(f"{folder}: the folder holds no {CONFIG_NAME} (a Hugging Face "
+                         f"checkpoint's folder has one beside its weights)")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

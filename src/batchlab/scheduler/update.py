@@ -86,13 +86,16 @@ class OutputUpdate:
                         self.stop(r.id)
                     step.stopped.append(r)
 
-    def update_from_decode_run(self, ends: list[float], steps: int) -> bool:
+    def update_from_decode_run(self, ends: list[float], steps: int) -> int:
         """Apply `steps` pure-decode steps of the whole running set ending at `ends`: every
-        request emits one token per step; True if any of them finished."""
+        request emits one token per step. The tokens it had computed before (the step log's)."""
         running = self.running
         finished = False
+        before = 0
         for r in running:
-            computed = r.computed + steps
+            computed = r.computed
+            before += computed
+            computed += steps
             r.computed = r.peak_computed = computed
             emitted = r.emitted + steps
             r.emitted = emitted
@@ -103,7 +106,7 @@ class OutputUpdate:
         self.work["decode"] += steps * len(running)
         if finished:
             self.running = [r for r in running if r.status is Status.RUNNING]
-        return finished
+        return before
 
     def finish(self, r: Request) -> None:
         """`r` emitted its last token: finished, its memory freed (the fast path calls it for

@@ -438,11 +438,11 @@ def test_aggregate_stepping_equals_the_general_loop_under_every_price(case, pric
     with mock.patch.object(fast_path, "advance", counting):
         fast, _ = check(rows, config, memory, max_context=max_context, sampled=sampled,
                         executor=PRICED[priced])
-    event(f"{priced}: lane steps {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
+    event(f"{priced}: fast path steps {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
 
 
 @pytest.mark.parametrize("priced", sorted(PRICED))
-def test_every_price_runs_vidurs_steps_in_the_lane(priced, fast_path_steps):
+def test_every_price_runs_vidurs_steps_in_the_fast_path(priced, fast_path_steps):
     rows = [(k * 8 * STEP, 512, 64) for k in range(30)] + [(400 * STEP, 40, 300), (405 * STEP, 3, 90)]
     trace, _ = check(rows, SchedulerConfig(), ("paged", 40_000, 16, 0.0), executor=PRICED[priced])
     assert fast_path_steps[0] == trace.n_steps
@@ -451,7 +451,7 @@ def test_every_price_runs_vidurs_steps_in_the_lane(priced, fast_path_steps):
 def test_prices_that_need_more_than_sums_keep_the_general_loop(fast_path_steps):
     """The operators model's sliding windows cap each request's keys, and a calibrated spec's
     length buckets count each request's: no price from sums, so the general loop steps. The
-    roofline ignores windows: the same model takes the lane there."""
+    roofline ignores windows: the same model takes the fast path there."""
     windowed = resolve_model("openai/gpt-oss-20b")
     rows = [(k * STEP, 30, 10) for k in range(6)]
     buckets = dataclasses.replace(GPU, bucket_overhead_s=1e-4, bucket_block_tokens=16)

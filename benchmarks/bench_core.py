@@ -8,7 +8,8 @@ process with that checkout's `src` first on the path, then with this one's, taki
 machine's load falls on both alike. A child times its own work (user CPU and wall, after its
 imports, the workload's loading and a small untimed run of the same kind) and checks nothing;
 benchmarks/fingerprint.py checks that the two give the same results. Medians of `--repeats`, and
-after / before (below 1: faster now). Every case runs on the seed's paper GPU (the roofline).
+after / before (below 1: faster now). Every case runs on the seed's paper GPU (the roofline) but
+operators-10k, `batchlab simulate`'s defaults priced by the operators model.
 The default cases are the engine's three large runs:
 - vidur: Vidur's run, 10,000 requests of 512 prompt and 128 output tokens at 10 req/s,
   Llama-3-8B on an A100-80GB, paged KV (`simulate`);
@@ -52,6 +53,8 @@ CASES = {
     "unlimited-10k": ("chat", 10_000, 32.0, "unlimited", "Llama-3-8B", "H100-SXM", 1, None),
     "chunked-10k": ("chat", 10_000, 32.0, "chunked", "Llama-3-8B", "H100-SXM", 1, None),
     "paged-prefix-sessions": ("sessions", 3_000, 8.0, "paged-prefix", "Llama-3-8B", "H100-SXM", 1, None),
+    # `batchlab simulate`'s defaults, each step priced by the GPU's own cost model (operators)
+    "operators-10k": ("chat", 10_000, 20.0, "orca-oracle", "Llama-3-8B", "H100-SXM:operators", 1, None),
 }
 
 CHILD = r"""
@@ -67,7 +70,8 @@ from batchlab.workload import make_workload
 (kind, n, rate, system, model, gpu, replicas, lengths), warm = json.loads(sys.argv[1]), sys.argv[2] == "warm"
 prompt, output = lengths or (None, None)
 system, model = parse_system(system), resolve_model(model)
-gpu = dataclasses.replace(resolve_gpu(gpu), cost_model="roofline")   # the seed's paper GPU
+gpu, _, cost = gpu.partition(":")
+gpu = dataclasses.replace(resolve_gpu(gpu), cost_model=cost or "roofline")   # the seed's paper GPU unless named
 
 
 def make(size):

@@ -1,8 +1,9 @@
 """The fast path against the general loop with its decode runs, in one process, same runs.
 
-Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fast_path.py [--repeats N]
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_fast_path.py [--repeats N] [--cost operators]
 
-Each case is one `simulate()` (engine, trace and metrics) of Llama-3-8B on a system preset, timed
+Each case is one `simulate()` (engine, trace and metrics) of Llama-3-8B on a system preset, each
+step priced by `--cost` (the seed's roofline by default, or the presets' operators model), timed
 with the fast path on and with `fast_path.applies` answering False (the general loop: planned steps
 and fast-forwarded decode runs), runs alternating; user CPU medians, and their ratio. The results
 are checked equal (token times and step log) before anything is timed.
@@ -43,14 +44,14 @@ def user_cpu() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cost", choices=("roofline", "operators"), default="roofline")
     args = parser.parse_args()
-    print(f"user CPU, medians of {args.repeats}; general = fast_path.applies answering False")
+    print(f"user CPU, medians of {args.repeats}, {args.cost} prices; general = fast_path.applies answering False")
     print(f"{'case':<50} {'general':>9} {'fast path':>9} {'ratio':>6}")
     for label, system, kind, n, rate, gpu_name, lengths in CASES:
         prompt, output = lengths or (None, None)
         workload = make_workload(kind, n, rate, 0, prompt=prompt, output=output)
-        # the seed's paper GPU: the fast path's runs are the roofline's
-        gpu, preset = dataclasses.replace(GPU_PRESETS[gpu_name], cost_model="roofline"), PRESETS[system]
+        gpu, preset = dataclasses.replace(GPU_PRESETS[gpu_name], cost_model=args.cost), PRESETS[system]
 
         def run(on: bool):
             if on:

@@ -23,8 +23,10 @@ from batchlab.engine import fast_path
 from batchlab.hardware import cost as roofline_cost
 from batchlab import trace as trace_module
 from batchlab.engine import Engine
-from batchlab.executor.costed import RooflineExecutor
-from batchlab.hardware import resolve_gpu, step_totals
+from batchlab.executor.costed import RooflineExecutor, make_executor
+from batchlab.executor.host import with_host_work
+from batchlab.hardware import resolve_gpu, resolve_model, step_totals
+from batchlab.hardware.parallel import Layout
 from batchlab.memory import PagedMemory, ReservationMemory, UnlimitedMemory
 from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
@@ -69,8 +71,10 @@ def build_memory(memory: tuple):
 
 
 def run(rows, config: SchedulerConfig, memory: tuple, *, fast: bool, max_context=None, sampled=None,
-        token_lists: bool = True):
-    engine = Engine(config, RooflineExecutor(MODEL, GPU), build_memory(memory),
+        token_lists: bool = True, executor=None):
+    """`executor`: a function that makes one (default: the roofline on one GPU)."""
+    executor = RooflineExecutor(MODEL, GPU) if executor is None else executor()
+    engine = Engine(config, executor, build_memory(memory),
                     max_context=max_context, fast_forward=fast, token_lists=token_lists)
     requests = make_requests(rows, sampled)
     return engine.run(requests), requests, engine
@@ -399,3 +403,62 @@ def test_a_run_prices_one_roofline_bound_where_it_holds_throughout(bound, fast_p
         trace, _ = check([(0.0, 40, 300)], SchedulerConfig(), ("paged", 4096, 4, 0.0))
     assert fast_path_steps[0] == trace.n_steps and priced
     assert set(priced) == ({2} if bound == "crossing" else {1})
+
+
+# -- every price of a step from its sums ---------------------------------------------------------
+
+MOE = resolve_model("Qwen/Qwen3-30B-A3B")
+# Executors whose steps the fast path prices through their own price of a step's sums
+# (SumsPrice): the operators model on one GPU and on layouts, the roofline on a layout, a mixture
+# of experts over expert parallelism, and the host's CPU time, serial and overlapped.
+PRICED = {
+    "operators": lambda: make_executor(MODEL, GPU, cost="operators"),
+    "operators tp 2": lambda: make_executor(MODEL, GPU, Layout(tp=2), cost="operators"),
+    "operators pp 2": lambda: make_executor(MODEL, GPU, Layout(pp=2), cost="operators"),
+    "roofline tp 2 pp 2": lambda: make_executor(MODEL, GPU, Layout(tp=2, pp=2), cost="roofline"),
+    "moe operators ep 2": lambda: make_executor(MOE, GPU, Layout(tp=2, ep=2), cost="operators"),
+    "host serial, roofline": lambda: with_host_work(RooflineExecutor(MODEL, GPU), 0.003, False),
+    "host overlapped, operators": lambda: with_host_work(make_executor(MODEL, GPU, cost="operators"),
+                                                         0.004, True),
+}
+
+
+@settings(max_examples=210, **PROFILE)
+@given(cases(), st.sampled_from(sorted(PRICED)))
+def test_aggregate_stepping_equals_the_general_loop_under_every_price(case, priced):
+    rows, config, memory, max_context, sampled = case
+    ran = [0]
+    advance = fast_path.advance
+
+    def counting(*args):
+        out = advance(*args)
+        ran[0] += out[2]
+        return out
+
+    with mock.patch.object(fast_path, "advance", counting):
+        fast, _ = check(rows, config, memory, max_context=max_context, sampled=sampled,
+                        executor=PRICED[priced])
+    event(f"{priced}: fast path steps {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")
+
+
+@pytest.mark.parametrize("priced", sorted(PRICED))
+def test_every_price_runs_vidurs_steps_in_the_fast_path(priced, fast_path_steps):
+    rows = [(k * 8 * STEP, 512, 64) for k in range(30)] + [(400 * STEP, 40, 300), (405 * STEP, 3, 90)]
+    trace, _ = check(rows, SchedulerConfig(), ("paged", 40_000, 16, 0.0), executor=PRICED[priced])
+    assert fast_path_steps[0] == trace.n_steps
+
+
+def test_prices_that_need_more_than_sums_keep_the_general_loop(fast_path_steps):
+    """The operators model's sliding windows cap each request's keys, and a calibrated spec's
+    length buckets count each request's: no price from sums, so the general loop steps. The
+    roofline ignores windows: the same model takes the fast path there."""
+    windowed = resolve_model("openai/gpt-oss-20b")
+    rows = [(k * STEP, 30, 10) for k in range(6)]
+    buckets = dataclasses.replace(GPU, bucket_overhead_s=1e-4, bucket_block_tokens=16)
+    for executor in (lambda: make_executor(windowed, GPU, cost="operators"),
+                     lambda: make_executor(MODEL, buckets, cost="operators"),
+                     lambda: with_host_work(make_executor(windowed, GPU, cost="operators"), 0.001, True)):
+        check(rows, SchedulerConfig(), AMPLE, executor=executor)
+    assert fast_path_steps[0] == 0
+    trace, _ = check(rows, SchedulerConfig(), AMPLE, executor=lambda: make_executor(windowed, GPU, cost="roofline"))
+    assert fast_path_steps[0] == trace.n_steps

@@ -137,7 +137,7 @@ def test_one_expert_top1_on_the_roofline_is_the_dense_model_bit_for_bit():
     moe = one_expert(dense)
     assert step_totals(dense, 77, 12345, 9, 99999) == step_totals(moe, 77, 12345, 9, 99999)
     a, b = RooflinePrice.of(dense, H100), RooflinePrice.of(moe, H100)
-    assert a.step(64, 5000, 60, 123456) == b.step(64, 5000, 60, 123456)
+    assert a.step(60, 5000, 4, 900, 300, 123456, 62) == b.step(60, 5000, 4, 900, 300, 123456, 62)
     assert a.decode_run(16, 2000, 100).tobytes() == b.decode_run(16, 2000, 100).tobytes()
 
 

@@ -358,3 +358,60 @@ def test_vllms_long_parallelism_flags_are_taken_where_the_short_ones_are(capsys)
     from batchlab.cli import build_parser
     args = build_parser(("serve",)).parse_args(["serve", "--simulate", "--tensor-parallel-size", "4"])
     assert args.tp == 4
+
+
+@pytest.mark.parametrize("printed, preset", [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"),
+    ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"), ("NVIDIA A40", "A40"),
+    ("AMD Instinct MI300X", "MI300X"),
+])
+def test_the_gpu_names_nvidia_smi_prints_resolve(printed, preset):
+    from batchlab.hardware.presets import gpu_preset
+    assert gpu_preset(printed).name == preset
+
+
+@pytest.mark.parametrize("card", ["NVIDIA H100 PCIe", "A100 80GB PCIe", "NVIDIA H200 NVL", "NVIDIA"])
+def test_a_pcie_card_is_not_taken_for_the_sxm_part(card):
+    from batchlab.hardware.presets import gpu_preset
+    with pytest.raises(InputError, match="unknown gpu"):
+        gpu_preset(card)
+
+
+def test_cost_says_when_the_batch_does_not_fit_in_the_kv_cache(capsys):
+    def cost(*flags) -> dict:
+        assert main(["cost", "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    fits = cost("--batch", "4", "--context", "2000")
+    assert fits["sequences_in_kv"] == fits["kv_capacity_tokens"] // 2001 and not fits["exceeds_kv_capacity"]
+    over = cost("--batch", str(fits["sequences_in_kv"] + 1), "--context", "2000")
+    assert over["exceeds_kv_capacity"] and over["time_s"] > fits["time_s"]
+    assert main(["cost", "--model", "Llama-3.1-70B", "--gpu", "H100", "--tp", "2", "--batch", "1000",
+                 "--context", "100000"]) == 0
+    caption = " ".join(capsys.readouterr().out.split())   # the table wraps its caption
+    assert "the KV cache holds 0 sequences of 100,001 tokens, not 1,000" in caption
+
+
+def test_a_windowed_model_holds_its_window_per_sequence(capsys):
+    # gpt-oss-120b: 18 full and 18 windowed (128-token) layers, so a 100,001-token sequence
+    # takes (18 x 100,001 + 18 x 128) / 36 tokens on every layer
+    assert main(["cost", "--model", "openai/gpt-oss-120b", "--gpu", "H100", "--batch", "2",
+                 "--context", "100000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    per_sequence = -(-(18 * 100001 + 18 * 128) // 36)
+    assert out["sequences_in_kv"] == out["kv_tokens_every_layer"] // per_sequence == 1
+    assert out["exceeds_kv_capacity"]
+
+
+@pytest.mark.parametrize("flags, hint", [
+    (["--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H200"], "; tp 8 holds them"),
+    (["--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "H100"], "; tp 2 holds them"),
+    (["--model", "Llama-3.1-70B", "--gpu", "L4", "--tp", "2"], "; tp 8 holds them"),
+    # 672.88 GB over 8 H100s is 84 GB each: no tp of one node holds it, and no hint is made up
+    (["--model", "deepseek-ai/DeepSeek-V3", "--gpu", "H100", "--tp", "2"], "no room for KV"),
+])
+def test_weights_that_do_not_fit_name_the_tp_that_holds_them(capsys, flags, hint):
+    assert main(["cost", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(hint)

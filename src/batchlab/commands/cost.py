@@ -125,6 +125,14 @@ def compute(args) -> dict:
         out.update(kv_tokens_every_layer=every_layer, kv_block_size=DEFAULT_BLOCK_SIZE,
                    kv_cache_groups=len(groups.windows), kv_group_layers=groups.group_layers,
                    max_num_batched_tokens=batched)
+    # How many sequences of context + new tokens the KV cache holds at once: a bigger batch is
+    # priced all the same, but no server runs it
+    held = args.context + args.new_tokens
+    if groups is not None:
+        out["sequences_in_kv"] = out["kv_tokens_every_layer"] // window_reservation(groups, held)
+    else:
+        out["sequences_in_kv"] = out["kv_capacity_tokens"] // held
+    out["exceeds_kv_capacity"] = args.batch > out["sequences_in_kv"]
     if args.reservations is not None:
         out["reservation_tokens"] = args.reservations
         if groups is not None:
@@ -187,9 +195,16 @@ def _table(out: dict):
                      f"{out['reservations']:,}"))
     for name, value in rows:
         table.add_row(name, value)
+    notes = []
     if out["exceeds_max_context"]:
-        table.caption = (f"note: context + new tokens ({out['context'] + out['new_tokens']:,}) "
-                         f"exceeds {out['model']}'s max context ({out['max_context']:,})")
+        notes.append(f"context + new tokens ({out['context'] + out['new_tokens']:,}) exceeds "
+                     f"{out['model']}'s max context ({out['max_context']:,})")
+    if out["exceeds_kv_capacity"]:
+        held = out["sequences_in_kv"]
+        notes.append(f"the KV cache holds {held:,} sequence{'' if held == 1 else 's'} of "
+                     f"{out['context'] + out['new_tokens']:,} tokens, not {out['batch']:,}")
+    if notes:
+        table.caption = "note: " + "; ".join(notes)
     return table
 
 

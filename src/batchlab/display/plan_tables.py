@@ -32,7 +32,7 @@ def plan_table(out: dict) -> FitTable:
         previous = r["choice"]
     return FitTable(f"fleets for {out['request_rate']:g} req/s of {out['workload']}, {out['model']}, "
                     f"{out['system']}", "GPU and layout", (), columns, rows,
-                    caption=f"in the order tried; skipped: the layout cannot hold the model (see "
-                            f"the JSON's 'skipped'); replicas: prefill+decode when disaggregated; SLO met: "
+                    caption=f"in the order tried; skipped: the model cannot run on that layout (the JSON's "
+                            f"'skipped' says why); replicas: prefill+decode when disaggregated; SLO met: "
                             f"share of requests with {slo_text(out['slo_ms'])} (target "
                             f"{out['slo_target']:.0%}); goodput in req/s; latencies in ms")

@@ -11,12 +11,16 @@ counters and token times are written when it finishes, and everyone's when the f
 block (a preemption) or a request that is not fresh would be admitted.
 
 The result is the general loop's, bit for bit: the same plans in the same order, the same
-blocks taken from the same free list, the same prices from the executor's own formula, the same
-step log and work counts (tests/test_fast_path.py checks it against the general loop).
+blocks taken from the same free list, the same prices from the executor's own price of a step
+from its sums (`sums_price`: the roofline or the operators model on any layout, with the host's
+CPU time where it has one), the same step log and work counts (tests/test_fast_path.py checks it
+against the general loop).
 
 It applies to the simulator's loop with paged (no prefix cache), reservation or unlimited memory,
-the roofline executor, continuous batching in arrival order and one batch in flight; requests
-with parallel samples, and every other configuration, take the general loop.
+a cost executor whose steps are priced by their sums (not the operators model's sliding windows,
+which cap each request's keys, nor a calibrated spec's length buckets), continuous batching in
+arrival order and one batch in flight; requests with parallel samples, and every other
+configuration, take the general loop.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from array import array
 
 import numpy as np
 
-from batchlab.executor.costed import RooflineExecutor
+from batchlab.executor.costed import CostExecutor, RooflineExecutor
+from batchlab.executor.host import HostTimedExecutor
 from batchlab.hardware.cost import affine_range
 from batchlab.memory.paged import PagedMemory
 from batchlab.memory.reservation import ReservationMemory
@@ -37,9 +42,7 @@ from batchlab.engine.step import DecodeRun
 from batchlab.trace import BlockGrowth
 
 MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: no subclass
-# Pure-decode steps below which a run is stepped one at a time in plain Python rather than
-# priced in one numpy piece (numpy's set-up costs about as much as this many Python steps).
-RUN_MIN = 24
+EXECUTORS = (CostExecutor, RooflineExecutor)   # exactly these (a subclass may price otherwise)
 # Step-log rows the fast path keeps as tuples before handing them to the step log, which packs them.
 FLUSH_ROWS = 4096
 # FastPath step ends kept in one C array before the next (no token lists: FastPath.ends).
@@ -50,9 +53,17 @@ def applies(engine) -> bool:
     """Whether `engine`'s configuration is one the fast path reproduces exactly."""
     c = engine.config
     return (engine.fast_forward and not engine.check_memory and not engine.record_rounds
-            and type(engine.memory) in MEMORIES and type(engine.executor) is RooflineExecutor
+            and type(engine.memory) in MEMORIES and step_price(engine.executor) is not None
             and c.batching == "continuous" and c.prefill != "prefill-first"
             and c.max_in_flight == 1 and c.order.name == "fcfs")
+
+
+def step_price(executor):
+    """The executor's price of a step from its sums (costmodel.SumsPrice), exactly what its `run`
+    prices a plan of no swaps at: a cost executor's, alone or under the host's CPU time; None
+    where the fast path cannot price as the executor does."""
+    inner = executor.inner if type(executor) is HostTimedExecutor else executor
+    return executor.sums_price if type(inner) in EXECUTORS else None
 
 
 def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tuple[float, int, int]:
@@ -87,7 +98,7 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                     break
                 t = max(t, next_t)   # idle: the clock jumps to the next arrival
                 continue
-            if t + RUN_MIN * fast.duration <= next_t and fast.s + RUN_MIN <= fast.next_finish():
+            if t + fast.run_min * fast.duration <= next_t and fast.s + fast.run_min <= fast.next_finish():
                 run = fast.price_run(t, next_t)
                 if run is not None:
                     t = fast.apply_run(run, len(run.ends))
@@ -128,7 +139,10 @@ class FastPath:
         # the KV held, where the step log takes it from the manager (unlimited memory's is the
         # computed tokens the fast path keeps, and summing them from the manager would cost a pass)
         self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
-        self.price = engine.executor.affine   # the executor's own price of a step's sums
+        self.price = step_price(engine.executor)   # the executor's own price of a step's sums
+        # pure-decode steps below which a run is stepped one at a time rather than priced as
+        # arrays (their set-up costs about as much as this many single steps)
+        self.run_min = self.price.run_min
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
         self.bs = getattr(memory, "block_size", 1)
         # id -> [request, step, computed then, emitted then, index in ends of its first token
@@ -173,12 +187,12 @@ class FastPath:
 
     def begin_next(self, now: float, until: float, run_until: float = math.inf) -> float | None:
         """Begin what comes next at `now`: while nobody waits, a run of pure decodes up to the
-        next finish priced in one piece (ending by `run_until`, when it has room for RUN_MIN
+        next finish priced in one piece (ending by `run_until`, when it has room for run_min
         steps before it) or else decode steps up to the first that ends at or after `until`;
         otherwise one step. Its end; what began is under way until `finish_pending` (a run may
         be `cut` first). None, and nothing changed, where the general loop must step."""
         if not self.waiting.heap:
-            if now + RUN_MIN * self.duration <= run_until and self.s + RUN_MIN <= self.next_finish():
+            if now + self.run_min * self.duration <= run_until and self.s + self.run_min <= self.next_finish():
                 run = self.price_run(now, run_until)
                 if run is not None:
                     self.pending = run
@@ -223,29 +237,30 @@ class FastPath:
     # -- one step ------------------------------------------------------------------------
 
     def plan(self) -> tuple | None:
-        """The next step's (newcomers, prompt tokens, attention units, decodes taking a block),
-        newcomers taken from the queue; None, and nothing changed, if the fast path cannot run it."""
+        """The next step's (newcomers, prompt tokens, attention units, newcomers of one-token
+        prompts, decodes taking a block), newcomers taken from the queue; None, and nothing
+        changed, if the fast path cannot run it."""
         waiting, batch = self.waiting, len(self.live)
         if waiting.heap:
             planned = _newcomers(waiting, len(waiting.heap), self.memory, self.seats - batch, self.chunk,
                                  self.budget - batch)
             if planned is None:
                 return None
-            newcomers, prompt_sum, attn, room = planned
+            newcomers, prompt_sum, attn, ones, room = planned
         else:
-            newcomers, prompt_sum, attn, room = [], 0, 0, self.memory.room()
+            newcomers, prompt_sum, attn, ones, room = [], 0, 0, 0, self.memory.room()
         grow = self.crossings.get(self.s)
         if (not batch and not newcomers) or batch + prompt_sum > self.budget \
                 or (grow is not None and len(grow) > room):   # stuck, chunked, or a preemption
             for r in newcomers:
                 waiting.push(r)
             return None
-        return newcomers, prompt_sum, attn, grow
+        return newcomers, prompt_sum, attn, ones, grow
 
     def begin(self, t: float, plan: tuple) -> float:
         """Begin the planned step at `t`: admissions, then the decodes' new blocks, in the
         scheduler's order; its price and its step-log row. Its end."""
-        newcomers, prompt_sum, attn, grow = plan
+        newcomers, prompt_sum, attn, ones, grow = plan
         memory, batch, computed = self.memory, len(self.live), self.computed
         for r in newcomers:
             memory.try_admit(r)
@@ -254,9 +269,11 @@ class FastPath:
         if grow is not None:
             del self.crossings[self.s]
             memory.append_blocks(grow)   # plan checked the room
-        # the executor's price of these sums: decodes read their cached tokens, prompts start from none
+        # the executor's price of these sums: decodes read their cached tokens, prompts start
+        # from none (a prompt of one token runs the decode kernel)
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
-        duration = self.price.step(n_new, computed, emits, 2 * computed + 2 * batch + attn)
+        duration = self.price.step(batch + ones, computed, len(newcomers) - ones, prompt_sum - ones, 0,
+                                   attn - 2 * ones, emits, batch)
         end = t + duration
         if newcomers or grow is not None:
             self.held = self.held_tokens()
@@ -306,14 +323,11 @@ class FastPath:
         finish_due), or None, and nothing changed, if the fast path cannot run the first."""
         live, finishing, crossings = self.live, self.finishing, self.crossings
         append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
-        price = self.price
-        compute_rate, memory_rate, overhead = price.compute_rate, price.memory_rate, price.overhead
+        price, run_min = self.price, self.run_min
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
         s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
         decoded = 0   # into self.decoded on the way out
-        # begin's integer sums with no prompts, kept by adding what one step adds (the same
-        # integers, so the same floats): flops and bytes, and their growth per step
-        flops, nbytes, more_flops, more_bytes = price.decode(batch, computed)
+        duration_of_next = price.decode_steps(batch, computed).__next__   # begin's price, step by step
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
@@ -322,10 +336,7 @@ class FastPath:
                     crossings[s] = grow
                     break
                 held = after
-            # RooflinePrice.seconds, inline: a call per step measured slower
-            compute_s = float(flops) / compute_rate
-            memory_s = float(nbytes) / memory_rate
-            duration = (compute_s if compute_s > memory_s else memory_s) + overhead
+            duration = duration_of_next()
             end = t + duration
             rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
             if len(rows) == FLUSH_ROWS:
@@ -333,8 +344,6 @@ class FastPath:
                 rows = self.rows
             ends.append(end)
             computed += batch
-            flops += more_flops
-            nbytes += more_bytes
             decoded += batch
             s += 1
             if end >= until:
@@ -344,10 +353,10 @@ class FastPath:
                 self.s, self.computed, self.held, self.duration = s, computed, held, duration
                 self.finish_due()
                 batch, computed, held = len(live), self.computed, self.held
-                if not batch or (t + RUN_MIN * duration <= until and s + RUN_MIN <= self.next_finish()):
+                if not batch or (t + run_min * duration <= until and s + run_min <= self.next_finish()):
                     self.decoded += decoded
                     return end
-                flops, nbytes, more_flops, more_bytes = price.decode(batch, computed)
+                duration_of_next = price.decode_steps(batch, computed).__next__
         if end is not None:
             self.s, self.computed, self.held, self.duration = s, computed, held, duration
             self.decoded += decoded
@@ -359,15 +368,14 @@ class FastPath:
         """Pure-decode steps from `t` up to the next finish, while they start before `next_t`
         and every decode finds its block, priced in one numpy piece; None if too few.
 
-        The prices are decode's, as arrays: the same integers, the same float operations as
-        the roofline executor's decode_run, equal to pricing each step alone."""
+        The prices are the executor's decode_run, equal to pricing each step alone."""
         s, batch, computed, price = self.s, len(self.live), self.computed, self.price
         steps = min(self.next_finish() - s + 1, 1 << 20)
         if next_t < math.inf:   # no step is shorter than the first: at most this many start before the arrival
-            first = price.seconds(*price.decode(batch, computed)[:2])
+            first = price.decode(batch, computed)
             if first > 0:
                 steps = min(steps, int((next_t - t) / first) + 2)
-        if steps < RUN_MIN:
+        if steps < self.run_min:
             return None
         # slot 0 holds t, for the running sum of ends
         durations = price.decode_run(batch, computed, steps, start=t)
@@ -555,12 +563,12 @@ def _nothing_held() -> int:
 
 def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budget: float):
     """Whom the scheduler admits now: from the queue's head while `seats` and the memory take
-    them (taken out of the queue), with their prompt tokens, attention units and the memory room
-    left; None, and the queue as it was, if one of them is not fresh or would not prefill its
+    them (taken out of the queue), with their prompt tokens, attention units, how many have a
+    prompt of one token, and the memory room left; None, and the queue as it was, if one of them is not fresh or would not prefill its
     whole prompt in this step (`chunk`, and the `budget` the decodes leave)."""
     newcomers: list[Request] = []
     room, holding = memory.room(), memory.holding()
-    prompt_sum = attn = 0
+    prompt_sum = attn = ones = 0
     while len(newcomers) < n_waiting and len(newcomers) < seats:
         r = waiting.head()
         need = memory.need(r)
@@ -576,4 +584,5 @@ def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budg
         holding = True
         prompt_sum += p
         attn += p * (p + 1)
-    return newcomers, prompt_sum, attn, room
+        ones += p == 1
+    return newcomers, prompt_sum, attn, ones, room

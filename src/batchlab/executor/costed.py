@@ -1,8 +1,10 @@
 """The cost-model executor: each step priced by `CostModel` (either model, any TP/PP layout).
 
-The roofline on one GPU is priced from the plan's integer sums (`RooflinePrice`, exact), every
-other model and layout from the plan's `Shape`; `make_executor` returns the former as a
-RooflineExecutor. A pipelined scheduler reads `stage_time(plan)` (the beat of the pipeline)
+Every step is priced from the plan's sums by the cost model's one price of a step
+(`CostModel.sums_price`: the roofline on one GPU from exact integers, any other model and layout
+through the plan's `Shape`), the price the fast path and fleets use too; only the operators
+model's sliding windows, which cap each request's keys, price the plan's `Shape` with them.
+`make_executor` returns the roofline on one GPU as a RooflineExecutor. A pipelined scheduler reads `stage_time(plan)` (the beat of the pipeline)
 beside `run(plan)` (one batch end to end).
 """
 
@@ -37,34 +39,39 @@ class CostExecutor:
         self.model, self.gpu = model, gpu
         # the operators model caps windowed layers' attention at the window; the roofline does not
         self._window = model.sliding_window if self.cost.kind == "operators" else 0
-        # the seed's roofline on one GPU: priced from integer sums, exactly (and by the fast path)
-        self.affine = self.cost.affine
+        self._price = self.cost.sums_price   # None: the windows need each request's keys
         # Swapped KV moves over every GPU's own host link at once: each carries its share.
         self._swap_bytes = kv_bytes_per_token_per_gpu(model, layout)
         self._host_link = gpu.host_link_bandwidth
         # the seed's roofline prices no length buckets (an operator-level feature)
-        self._bucket_s = 0.0 if self.affine is not None else gpu.bucket_overhead_s
+        self._bucket_s = 0.0 if self.cost.kind == "roofline" and layout.trivial else gpu.bucket_overhead_s
         self._bucket_block = gpu.bucket_block_tokens
         if self._bucket_s:   # the mini model's package loads only where its buckets are priced
             from batchlab.model.paged_attention import bucket_count
             self._buckets = bucket_count
+        # what `run` prices a plan of no swaps at, from its sums (None: buckets read each request)
+        self.sums_price = None if self._bucket_s else self._price
 
     def run(self, plan: StepPlan) -> float:
         if not plan:
             duration = 0.0
-        elif self.affine is not None:
-            decodes = len(plan.decodes)
+        elif self._price is not None:   # shape_with's sums, for the one price of a step
+            decodes = emits = len(plan.decodes)
             decode_past = sum(map(computed_of, plan.decodes))
-            # a decode is SeqWork(1, n_past): attention units 1*(2*n_past + 2)
-            sum_new, sum_past, n_emit = decodes, decode_past, decodes
-            attn_units = 2 * decode_past + 2 * decodes
+            prefills = prefill_tokens = prefill_past = units = 0
             for item in plan.prefills:
                 n_new, n_past = item.n_new, item.n_past
-                sum_new += n_new
-                sum_past += n_past
-                n_emit += item.emits
-                attn_units += n_new * (2 * n_past + n_new + 1)
-            duration = self.affine.step(sum_new, sum_past, n_emit, attn_units)
+                emits += item.emits
+                if n_new == 1:   # the decode kernel's
+                    decodes += 1
+                    decode_past += n_past
+                else:
+                    prefills += 1
+                    prefill_tokens += n_new
+                    prefill_past += n_past
+                    units += n_new * (2 * n_past + n_new + 1)
+            duration = self._price.step(decodes, decode_past, prefills, prefill_tokens, prefill_past,
+                                        units, emits)
         else:
             duration = float(self.cost.step_time(plan_shape(plan, self._window)))
         swapped = plan.swap_in_tokens + plan.swap_out_tokens

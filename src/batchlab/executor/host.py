@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.hardware.costmodel import decode_steps
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
@@ -65,16 +66,52 @@ def carries_on(plan: StepPlan) -> bool:
     return any(id(item.request) not in new for item in plan.prefills)
 
 
+class HostPrice:
+    """A GPU's price of a step from its sums (costmodel.SumsPrice) with the host's CPU time
+    applied: the same interface, so the fast path prices host-timed steps as the executor does.
+    A step carries on when some of its sequences ran before it (`carried`); every step of a run
+    of decodes does."""
+
+    def __init__(self, gpu, host: HostWork) -> None:
+        self.gpu, self.host = gpu, host
+        self.run_min = gpu.run_min
+
+    def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
+             prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
+        gpu_s = self.gpu.step(decodes, decode_past, prefills, prefill_tokens, prefill_past,
+                              prefill_units, emits)
+        return self.host.step(gpu_s, carried > 0)
+
+    def decode(self, batch: int, cached: int) -> float:
+        return self.host.step(self.gpu.decode(batch, cached), True)
+
+    def decode_steps(self, batch: int, cached: int):
+        return decode_steps(self.decode, batch, cached)
+
+    def decode_run(self, batch: int, cached: int, steps: int,
+                   start: float | None = None) -> np.ndarray | None:
+        out = self.gpu.decode_run(batch, cached, steps, start)
+        if out is None:
+            return None
+        if start is None:
+            return self.host.carried_steps(out)
+        out[1:] = self.host.carried_steps(out[1:])   # the first slot holds `start`
+        return out
+
+
 class HostTimedExecutor:
     """An executor whose GPU price gets the host's CPU time per step (`HostWork`).
 
     It wraps a pricing executor (roofline or operators) and answers the engine's questions the
-    same way, with the CPU time applied; a run of decodes is priced in one piece too."""
+    same way, with the CPU time applied; a run of decodes is priced in one piece too, and a
+    step from its sums (`sums_price`) where the inner executor prices one."""
 
     def __init__(self, inner, host: HostWork) -> None:
         self.inner = inner
         self.host = host
         self.name = inner.name
+        price = getattr(inner, "sums_price", None)
+        self.sums_price = None if price is None else HostPrice(price, host)
 
     def run(self, plan: StepPlan) -> float:
         gpu = self.inner.run(plan)

@@ -115,7 +115,11 @@ class RooflinePrice:
     """The roofline of one GPU as the price of a step from its sums, or of a run of decode
     steps as an array (each step's FLOPs and bytes are affine in its index): `step_coefficients`
     and `step_time` with the GPU's rates read once. Prices equal `step_time(step_totals(...))`
-    bit for bit, as ints and floats (the array path does the same IEEE operations)."""
+    bit for bit, as ints and floats (the array path does the same IEEE operations). It is the
+    roofline's SumsPrice (costmodel.py)."""
+
+    # numpy's set-up of a run's arrays costs about as much as this many steps priced in Python
+    run_min = 24
 
     fn: int
     fe: int
@@ -144,15 +148,38 @@ class RooflinePrice:
         memory_s = float(nbytes) / self.memory_rate
         return (compute_s if compute_s > memory_s else memory_s) + self.overhead
 
-    def step(self, sum_new: int, sum_past: int, n_emit: int, attn_units: int) -> float:
-        """One step's time from its sums (step_totals' arguments); `seconds` and `weights`
-        inline (the fast path calls it at every step that admits)."""
+    def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
+             prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
+        """One step's time from its sums (`SumsPrice.step`): step_totals' sums, with `seconds`
+        and `weights` inline (the fast path calls it at every step that admits)."""
+        sum_new = decodes + prefill_tokens
+        # a decode is SeqWork(1, n_past): attention units 1*(2*n_past + 2)
+        attn_units = prefill_units + 2 * decode_past + 2 * decodes
         weights = self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(sum_new)
-        compute_s = float(self.fn * sum_new + self.fe * n_emit + self.fa * attn_units) / self.compute_rate
-        memory_s = float(weights + self.bn * sum_new + self.bp * sum_past + self.be * n_emit) / self.memory_rate
+        compute_s = float(self.fn * sum_new + self.fe * emits + self.fa * attn_units) / self.compute_rate
+        memory_s = float(weights + self.bn * sum_new + self.bp * (decode_past + prefill_past)
+                         + self.be * emits) / self.memory_rate
         return (compute_s if compute_s > memory_s else memory_s) + self.overhead
 
-    def decode(self, batch: int, cached: int) -> tuple[int, int, int, int]:
+    def decode(self, batch: int, cached: int) -> float:
+        """One step of `batch` decodes over `cached` tokens in all."""
+        return self.seconds(*self.decode_totals(batch, cached)[:2])
+
+    def decode_steps(self, batch: int, cached: int):
+        """The times of decode steps of `batch` sequences from `cached` tokens on, one after
+        another without end (every sequence one token longer each step), for a caller that runs
+        them one at a time: the integer sums grow by what one step adds (the same integers, so
+        the same floats as `decode`)."""
+        flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
+        compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
+        while True:
+            compute_s = float(flops) / compute_rate
+            memory_s = float(nbytes) / memory_rate
+            yield (compute_s if compute_s > memory_s else memory_s) + overhead
+            flops += more_flops
+            nbytes += more_bytes
+
+    def decode_totals(self, batch: int, cached: int) -> tuple[int, int, int, int]:
         """A step of `batch` decodes over `cached` tokens in all: its (FLOPs, bytes) and what
         each grows by per step of a run (every sequence one token longer)."""
         per_batch_f, per_cached_f = self.fn + self.fe + 2 * self.fa, 2 * self.fa
@@ -165,7 +192,7 @@ class RooflinePrice:
         """Times of `steps` decode steps of `batch` sequences over `cached` tokens at the first
         (None if the run's integers pass int64's safe range). With `start`, one more slot
         comes first holding it, so that np.add.accumulate of the array gives the steps' ends."""
-        flops, nbytes, more_flops, more_bytes = self.decode(batch, cached)
+        flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         if max(flops + more_flops * steps, nbytes + more_bytes * steps) > INT64_SAFE:
             return None
         compute0, memory0 = float(flops) / self.compute_rate, float(nbytes) / self.memory_rate
@@ -286,9 +313,12 @@ def kv_capacity_bytes(model: ModelSpec, gpu: GPUSpec) -> float:
     """memory * memory_utilization - weight bytes: what is left for the KV cache."""
     free = gpu.memory * gpu.memory_utilization - model.weight_bytes
     if free < model.kv_bytes_per_token:
+        from batchlab.hardware.parallel import tp_that_holds
+
         raise InputError(f"model '{model.name}' on gpu '{gpu.name}': the weights "
                          f"({model.weight_bytes / 1e9:.2f} GB) leave no room for KV in "
-                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB")
+                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB"
+                         f"{tp_that_holds(model, gpu)}")
     return free
 
 

@@ -13,6 +13,9 @@ With tp = pp = 1 it is cost.step_time itself, with its exact integer FLOPs and b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Protocol
+
 import numpy as np
 
 from batchlab.errors import InputError
@@ -42,8 +45,15 @@ class CostModel:
         self.model, self.gpu, self.layout, self.kind = model, gpu, layout, kind
         self._ops = OperatorCost(model, gpu, layout) if kind == "operators" else None
         self._stage_layers = stage_layers(model.n_layers, layout.pp)[0]
-        # the roofline on one GPU from integer sums: one step, or a run of decodes as an array
-        self.affine = RooflinePrice.of(model, gpu) if kind == "roofline" and layout.trivial else None
+        # the price of a step from its sums (SumsPrice): the roofline on one GPU from exact
+        # integers, any other model and layout through its Shape; none where a step's price
+        # needs more than its sums (the operators model's sliding windows cap each request's keys)
+        if kind == "roofline" and layout.trivial:
+            self.sums_price: SumsPrice | None = RooflinePrice.of(model, gpu)
+        elif kind == "operators" and model.sliding_window:
+            self.sums_price = None
+        else:
+            self.sums_price = ShapePrice(self)
 
     # -- the roofline, split ---------------------------------------------------------------
     def _roofline_totals(self, s: Shape):
@@ -90,10 +100,16 @@ class CostModel:
         """`steps` consecutive decode steps priced at once, equal to pricing each alone."""
         if self._ops is not None:
             return self._ops.decode_run(n_past, steps)
-        batch, past = len(n_past), sum(int(p) for p in n_past)
+        return self.decode_run_sums(len(n_past), sum(int(p) for p in n_past), steps)
+
+    def decode_run_sums(self, batch: int, past: int, steps: int) -> np.ndarray:
+        """`decode_run` of `batch` sequences over `past` cached tokens in all (no sliding window
+        under the operators model: its windowed layers need each sequence's tokens)."""
+        if self._ops is not None:
+            return self._ops.decode_run_sums(batch, past, steps)
         j = np.arange(steps, dtype=np.int64)
         if self.layout.trivial:
-            durations = self.affine.decode_run(batch, past, steps) if batch and steps else None
+            durations = self.sums_price.decode_run(batch, past, steps) if batch and steps else None
             if durations is not None:
                 return durations
             f0, b0 = step_totals(self.model, batch, past, batch, 2 * past + 2 * batch)
@@ -119,6 +135,79 @@ class CostModel:
                               "link"))
         rows.append(OpRow("cpu", "cpu", 1, 0.0, 0.0, price.cpu_s, "cpu"))
         return rows
+
+
+class SumsPrice(Protocol):
+    """The price of a step from its sums: the one interface the executor, the fast path and
+    fleets price steps through, whichever cost model and layout (`CostModel.sums_price`).
+
+    A step's sums: its one-token sequences (`decodes`, the decode kernel's) and their cached
+    tokens, its longer chunks (`prefills`) with their new and cached tokens and causal units
+    sum n_new * (2 n_past + n_new + 1), the sequences that emit a token, and those that carried
+    on from the step before (`carried`: only a host's CPU time reads it, executor/host.py).
+    A pure-decode step of `batch` sequences over `cached` tokens in all is `decode`; the steps
+    of a run of them (every sequence one token longer each step) come one at a time, each
+    priced when it is asked for (`decode_steps`), or as an array (`decode_run`), all equal to
+    `step` bit for bit.
+    `run_min`: the steps below which pricing a run as an array costs more than one at a time.
+    """
+
+    run_min: int
+
+    def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
+             prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float: ...
+
+    def decode(self, batch: int, cached: int) -> float: ...
+
+    def decode_steps(self, batch: int, cached: int) -> Iterator[float]: ...
+
+    def decode_run(self, batch: int, cached: int, steps: int,
+                   start: float | None = None) -> np.ndarray | None:
+        """`steps` steps' times (None: too large to price as an array); with `start`, one more
+        slot comes first holding it, so that np.add.accumulate of the array gives their ends."""
+
+
+def decode_steps(decode, batch: int, cached: int) -> Iterator[float]:
+    """SumsPrice.decode_steps from a price of one decode step (`decode`): each step priced
+    alone, when it is asked for."""
+    while True:
+        yield decode(batch, cached)
+        cached += batch
+
+
+class ShapePrice:
+    """SumsPrice of a CostModel through its Shape: the operators model, or the roofline on a
+    tp/pp/ep layout. The Shape is the one `shape_with` takes of the same step's items, so a
+    step costs what the executor's plan of it costs, bit for bit."""
+
+    # one array price of a run costs about as much as this many steps priced one at a time
+    run_min = 6
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+
+    def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
+             prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
+        return float(self.cost.step_time(Shape(
+            float(decodes + prefill_tokens), float(decodes + prefills), float(emits), float(decodes),
+            float(decode_past), float(prefills), float(prefill_tokens), float(prefill_past),
+            float(prefill_units))))
+
+    def decode(self, batch: int, cached: int) -> float:
+        return self.step(batch, cached, 0, 0, 0, 0, batch)
+
+    def decode_steps(self, batch: int, cached: int) -> Iterator[float]:
+        return decode_steps(self.decode, batch, cached)
+
+    def decode_run(self, batch: int, cached: int, steps: int,
+                   start: float | None = None) -> np.ndarray | None:
+        durations = self.cost.decode_run_sums(batch, cached, steps)
+        if start is None:
+            return durations
+        out = np.empty(steps + 1)
+        out[0] = start
+        out[1:] = durations
+        return out
 
 
 def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_tokens: int = 1) -> int:

@@ -129,7 +129,9 @@ MOE_NAMES = frozenset(name for name, _ in MOE_OPS)
 # Operators whose work is a function of the step's new tokens alone (op_work reads s.tokens
 # and the model's widths only): MLA's kv_up and the attention kernels read more.
 TOKEN_ONLY_OPS = frozenset({"norm", "qkv", "rope", "kv_write", "o", "add", "up", "act", "down",
-                            *MOE_NAMES})
+                            "embedding", *MOE_NAMES})
+# Operators whose work is a function of the sequences that emit alone (the LM head's rows).
+EMIT_ONLY_OPS = frozenset({"final_norm", "lm_head"})
 # Products whose weights are quantized (the embedding, the LM head and the router stay bf16).
 QUANTIZED_OPS = frozenset({"qkv", "o", "up", "down", "kv_up", "shared_up", "shared_down"})
 EXPERT_OPS = frozenset({"expert_up", "expert_down"})
@@ -703,6 +705,7 @@ class OperatorCost:
         fp8 = fp8_matmul_params(gpu, self.params["matmul"])
         expert_fp8 = (model.expert_dtype or model.weight_dtype) == "fp8"
         self._memo: dict = {}
+        self._terms: dict = {}   # (id of a layer's operators, tokens) -> _token_terms
         self.op_params = {name: fp8 if (name in QUANTIZED_OPS and model.weight_dtype == "fp8"
                                         or name in EXPERT_OPS and expert_fp8)
                           else self.params[OP_CLASS[name]] for name in OP_CLASS}
@@ -715,8 +718,9 @@ class OperatorCost:
 
     def _op(self, name: str, shape: Shape):
         """One instance's time (None when it does not run). An operator whose work depends on
-        the step's token count alone is priced once per count: a run's decode steps share it."""
-        key = shape.tokens if name in TOKEN_ONLY_OPS else None
+        the step's token count (or its emitting sequences) alone is priced once per count: a
+        run's decode steps share it."""
+        key = shape.tokens if name in TOKEN_ONLY_OPS else shape.emits if name in EMIT_ONLY_OPS else None
         if key is not None and not isinstance(key, np.ndarray):
             found = self._memo.get((name, key), self)
             if found is not self:
@@ -728,12 +732,42 @@ class OperatorCost:
         return time
 
     def _layer(self, ops, shape: Shape):
-        layer = 0.0
-        for name, count in ops:
-            time = self._op(name, shape)
-            if time is not None:
-                layer = layer + count * time
+        """A layer's time: its operators' count * time, summed in the layer's order. Where the
+        token count is one number, the terms of operators that read it alone are priced once per
+        count: the leading ones' sum, then each later term added in its place (the same floats)."""
+        tokens = shape.tokens
+        if isinstance(tokens, np.ndarray):
+            layer, rest = 0.0, ops
+        else:
+            terms = self._terms.get((id(ops), tokens))
+            if terms is None:
+                terms = self._terms[(id(ops), tokens)] = self._token_terms(ops, shape)
+            layer, rest = terms
+        for term in rest:
+            if isinstance(term, tuple):   # (operator, count)
+                time = self._op(term[0], shape)
+                if time is not None:
+                    layer = layer + term[1] * time
+            else:
+                layer = layer + term
         return layer
+
+    def _token_terms(self, ops, shape: Shape) -> tuple:
+        """The sum of the leading token-only operators' terms, then each later term: a number
+        (a token-only operator's count * time) or the (operator, count) priced at each step."""
+        layer, rest = 0.0, []
+        for name, count in ops:
+            if name not in TOKEN_ONLY_OPS:
+                rest.append((name, count))
+                continue
+            time = self._op(name, shape)
+            if time is None:
+                continue
+            if rest:
+                rest.append(count * time)
+            else:
+                layer = layer + count * time
+        return layer, tuple(rest)
 
     def _comm(self, moe: bool, activation_bytes, shape: Shape):
         """A layer's collectives: two all-reduces over tp, or with expert parallelism in an MoE
@@ -747,17 +781,21 @@ class OperatorCost:
 
     def price(self, shape: Shape) -> StepPrice:
         """Stage times, sends and CPU of a step of this shape (float or array-valued)."""
-        params, tp, gpu = self.params, self.layout.tp, self.gpu
+        tp, gpu = self.layout.tp, self.gpu
         activation_bytes = self.dims.b * shape.tokens * self.dims.hidden
         windowed = shape.windowed()
         per_layer = [self._layer(ops, windowed if slides else shape) + self._comm(moe, activation_bytes, shape)
                      for ops, moe, _, slides in self.kinds]
         first = last = 0.0
-        for name, work in self._ops(FIRST_STAGE_OPS, shape):
-            first = first + op_time(params[OP_CLASS[name]], *work)
+        for name in FIRST_STAGE_OPS:
+            time = self._op(name, shape)
+            if time is not None:
+                first = first + time
         first = first + tp_allreduce_s(gpu, activation_bytes, tp)  # vocab-parallel embedding
-        for name, work in self._ops(LAST_STAGE_OPS, shape):
-            last = last + op_time(params[OP_CLASS[name]], *work)
+        for name in LAST_STAGE_OPS:
+            time = self._op(name, shape)
+            if time is not None:
+                last = last + time
         stages = []
         for i in range(len(self.layers)):
             t = 0.0
@@ -784,14 +822,19 @@ class OperatorCost:
 
     def decode_run(self, n_past, steps: int) -> np.ndarray:
         """Times of `steps` consecutive decode steps; step j has n_past[i] + j cached tokens."""
-        batch, past = len(n_past), float(sum(int(p) for p in n_past))
+        window = self.model.sliding_window
+        keys = window_run_keys(n_past, steps, window) if window else None
+        return self.decode_run_sums(len(n_past), sum(int(p) for p in n_past), steps, keys)
+
+    def decode_run_sums(self, batch: int, cached: int, steps: int, window_keys=None) -> np.ndarray:
+        """`decode_run` from the sums: `batch` sequences over `cached` tokens in all at step 0
+        (and, with a sliding window, the keys its windowed layers read at each step)."""
         j = np.arange(steps, dtype=np.float64)
         # sum_i (p_i + j) = P + B*j, exactly representable while it stays below 2^53.
         shape = Shape(float(batch), float(batch), float(batch), float(batch),
-                      past + float(batch) * j, 0.0, 0.0, 0.0, 0.0)
-        window = self.model.sliding_window
-        if window:
-            shape = dataclasses.replace(shape, window_decode_keys=window_run_keys(n_past, steps, window),
+                      float(cached) + float(batch) * j, 0.0, 0.0, 0.0, 0.0)
+        if window_keys is not None:
+            shape = dataclasses.replace(shape, window_decode_keys=window_keys,
                                         window_prefill_units=0.0, window_prefill_keys=0.0)
         return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
 

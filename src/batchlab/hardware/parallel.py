@@ -138,6 +138,25 @@ def alltoall_s(gpu: GPUSpec, nbytes, ep: int):
     return send_s(gpu, nbytes)
 
 
+# The tensor parallel degrees of one 8-GPU node, tried for a hint when the weights do not fit.
+NODE_TPS = (2, 4, 8)
+
+
+def tp_that_holds(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> str:
+    """'; tp N holds them' for the smallest tp of one node above the layout's (same pp) whose
+    GPUs hold the weights with room for KV, or '' when none does."""
+    for tp in (t for t in NODE_TPS if t > layout.tp):
+        bigger = Layout(tp, layout.pp, tp if layout.ep > 1 else 1)
+        try:
+            check_layout(model, bigger)
+        except InputError:
+            continue
+        free = gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, bigger)
+        if free >= kv_bytes_per_token_per_gpu(model, bigger):
+            return f"; tp {tp} holds them"
+    return ""
+
+
 def kv_capacity_tokens_on(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
     """Tokens of KV a replica of `layout` holds: the single-GPU figure itself for one GPU."""
     if layout.trivial:
@@ -154,5 +173,5 @@ def kv_capacity_tokens_split(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> 
     if free < per_token:
         raise InputError(f"model '{model.name}' on gpu '{gpu.name}' with tp={layout.tp} "
                          f"pp={layout.pp}: the weights ({weight_bytes_per_gpu(model, layout) / 1e9:.2f}"
-                         f" GB per GPU) leave no room for KV")
+                         f" GB per GPU) leave no room for KV{tp_that_holds(model, gpu, layout)}")
     return math.floor(free / per_token)

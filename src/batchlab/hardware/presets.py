@@ -323,6 +323,9 @@ ALIASES = {
     "h200sxm": "H200", "h200141gb": "H200", "l424gb": "L4", "b200180gb": "B200",
     "mi300": "MI300X", "amdmi300x": "MI300X", "instinctmi300x": "MI300X", "l40s48gb": "L40S",
     "a1024gb": "A10G", "a40pcie": "A40",
+    # nvidia-smi's names (vLLM's collect_env and benchmark results report them), after the
+    # vendor word: the SXM parts only, as the PCIe cards' memory and clocks differ
+    "h10080gbhbm3": "H100-SXM", "a100sxm480gb": "A100-80GB", "a100sxm440gb": "A100-40GB",
     "llama38b": "Llama-3-8B", "metallama38b": "Llama-3-8B",
     "llama27b": "Llama-2-7B", "llama213b": "Llama-2-13B", "llama270b": "Llama-2-70B",
     "mistral7bv01": "Mistral-7B", "opt13b": "OPT-13B",
@@ -360,12 +363,26 @@ def normalize(name: str) -> str:
     return name.removesuffix("hf") if len(name) > 2 else name
 
 
+# The vendor word before a GPU's name, as nvidia-smi and rocm-smi print it ("NVIDIA L4",
+# "AMD Instinct MI300X").
+_GPU_VENDORS = ("nvidia", "amd")
+
+
+def _without_vendor(key: str) -> str:
+    for vendor in _GPU_VENDORS:
+        if key.startswith(vendor) and len(key) > len(vendor):
+            return key[len(vendor):]
+    return key
+
+
 def _lookup(presets: dict, kind: str, name: str, configs: tuple[str, ...] = ()):
     spec = None
     if isinstance(name, str):
         by_key = {normalize(key): spec for key, spec in presets.items()}
         in_configs = {normalize(hf_id): hf_id for hf_id in configs}
         key = normalize(name)
+        if not configs and key not in by_key and key not in ALIASES:
+            key = _without_vendor(key)
         if key not in by_key and key not in in_configs:
             key = normalize(ALIASES.get(key, key))
         spec = by_key.get(key)

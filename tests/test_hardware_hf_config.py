@@ -91,7 +91,7 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens():
     import dataclasses
 
     from batchlab.hardware import resolve_gpu
-    from batchlab.hardware.cost import kv_capacity_tokens
+    from batchlab.hardware.parallel import kv_capacity_tokens
 
     gpu = resolve_gpu("H100")
     for name in ("Llama-3.1-8B", "deepseek-ai/DeepSeek-V2"):

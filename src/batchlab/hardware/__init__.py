@@ -10,9 +10,7 @@ from batchlab.hardware.cost import (
     SeqWork,
     StepCost,
     decode_run_totals,
-    kv_capacity_tokens,
     max_batch_under,
-    reservations,
     step_cost,
     step_time,
     step_totals,
@@ -20,7 +18,7 @@ from batchlab.hardware.cost import (
 from batchlab.hardware.costmodel import CostModel
 from batchlab.hardware.loading import resolve_gpu, resolve_model
 from batchlab.hardware.opcost import OperatorCost, StepPrice, shape_of, uniform_shape
-from batchlab.hardware.parallel import Layout
+from batchlab.hardware.parallel import Layout, kv_capacity_tokens, reservations
 from batchlab.hardware.presets import GPU_PRESETS, MODEL_PRESETS
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 

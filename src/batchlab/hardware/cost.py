@@ -309,32 +309,6 @@ def decode_run_totals(model: ModelSpec, n_past: np.ndarray, steps: int):
             np.int64(bytes0) + np.int64(bytes_slope) * j)
 
 
-def kv_capacity_bytes(model: ModelSpec, gpu: GPUSpec) -> float:
-    """memory * memory_utilization - weight bytes: what is left for the KV cache."""
-    free = gpu.memory * gpu.memory_utilization - model.weight_bytes
-    if free < model.kv_bytes_per_token:
-        from batchlab.hardware.parallel import tp_that_holds
-
-        raise InputError(f"model '{model.name}' on gpu '{gpu.name}': the weights "
-                         f"({model.weight_bytes / 1e9:.2f} GB) leave no room for KV in "
-                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB"
-                         f"{tp_that_holds(model, gpu)}")
-    return free
-
-
-def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec) -> int:
-    """How many tokens of KV fit: floor(KV capacity bytes / KV bytes per token)."""
-    return math.floor(kv_capacity_bytes(model, gpu) / model.kv_bytes_per_token)
-
-
-def reservations(model: ModelSpec, gpu: GPUSpec, tokens: int) -> int:
-    """How many requests reserving `tokens` tokens of KV each fit (Orca-style reservation)."""
-    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
-        raise InputError(f"field 'tokens' must be an integer >= 1, got {tokens!r}")
-    # floor(floor(x) / n) == floor(x / n) for a positive integer n.
-    return kv_capacity_tokens(model, gpu) // int(tokens)
-
-
 def max_batch_under(model: ModelSpec, gpu: GPUSpec, limit_s: float, context: int,
                     new_tokens: int = 1) -> int:
     """Largest B whose step of B works SeqWork(new_tokens, context) costs <= limit_s (0 if none).

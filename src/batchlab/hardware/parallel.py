@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from batchlab.errors import InputError
 from batchlab.hardware.shapes import kv_value_bytes
 from batchlab.hardware.specs import GPUSpec, ModelSpec
@@ -157,11 +159,33 @@ def tp_that_holds(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -
     return ""
 
 
+def kv_capacity_bytes(model: ModelSpec, gpu: GPUSpec) -> float:
+    """memory * memory_utilization - weight bytes: what is left for the KV cache."""
+    free = gpu.memory * gpu.memory_utilization - model.weight_bytes
+    if free < model.kv_bytes_per_token:
+        raise InputError(f"model '{model.name}' on gpu '{gpu.name}': the weights "
+                         f"({model.weight_bytes / 1e9:.2f} GB) leave no room for KV in "
+                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB"
+                         f"{tp_that_holds(model, gpu)}")
+    return free
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec) -> int:
+    """How many tokens of KV fit: floor(KV capacity bytes / KV bytes per token)."""
+    return math.floor(kv_capacity_bytes(model, gpu) / model.kv_bytes_per_token)
+
+
+def reservations(model: ModelSpec, gpu: GPUSpec, tokens: int) -> int:
+    """How many requests reserving `tokens` tokens of KV each fit (Orca-style reservation)."""
+    if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
+        raise InputError(f"field 'tokens' must be an integer >= 1, got {tokens!r}")
+    # floor(floor(x) / n) == floor(x / n) for a positive integer n.
+    return kv_capacity_tokens(model, gpu) // int(tokens)
+
+
 def kv_capacity_tokens_on(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
     """Tokens of KV a replica of `layout` holds: the single-GPU figure itself for one GPU."""
     if layout.trivial:
-        from batchlab.hardware.cost import kv_capacity_tokens
-
         return kv_capacity_tokens(model, gpu)
     return kv_capacity_tokens_split(model, gpu, layout)
 

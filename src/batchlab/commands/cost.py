@@ -6,7 +6,8 @@ import argparse
 import json
 
 from batchlab.commands import flagtypes
-from batchlab.commands.options import EXPERT_PARALLEL_HELP, MS_PER_S, add_hardware, hardware
+from batchlab.commands.options import (EXPERT_PARALLEL_HELP, MS_PER_S, add_disable_custom_all_reduce,
+                                       add_hardware, hardware)
 from batchlab.io_checks import MAX_REQUESTS
 
 # An hour: no batching question asks about longer steps, and the search for the largest batch
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
                         help="pipeline parallel degree: stages the layers are split into "
                              "(default: %(default)s)")
     parser.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
+    add_disable_custom_all_reduce(parser)
     parser.add_argument("--breakdown", action="store_true",
                         help="also print the step operator by operator (with --cost operators)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -26,6 +26,7 @@ def register(subparsers) -> None:
     g.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=flagtypes.count, default=1, metavar="M",
                    help="pipeline stages per replica; with M > 1 Orca's scheduling keeps M batches in flight (default: 1)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=options.EXPERT_PARALLEL_HELP)
+    options.add_disable_custom_all_reduce(g)
     g.add_argument("--replica", action="append", metavar="SPEC",
                    help="a replica group, repeatable: comma-separated count=, system=, model=, gpu=, tp=, pp=, "
                         "ep= (1 or tp), role= (colocated, prefill or decode), e.g. count=2,gpu=A100-80GB,tp=2,system=paged:max_bs=64")

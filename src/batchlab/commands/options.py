@@ -98,7 +98,8 @@ def hardware(args: argparse.Namespace):
         gpu = resolve_gpu(args.gpu)
     overrides = {"mfu": args.mfu, "mbu": args.mbu, "memory_utilization": args.memory_utilization,
                  "step_overhead_s": None if args.overhead_ms is None else args.overhead_ms / MS_PER_S,
-                 "cost_model": getattr(args, "cost", None)}
+                 "cost_model": getattr(args, "cost", None),
+                 "custom_allreduce": False if getattr(args, "disable_custom_all_reduce", False) else None}
     overrides = {key: value for key, value in overrides.items() if value is not None}
     if overrides:
         gpu = dataclasses.replace(gpu, **overrides)
@@ -125,6 +126,13 @@ def add_layout(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pipeline-parallel-size", "--pp", dest="pp", type=flagtypes.count, default=1,
                    metavar="N", help="pipeline stages, each on its own tp GPUs (default: %(default)s)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
+    add_disable_custom_all_reduce(g)
+
+
+def add_disable_custom_all_reduce(g) -> None:
+    """vLLM's flag: every tensor-parallel all-reduce by NCCL, not vLLM's own kernel."""
+    g.add_argument("--disable-custom-all-reduce", action="store_true",
+                   help="as vLLM: all-reduce with NCCL, not vLLM's own kernel for small messages")
 
 
 EXPERT_PARALLEL_HELP = ("as vLLM: a mixture of experts' experts spread whole over each stage's tp GPUs "

@@ -22,6 +22,7 @@ def register(subparsers) -> None:
     g.add_argument("--pp", type=flagtypes.name_list, default="1", metavar="LIST",
                    help="pipeline stages to try (default: %(default)s)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=options.EXPERT_PARALLEL_HELP)
+    options.add_disable_custom_all_reduce(g)
     g.add_argument("--system", default="paged", metavar="SPEC",
                    help="each replica's system, a preset with :field=value overrides (default: %(default)s)")
     g.add_argument("--router", default="least-outstanding", metavar="NAME",

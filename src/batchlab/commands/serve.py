@@ -4,7 +4,7 @@ with `--simulate`, a twin of a model on a GPU whose steps last what the cost mod
 from __future__ import annotations
 
 from batchlab.commands import flagtypes
-from batchlab.commands.options import EXPERT_PARALLEL_HELP, add_precision
+from batchlab.commands.options import EXPERT_PARALLEL_HELP, add_disable_custom_all_reduce, add_precision
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -76,6 +76,7 @@ def register(subparsers) -> None:
     g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=flagtypes.count, default=1, metavar="N",
                    help="tensor parallel GPUs of the twin (default: %(default)s)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
+    add_disable_custom_all_reduce(g)
     add_precision(g)
     g.add_argument("--replicas", type=flagtypes.count, default=1, metavar="N",
                    help="N twins, each its own engine, on ports --port .. --port + N - 1, in one "
@@ -102,6 +103,7 @@ def run(args) -> int:
         return _run_twin(args)
     for flag, value, default in (("--gpu", args.gpu, None), ("--tp", args.tp, 1),
                                  ("--enable-expert-parallel", args.enable_expert_parallel, False),
+                                 ("--disable-custom-all-reduce", args.disable_custom_all_reduce, False),
                                  ("--dtype", args.dtype, None), ("--quantization", args.quantization, None),
                                  ("--kv-cache-dtype", args.kv_cache_dtype, None),
                                  ("--replicas", args.replicas, 1), ("--fault", args.fault, []),
@@ -175,7 +177,8 @@ def _run_twin(args) -> int:
     faults = tuple(parse_fault(text, args.replicas) for text in args.fault)
     config = TwinConfig(model=TWIN_MODEL if args.model is None else args.model,
                         gpu=TWIN_GPU if args.gpu is None else args.gpu, tp=args.tp,
-                        expert_parallel=args.enable_expert_parallel, dtype=args.dtype,
+                        expert_parallel=args.enable_expert_parallel,
+                        disable_custom_all_reduce=args.disable_custom_all_reduce, dtype=args.dtype,
                         quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
                         system=DEFAULT_TWIN_SYSTEM if args.system is None else args.system,
                         served_model_name=args.served_model_name, max_model_len=args.max_model_len,

@@ -25,7 +25,8 @@ bandwidth (p2p_bandwidth):
     one-shot: 2 * p2p_latency_s + (tp - 1) * S / p2p_bandwidth
     two-shot: 2 * p2p_latency_s + 2 * (tp - 1) / tp * S / p2p_bandwidth
 
-Anything else is NCCL's ring (parallel.allreduce_s). Newer vLLM on Hopper and Blackwell with
+A GPU spec with custom_allreduce false (vLLM's --disable-custom-all-reduce) reduces with NCCL
+whatever the group. Anything else is NCCL's ring (parallel.allreduce_s). Newer vLLM on Hopper and Blackwell with
 symmetric memory lowers the bound at tp 6 and 8 and hands larger messages to a symmetric-memory
 all-reduce; that is not modelled.
 """
@@ -44,8 +45,9 @@ TWO_SHOT_FROM = ((4, 512 * 1024), (8, 256 * 1024))
 
 
 def applies(gpu: GPUSpec, tp: int) -> bool:
-    """vLLM runs its own kernel for this group (below MAX_BYTES): tp it supports, linked all to all."""
-    return tp in SUPPORTED_TP and gpu.interconnect == "nvlink"
+    """vLLM runs its own kernel for this group (below MAX_BYTES): tp it supports, linked all to
+    all, and not disabled."""
+    return gpu.custom_allreduce and tp in SUPPORTED_TP and gpu.interconnect == "nvlink"
 
 
 def two_shot_from(tp: int) -> float:

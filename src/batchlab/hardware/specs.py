@@ -306,6 +306,9 @@ class GPUSpec:
     allreduce_latency_s: float = DEFAULT_LINK_LATENCY_S
     p2p_bandwidth: float = NVLINK3_BYTES_S
     p2p_latency_s: float = DEFAULT_LINK_LATENCY_S
+    # vLLM's own all-reduce kernel for small messages where it applies (custom_allreduce.py);
+    # False: NCCL for every all-reduce, as vLLM's --disable-custom-all-reduce.
+    custom_allreduce: bool = True
     source: str = ""  # where the numbers come from (datasheet, fitted profiles and command)
     price_per_hour: float | None = None  # what one GPU costs per hour (any currency); `plan` minimises it
     # Dense FP8 FLOP/s of the tensor cores (Hopper, Ada, Blackwell, CDNA 3); None: no FP8 math,
@@ -358,6 +361,9 @@ class GPUSpec:
         if self.fp8_peak_flops is not None:
             object.__setattr__(self, "fp8_peak_flops", _positive_float(
                 rec, "fp8_peak_flops", self.fp8_peak_flops, at_least=MIN_RATE))
+        if not isinstance(self.custom_allreduce, bool):
+            raise InputError(f"{rec}: field 'custom_allreduce' must be true or false, "
+                             f"got {self.custom_allreduce!r}")
         if not isinstance(self.fit_base, str):
             raise InputError(f"{rec}: field 'fit_base' must be a string, got {self.fit_base!r}")
         if not isinstance(self.source, str):

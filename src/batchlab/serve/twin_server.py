@@ -27,6 +27,7 @@ class TwinConfig:
     gpu: str = "H100-SXM"
     tp: int = 1
     expert_parallel: bool = False          # an MoE's experts spread over the tp GPUs (ep = tp)
+    disable_custom_all_reduce: bool = False  # vLLM's flag: every all-reduce by NCCL
     dtype: str | None = None               # vLLM's --dtype, --quantization, --kv-cache-dtype
     quantization: str | None = None        # (None: the model's own)
     kv_cache_dtype: str | None = None
@@ -83,6 +84,8 @@ class TwinMetrics:
 
 def hardware(cfg: TwinConfig):
     """(ModelSpec, GPUSpec, Layout) of the twin, checked."""
+    import dataclasses
+
     from batchlab.commands.options import precision
     from batchlab.hardware import resolve_gpu, resolve_model
     from batchlab.hardware.parallel import Layout, check_layout
@@ -90,6 +93,8 @@ def hardware(cfg: TwinConfig):
 
     with named("gpu", "--gpu"):
         gpu = resolve_gpu(cfg.gpu)
+    if cfg.disable_custom_all_reduce:
+        gpu = dataclasses.replace(gpu, custom_allreduce=False)
     with named("model", "--model"):
         model = precision(resolve_model(cfg.model), cfg)
     with named("tp", "--tp"), named("ep", "--enable-expert-parallel"):

@@ -75,6 +75,9 @@ def register(subparsers) -> None:
     g.add_argument("--gpu", metavar="G", help=f"GPU preset or .toml/.json spec file (default: {TWIN_GPU})")
     g.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=flagtypes.count, default=1, metavar="N",
                    help="tensor parallel GPUs of the twin (default: %(default)s)")
+    g.add_argument("--pipeline-parallel-size", "--pp", dest="pp", type=flagtypes.count, default=1, metavar="M",
+                   help="pipeline stages: only 1 (a twin runs one step at a time; simulate and fleet "
+                        "run pipelined layouts)")
     g.add_argument("--enable-expert-parallel", action="store_true", help=EXPERT_PARALLEL_HELP)
     add_disable_custom_all_reduce(g)
     add_precision(g)
@@ -98,6 +101,8 @@ def run(args) -> int:
         raise InputError(f"field '--port' must be in [0, 65535], got {args.port}")
     if args.drain_timeout <= 0:
         raise InputError(f"field '--drain-timeout' must be > 0, got {args.drain_timeout}")
+    if args.pp > 1:
+        raise InputError(PIPELINE_REFUSED)
     check_flags(args)
     if args.simulate:
         return _run_twin(args)
@@ -126,6 +131,13 @@ def run(args) -> int:
                          max_waiting=args.max_waiting, seed=args.seed, check_memory=args.check_memory,
                          save_trace=args.save_trace, save_steps=args.save_steps)
     return serve(config, args.host, args.port, args.drain_timeout, args.log_level)
+
+
+# Why a pipelined layout is refused rather than served: the twin's wall-clock loop begins a step,
+# sleeps until its end and commits it before the next, where pp stages keep pp batches in flight.
+PIPELINE_REFUSED = ("field '--pipeline-parallel-size': a twin runs one step at a time on the wall "
+                    "clock and cannot keep a batch per pipeline stage in flight; price pipelined "
+                    "layouts with `batchlab simulate --pp` or `batchlab fleet --pp`")
 
 
 def check_flags(args) -> None:

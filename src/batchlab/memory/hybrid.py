@@ -82,8 +82,11 @@ class HybridPagedMemory(MemoryManager):
     # -- the interface --------------------------------------------------------------------
 
     def reject_reason(self, request: Request) -> str | None:
+        # Its peak, even under chunked prefill: admission (`_take`) takes blocks for every known
+        # token on every group before the first chunk runs, and a sliding group releases them
+        # chunk by chunk only after; a preempted request is recomputed from its first token.
         need = request.prompt_tokens + request.output_tokens - 1
-        blocks = len(self.windows) * self.blocks_for(need)   # recomputed from its first token
+        blocks = len(self.windows) * self.blocks_for(need)
         if blocks > self.total_blocks:
             return (f"needs {need} tokens of KV ({blocks} blocks over {len(self.windows)} KV cache "
                     f"groups) > capacity {self.total_blocks} blocks")

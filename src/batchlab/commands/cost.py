@@ -187,7 +187,10 @@ def _table(out: dict):
     if "max_concurrency" in out:   # sliding windows: vLLM's "GPU KV cache size" and concurrency
         rows += [(f"  KV cache blocks ({out['kv_block_size']} tokens x {out['kv_group_layers']} layers)",
                   f"{out['kv_cache_blocks']:,}"),
-                 (f"  max concurrency at {out['max_context']:,} tokens", f"{out['max_concurrency']:.2f}"),
+                 # vLLM's startup figure: requests of max_model_len tokens, each windowed group
+                 # reserving its window and a step's batched tokens (its prefill chunk)
+                 (f"  vLLM's max concurrency at {out['max_context']:,} tokens (window + "
+                  f"{out['max_num_batched_tokens']:,} batched)", f"{out['max_concurrency']:.2f}"),
                  ("  every token on every layer (tokens)", f"{out['kv_tokens_every_layer']:,}")]
     if "max_batch" in out:
         rows.append((f"max batch under {out['max_batch_under_s'] * MS_PER_S:g} ms",
@@ -203,8 +206,10 @@ def _table(out: dict):
                      f"{out['model']}'s max context ({out['max_context']:,})")
     if out["exceeds_kv_capacity"]:
         held = out["sequences_in_kv"]
+        # windowed layers: once prefilled, each sequence keeps only its window there
+        windowed = " once prefilled (windowed layers keep their window)" if "max_concurrency" in out else ""
         notes.append(f"the KV cache holds {held:,} sequence{'' if held == 1 else 's'} of "
-                     f"{out['context'] + out['new_tokens']:,} tokens, not {out['batch']:,}")
+                     f"{out['context'] + out['new_tokens']:,} tokens{windowed}, not {out['batch']:,}")
     if notes:
         table.caption = "note: " + "; ".join(notes)
     return table

@@ -257,6 +257,26 @@ def test_a_queue_behind_the_seats_waits_in_the_lane(fast_path_steps):
     assert trace.admitted_at[2] == trace.output_times(0)[-1]   # admitted at the first finish
 
 
+@pytest.mark.parametrize("kind", ["roofline", "operators"])
+def test_every_seat_taken_with_a_queue_runs_decodes_in_one_piece(fast_path_steps, kind):
+    # one seat, long outputs and a queue from the start (a sequential server): between finishes
+    # nobody can be admitted, so the decodes run in priced pieces, not as steps planned one by one
+    rows = [(0.0, 30 + 7 * k, 120 + 11 * k) for k in range(6)]
+    runs = []
+    apply_run = fast_path.FastPath.apply_run
+
+    def recording(path, run, steps):
+        runs.append(steps)
+        return apply_run(path, run, steps)
+
+    priced = lambda: make_executor(MODEL, GPU, cost=kind)
+    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
+        trace, _ = check(rows, SchedulerConfig(max_active=1), AMPLE, executor=priced)
+    assert fast_path_steps[0] == trace.n_steps and sum(runs) > trace.n_steps * 3 // 4
+    # each request is admitted at the step after the previous one's last token
+    assert all(trace.admitted_at[k + 1] == trace.output_times(k)[-1] for k in range(5))
+
+
 def test_a_block_that_runs_out_is_a_preemption_the_general_loop_makes(fast_path_steps):
     # 6 blocks of 4 tokens for two requests that each grow to 16 tokens: someone is preempted
     rows = [(0.0, 6, 10), (0.0, 6, 10)]

@@ -79,7 +79,7 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     # engine.run checked every request before the first was added: each is accepted as it is
     add, queued = engine.accept, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
-    live, finishing = fast.live, fast.finishing
+    live, finishing, seats = fast.live, fast.finishing, fast.seats
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -92,7 +92,9 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
         # begin_next and finish_pending, inline: the simulator passes here at every piece
-        if not queued:   # pure decodes: a run of them in one numpy piece, or decode steps
+        # pure decodes while nobody waits, or while every seat is taken (nobody is admitted
+        # before a finish): a run of them in one numpy piece, or decode steps
+        if not queued or len(live) >= seats:
             if not live:
                 if next_arrival == n_pending:
                     break
@@ -317,10 +319,11 @@ class FastPath:
             self.held = self.held_tokens()
 
     def decode(self, t: float, until: float) -> float | None:
-        """Steps of pure decodes from `t` while nobody waits: plan and begin's work for that
-        case, one step after another until one ends at or after `until`, a run would price the
-        rest in one piece, or the fast path cannot go on; the last one's end (its finishes wait for
-        finish_due), or None, and nothing changed, if the fast path cannot run the first."""
+        """Steps of pure decodes from `t` while nobody waits or every seat is taken: plan and
+        begin's work for that case, one step after another until one ends at or after `until`,
+        a run would price the rest in one piece, a finish frees a seat someone waits for, or the
+        fast path cannot go on; the last one's end (its finishes wait for finish_due), or None,
+        and nothing changed, if the fast path cannot run the first."""
         live, finishing, crossings = self.live, self.finishing, self.crossings
         append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
         price, run_min = self.price, self.run_min
@@ -353,7 +356,8 @@ class FastPath:
                 self.s, self.computed, self.held, self.duration = s, computed, held, duration
                 self.finish_due()
                 batch, computed, held = len(live), self.computed, self.held
-                if not batch or (t + run_min * duration <= until and s + run_min <= self.next_finish()):
+                if not batch or self.waiting.heap or (t + run_min * duration <= until
+                                                      and s + run_min <= self.next_finish()):
                     self.decoded += decoded
                     return end
                 duration_of_next = price.decode_steps(batch, computed).__next__

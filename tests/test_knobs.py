@@ -153,3 +153,11 @@ def test_paged_equals_unlimited_when_memory_suffices():
     by = run("reservation", 80, rates=(2.0,), systems=("paged", "unlimited"))
     assert identical(by["paged"], by["unlimited"])
     assert by["paged"]["rates"][0]["stored_per_held"] > 0.9   # only part-filled last blocks
+
+
+def test_a_tables_caption_defines_slo_met_only_where_a_column_reports_it(capsys):
+    for experiment, has_column in (("max_bs", True), ("prefill", False)):
+        code = main(["knobs", experiment, "--requests", "20", "--rates", "8", "--jobs", "1",
+                     "--cost", "roofline"])
+        out = capsys.readouterr().out
+        assert code == 0 and ("SLO met" in out) == has_column, experiment

@@ -10,6 +10,7 @@ same requests stepped one plan at a time, with nothing fast-forwarded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from unittest import mock
@@ -37,8 +38,8 @@ from helpers import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_tr
 GPU = resolve_gpu("A100-80GB")
 
 
-@pytest.fixture
-def fast_path_steps(monkeypatch):
+@contextlib.contextmanager
+def counting_fast_path_steps():
     """Steps run in the fast path, counted: proof the fast path ran (or did not)."""
     counted = [0]
     advance = fast_path.advance
@@ -48,8 +49,14 @@ def fast_path_steps(monkeypatch):
         counted[0] += out[2]
         return out
 
-    monkeypatch.setattr(fast_path, "advance", counting)
-    return counted
+    with mock.patch.object(fast_path, "advance", counting):
+        yield counted
+
+
+@pytest.fixture
+def fast_path_steps():
+    with counting_fast_path_steps() as counted:
+        yield counted
 
 
 def make_requests(rows, sampled: int | None = None) -> list[Request]:
@@ -192,7 +199,7 @@ AMPLE = ("paged", 1 << 20, 16, 0.0)
 STEP = ROOFLINE_STEP_S
 
 
-def test_the_whole_of_vidurs_run_is_in_the_lane(fast_path_steps):
+def test_the_whole_of_vidurs_run_is_in_the_fast_path(fast_path_steps):
     # 512-token prompts arriving one at a time, ample memory: every step is one the fast path runs,
     # and it takes the same blocks in the same order as stepping
     rows = [(k * 8 * STEP, 512, 64) for k in range(40)]
@@ -248,7 +255,7 @@ def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(fast_p
     assert fast_path_steps[0] == trace.n_steps and skipped and all(skipped) and all(counted)
 
 
-def test_a_queue_behind_the_seats_waits_in_the_lane(fast_path_steps):
+def test_a_queue_behind_the_seats_waits_in_the_fast_path(fast_path_steps):
     # two seats for three requests arriving together: the third waits for a seat and starts
     # in the step after the first finish, all of it in the fast path
     rows = [(0.0, 50, 10), (0.0, 60, 30), (0.0, 70, 20), (40 * STEP, 30, 20)]
@@ -445,17 +452,9 @@ PRICED = {
 
 @settings(max_examples=210, **PROFILE)
 @given(cases(), st.sampled_from(sorted(PRICED)))
-def test_aggregate_stepping_equals_the_general_loop_under_every_price(case, priced):
+def test_fast_path_stepping_equals_the_general_loop_under_every_price(case, priced):
     rows, config, memory, max_context, sampled = case
-    ran = [0]
-    advance = fast_path.advance
-
-    def counting(*args):
-        out = advance(*args)
-        ran[0] += out[2]
-        return out
-
-    with mock.patch.object(fast_path, "advance", counting):
+    with counting_fast_path_steps() as ran:
         fast, _ = check(rows, config, memory, max_context=max_context, sampled=sampled,
                         executor=PRICED[priced])
     event(f"{priced}: fast path steps {'all' if ran[0] == fast.n_steps else 'some' if ran[0] else 'none'}")

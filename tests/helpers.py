@@ -145,3 +145,30 @@ def main_within(argv: list[str], seconds: int = HANG_S) -> int:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def flood_completions(url: str, prompt, n: int, max_tokens: int) -> list:
+    """`n` completions of `max_tokens` tokens each (no early EOS) sent to `url` at once: every
+    answer, in order."""
+    import asyncio
+
+    import httpx
+
+    async def flood():
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
+            body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
+            return await asyncio.gather(*(client.post(url + "/v1/completions", json=body)
+                                          for _ in range(n)))
+
+    return asyncio.run(flood())
+
+
+def assert_refused_or_served(answers: list, max_tokens: int) -> None:
+    """A full waiting queue's answers: some refused with 429, Retry-After and an OpenAI error
+    object, the rest served whole; nothing else."""
+    refused = [r for r in answers if r.status_code == 429]
+    served = [r for r in answers if r.status_code == 200]
+    assert refused and served and len(refused) + len(served) == len(answers)
+    assert all(r.headers["retry-after"].isdigit() and r.json()["error"]["type"] == "rate_limit_error"
+               for r in refused)
+    assert all(r.json()["usage"]["completion_tokens"] == max_tokens for r in served)

@@ -20,6 +20,7 @@ from batchlab.serve.launch import ServeFailed, ServeProcess
 from batchlab.serve.model_spec import parse_model
 
 from conftest import ROOT
+from helpers import assert_refused_or_served, flood_completions
 
 MODEL = init_model(parse_model("tiny"))
 STARTUP_S = 60.0
@@ -166,18 +167,9 @@ def test_disconnect_mid_stream_aborts_and_frees_the_kv(server):
 def test_full_waiting_queue_gets_429_with_retry_after():
     s = Server("--max-waiting", "2", "--system", "paged:max_bs=1", "--max-model-len", "256")
     try:
-        async def flood():
-            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-                body = {"prompt": "flood", "max_tokens": 40, "ignore_eos": True}
-                return await asyncio.gather(*(client.post(s.url + "/v1/completions", json=body)
-                                              for _ in range(20)))
-        answers = asyncio.run(flood())
-        refused = [r for r in answers if r.status_code == 429]
-        served = [r for r in answers if r.status_code == 200]
-        assert refused and served and len(refused) + len(served) == 20
-        assert all(r.headers["retry-after"].isdigit() and r.json()["error"]["type"] == "rate_limit_error"
-                   for r in refused)
-        assert all(r.json()["usage"]["completion_tokens"] == 40 for r in served)
+        answers = flood_completions(s.url, "flood", 20, 40)
+        assert len(answers) == 20
+        assert_refused_or_served(answers, 40)
         assert httpx.get(s.url + "/health", timeout=TIMEOUT).status_code == 200
     finally:
         assert s.stop() == 0

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from batchlab.serve.launch import ServeProcess
 
 from conftest import ROOT
+from helpers import assert_refused_or_served, flood_completions
 
 TIMEOUT = httpx.Timeout(30.0)
 
@@ -122,21 +123,9 @@ def test_validate_refuses_device_flags_for_a_twin(twins, cli):
 
 
 def test_a_full_waiting_queue_gets_429_from_a_twin_as_from_the_real_server():
-    import asyncio
-
     flags = ("--simulate", "--gpu", "L4", "--system", "paged:max_bs=1", "--max-waiting", "2",
              "--max-model-len", "4096")
     with ServeProcess(*flags, cwd=ROOT) as twin:
-        async def flood():
-            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-                body = {"prompt": list(range(64)), "max_tokens": 40, "ignore_eos": True}
-                return await asyncio.gather(*(client.post(twin.url + "/v1/completions", json=body)
-                                              for _ in range(12)))
-
-        answers = asyncio.run(flood())
-    refused = [r for r in answers if r.status_code == 429]
-    served = [r for r in answers if r.status_code == 200]
-    assert refused and served and len(refused) + len(served) == 12
-    assert all(r.headers["retry-after"].isdigit() and r.json()["error"]["type"] == "rate_limit_error"
-               for r in refused)
-    assert all(r.json()["usage"]["completion_tokens"] == 40 for r in served)
+        answers = flood_completions(twin.url, list(range(64)), 12, 40)
+    assert len(answers) == 12
+    assert_refused_or_served(answers, 40)

@@ -70,6 +70,15 @@ def test_validate_of_a_twin_takes_flags_that_agree_with_it_and_splits_its_error_
     _scheduling_holds(run["split"])
 
 
+def _refusal(out, flag: str, served: str) -> str:
+    """validate's one-line exit 2 for a flag the server contradicts: the line, which names the
+    flag and what the server serves."""
+    assert out.returncode == 2 and not out.stdout
+    (line,) = out.stderr.strip().splitlines()
+    assert f"field '{flag}'" in line and f"which serves {served}" in line
+    return line
+
+
 @pytest.mark.parametrize("flag, value, served", [
     ("--model", "Llama-3.1-70B", "'Llama-3.1-8B'"),
     ("--model", "mini", "'Llama-3.1-8B'"),
@@ -77,11 +86,8 @@ def test_validate_of_a_twin_takes_flags_that_agree_with_it_and_splits_its_error_
     ("--system", "paged", "'paged:max_bs=32'"),
     ("--kv-cache-tokens", "65536", "100000")])
 def test_a_flag_that_disagrees_with_the_twin_exits_2_naming_both_values(twin, cli, flag, value, served):
-    out = cli("validate", "--base-url", twin, flag, value, *SMALL)
-    assert out.returncode == 2 and not out.stdout
-    (line,) = out.stderr.strip().splitlines()
-    assert f"field '{flag}'" in line and repr(int(value) if value.isdigit() else value) in line
-    assert f"which serves {served}" in line
+    line = _refusal(cli("validate", "--base-url", twin, flag, value, *SMALL), flag, served)
+    assert repr(int(value) if value.isdigit() else value) in line
 
 
 def test_a_server_without_the_step_log_gets_no_split_and_says_why(tmp_path):
@@ -123,8 +129,5 @@ def test_validate_of_a_mini_server_replays_on_what_it_serves_when_flags_agree_or
     ("--system", "paged:max_bs=16", "'paged:max_bs=8'"),
     ("--kv-cache-tokens", "8192", "4096")])
 def test_a_flag_that_disagrees_with_a_mini_server_exits_2_naming_both_values(mini, cli, flag, value, served):
-    out = cli("validate", "--base-url", mini, flag, value, *SMALL)
-    assert out.returncode == 2 and not out.stdout
-    (line,) = out.stderr.strip().splitlines()
-    assert f"field '{flag}'" in line and f"disagrees with the server at {mini}" in line
-    assert f"which serves {served}" in line
+    line = _refusal(cli("validate", "--base-url", mini, flag, value, *SMALL), flag, served)
+    assert f"disagrees with the server at {mini}" in line

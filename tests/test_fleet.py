@@ -435,3 +435,26 @@ def test_the_fleet_trace_is_the_trace_of_every_request(system, gather_tokens, mo
     assert merged.ids == whole.ids
     assert list(merged.reject_reasons.items()) == list(whole.reject_reasons.items())
     assert merged.evictions == whole.evictions
+
+
+@pytest.mark.parametrize("cost", ["roofline", "operators"])
+def test_replicas_with_every_seat_taken_run_their_decodes_in_priced_pieces(cost):
+    # one seat each and a queue all along: between finishes nobody is admitted, so each
+    # replica's fast path prices its decodes as runs, and the fleet equals one stepped throughout
+    gpu = dataclasses.replace(GPU, cost_model=cost)
+    workload = make_workload("chat", 40, 20.0, 3)
+    replicas = [ReplicaSpec(parse_system("paged:max_bs=1"), MODEL, gpu)] * 2
+    runs = []
+    apply_run = fast_path.FastPath.apply_run
+
+    def recording(path, run, steps):
+        runs.append(steps)
+        return apply_run(path, run, steps)
+
+    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
+        fleet = simulate_fleet(workload, replicas, "least-outstanding")
+    with mock.patch.object(fast_path.FastPath, "enter", classmethod(lambda cls, engine: None)):
+        stepped = simulate_fleet(workload, replicas, "least-outstanding")
+    assert fleet.trace.token_times.tobytes() == stepped.trace.token_times.tobytes()
+    steps = sum(r.trace.n_steps for r in fleet.replicas)
+    assert sum(runs) > steps // 2

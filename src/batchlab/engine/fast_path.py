@@ -191,9 +191,10 @@ class FastPath:
         """Begin what comes next at `now`: while nobody waits, a run of pure decodes up to the
         next finish priced in one piece (ending by `run_until`, when it has room for run_min
         steps before it) or else decode steps up to the first that ends at or after `until`;
-        otherwise one step. Its end; what began is under way until `finish_pending` (a run may
-        be `cut` first). None, and nothing changed, where the general loop must step."""
-        if not self.waiting.heap:
+        otherwise one step. Pure decodes run so while every seat is taken, too: nobody is
+        admitted before a finish. Its end; what began is under way until `finish_pending` (a run
+        may be `cut` first). None, and nothing changed, where the general loop must step."""
+        if not self.waiting.heap or len(self.live) >= self.seats:
             if now + self.run_min * self.duration <= run_until and self.s + self.run_min <= self.next_finish():
                 run = self.price_run(now, run_until)
                 if run is not None:

@@ -42,7 +42,7 @@ def cost(*works):
 def test_reservation_sizes(policy, prompt, output, size):
     mem = ReservationMemory(100_000, policy, max_context=8192)
     (r,) = reqs((0, prompt, output))
-    assert mem.reservation(r) == size
+    assert mem.need(r) == size
     assert mem.try_admit(r) and mem.held_tokens() == size
     mem.free(r)
     assert mem.held_tokens() == 0

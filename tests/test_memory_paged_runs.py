@@ -32,12 +32,16 @@ states = st.tuples(st.integers(200, 3000), st.sampled_from([1, 4, 16]),
 
 @settings(max_examples=150, deadline=None)
 @given(states, st.integers(1, 200))
-def test_decode_run_room_is_growth_room_and_held(state, steps):
+def test_decode_run_room_is_what_stepping_grows(state, steps):
     memory, requests = running_set(*state)
     room, held = memory.decode_run_room(requests, steps)
-    assert room == memory.growth_room(requests, steps)
-    expected = memory.decode_run_held(requests, room) if room else np.empty(0)
-    assert held.dtype == expected.dtype and held.tobytes() == expected.tobytes()
+    stepped = []   # the tokens held during each step grown one at a time, while all grow
+    while len(stepped) < steps and memory.grow_each(requests):
+        for r in requests:
+            r.computed += 1
+        stepped.append(float(memory.held_tokens()))
+    assert room == len(stepped)
+    assert held.dtype == np.float64 and held.tolist() == stepped
 
 
 @settings(max_examples=150, deadline=None)

@@ -119,7 +119,7 @@ def test_no_content_no_sharing():
     a = Request("a", 0.0, 12, 2)
     admit(m, a)
     finish(m, a)
-    assert not m.index.cached and m.free_blocks() == m.total_blocks
+    assert not m.index.cached and m.room() == m.total_blocks
 
 
 # --- LRU eviction ---------------------------------------------------------------------------------

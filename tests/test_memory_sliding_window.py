@@ -15,7 +15,7 @@ from batchlab.hardware.kv_groups import kv_cache_report, kv_groups, window_reser
 from batchlab.hardware.parallel import kv_capacity_tokens_on, SINGLE_GPU
 from batchlab.memory import PagedMemory, ReservationMemory
 from batchlab.memory.hybrid import HybridPagedMemory
-from batchlab.memory.reservation import WindowedReservationMemory
+from batchlab.memory.windowed import WindowedReservationMemory
 from batchlab.request import Request, Status
 from batchlab.scheduler import QueueOrder, SchedulerConfig
 
@@ -170,7 +170,7 @@ def test_reservation_counts_the_window():
     assert window_reservation(groups, 10) == 10
     memory = WindowedReservationMemory(1000, groups, "oracle", 4096)
     r = Request("r", 0.0, 80, 20)   # the oracle reserves prompt + output: 100 positions
-    assert memory.reservation(r) == 66 and memory.try_admit(r)
+    assert memory.need(r) == 66 and memory.try_admit(r)
     assert memory.held_tokens() == 66
     r.status, r.computed = Status.RUNNING, 100
     memory.check_integrity()

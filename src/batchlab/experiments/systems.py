@@ -132,7 +132,7 @@ class System:
         if self.memory.startswith("reservation-"):
             policy = self.memory.removeprefix("reservation-")
             if groups is not None:
-                from batchlab.memory.reservation import WindowedReservationMemory
+                from batchlab.memory.windowed import WindowedReservationMemory
                 return WindowedReservationMemory(capacity, groups, policy, max_context)
             return ReservationMemory(capacity, policy, max_context)
         from batchlab.memory.paged import PagedMemory

@@ -33,14 +33,11 @@ class MemoryManager(ABC):
     cache_version: int = 0              # changes whenever `cached_tokens` may answer differently
     grows_in_blocks: bool = False       # decodes take a block whenever theirs fills (paged)
     held_is_stored: bool = False        # what it holds is what its requests store (unlimited)
+    _held: dict[Request, object]        # the requests holding memory, in admission order
 
     @abstractmethod
     def reject_reason(self, request: Request) -> str | None:
         """Why `request` can never run here, or None if it can (asked once, at arrival)."""
-
-    @abstractmethod
-    def can_admit(self, request: Request) -> bool:
-        """Whether `try_admit(request)` would succeed now; changes nothing."""
 
     # -- the common questions -------------------------------------------------------------
 
@@ -59,7 +56,15 @@ class MemoryManager(ABC):
 
     def holding(self) -> bool:
         """Whether any request holds memory now."""
-        return bool(self.holders())
+        return bool(self._held)
+
+    def holders(self) -> list[Request]:
+        """The requests holding memory now, in admission order."""
+        return list(self._held)
+
+    def can_admit(self, request: Request) -> bool:
+        """Whether `try_admit(request)` would succeed now; changes nothing."""
+        return self.fits(self.room(), self.need(request), bool(self._held))
 
     def try_admit(self, request: Request) -> bool:
         """Take what `request` needs to start (or restart); False and no change if it can't."""
@@ -129,25 +134,6 @@ class MemoryManager(ABC):
         their KV is one block held by several requests (a prefix cache's hits, forks)."""
         return 0
 
-    @abstractmethod
-    def holders(self) -> list[Request]:
-        """The requests holding memory now."""
-
-    def growth_room(self, requests: list[Request], steps: int) -> int:
-        """How many consecutive decode steps (one token each) `requests` can all grow by.
-
-        Used by the engine to fast-forward runs of identical decode steps; a manager whose
-        growth never fails returns `steps`.
-        """
-        return steps
-
-    def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
-        """Tokens held during each of `steps` decode steps in which every request grows by one.
-
-        Called before the growth is accounted. Reservations do not change while requests grow.
-        """
-        return np.full(steps, float(self.held_tokens()))
-
     def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray | None:
         """KV stored during each of `steps` decode steps in which every request grows by one,
         where that is not the stored figure before them plus one token per request a step
@@ -155,10 +141,11 @@ class MemoryManager(ABC):
         return None
 
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
-        """`growth_room` k and, when k > 0, `decode_run_held` for those k steps, in one call
-        (a manager that reads its requests once for both overrides it)."""
-        room = self.growth_room(requests, steps)
-        return room, (self.decode_run_held(requests, room) if room else np.empty(0))
+        """How many consecutive decode steps (one token each, at most `steps`) `requests` can all
+        grow by, k, and the tokens held during each of those k steps; called before the growth
+        is accounted. Used by the engine to fast-forward runs of identical decode steps. Here
+        growth never fails and what is held does not change while requests grow (reservations)."""
+        return steps, np.full(steps, float(self.held_tokens()))
 
     def block_table(self, request: Request) -> list[int]:
         """The blocks `request` holds, in token order (paged managers); the list grows in place."""

@@ -13,11 +13,10 @@ class BlockTable:
     """A request's blocks in a paged manager. A plain class with slots: one is made per admitted
     request, and its making should cost no more than the dictionary entries it replaces."""
 
-    __slots__ = ("blocks", "swapped_blocks")
+    __slots__ = ("blocks",)
 
     def __init__(self) -> None:
         self.blocks: list[int] | None = None   # the blocks holding its KV, in token order; None: none
-        self.swapped_blocks = 0                # blocks of its KV copied to host memory by a swap preemption
 
 
 class CachedBlockTable(BlockTable):
@@ -28,7 +27,6 @@ class CachedBlockTable(BlockTable):
 
     def __init__(self) -> None:
         self.blocks = None
-        self.swapped_blocks = 0
         self.keys: list[int] | None = None     # the chained key of each full block of its known content
         self.keys_block_size = 0               # the block size `keys` were cut at
         self.lookup: tuple = ()                # (index, version, limit, hit blocks) of its last lookup
@@ -38,16 +36,3 @@ class CachedBlockTable(BlockTable):
         self.reused = 0                        # tokens its latest admission found in the cache
         self.loaded = 0                        # of those, copied back from the host tier
         self.shared_tail = False               # a fork shares its partial last block: copy before writing
-
-
-class GroupBlockTables:
-    """A request's blocks in a hybrid paged manager: one table per KV cache group, each listing
-    the blocks it still holds; the sliding groups' tables start `skipped` blocks in (the blocks
-    before held tokens that have left the window, released)."""
-
-    __slots__ = ("tables", "skipped", "swapped_blocks")
-
-    def __init__(self) -> None:
-        self.tables: list[list[int]] | None = None   # per group, its live blocks in token order
-        self.skipped = 0                              # leading blocks the sliding groups released
-        self.swapped_blocks = 0                       # blocks copied to host memory by a swap preemption

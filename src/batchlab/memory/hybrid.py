@@ -2,7 +2,7 @@
 
 The layers fall into KV cache groups by attention type (`hardware/kv_groups.py`), all taking
 blocks from one pool (`block_pool.py`); a request keeps one block table per group
-(`block_table.GroupBlockTables`). A full-attention group holds every block of the request's
+(`windowed.GroupBlockTables`). A full-attention group holds every block of the request's
 tokens, as the paged manager does. A sliding-window group holds only the blocks that the next
 query can still read: whenever the request grows, the blocks wholly before position
 computed − window + 1 are released first (vLLM's SlidingWindowManager.remove_skipped_blocks),
@@ -29,7 +29,7 @@ from batchlab.errors import InputError
 from batchlab.hardware.kv_groups import KVGroups
 from batchlab.memory.base import IntegrityError, MemoryManager
 from batchlab.memory.block_pool import BlockPool
-from batchlab.memory.block_table import GroupBlockTables
+from batchlab.memory.windowed import GroupBlockTables
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE
 from batchlab.request import Request, Status
 

@@ -51,8 +51,8 @@ class PagedMemory(MemoryManager):
         self.watermark_blocks = int(watermark * self.total_blocks)
         self.host_blocks = host_capacity_tokens // block_size
         self.pool = BlockPool(self.total_blocks, shared=self.shared_blocks)
-        self._held: dict[Request, None] = {}    # the requests holding blocks, in admission order
-        self._swapped: dict[Request, None] = {}  # the requests whose KV sits in host memory
+        self._held: dict[Request, None] = {}     # the requests holding blocks, in admission order
+        self._swapped: dict[Request, int] = {}   # blocks of each request's KV swapped to host memory
         self.host_used = 0                       # blocks of swapped KV in host memory
         self._k_split = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
         if not self.shared_blocks:   # a prefix cache's decodes key and share blocks as they grow
@@ -79,56 +79,32 @@ class PagedMemory(MemoryManager):
         # the watermark keeps room for running requests to grow; a lone request is never held back
         return room - need >= (self.watermark_blocks if holding else 0)
 
-    def holding(self) -> bool:
-        return bool(self._held)
-
-    def can_admit(self, request: Request) -> bool:
-        need = self.blocks_for(request.known_tokens)
-        reserve = self.watermark_blocks if self._held else 0
-        return self.free_blocks() - need >= reserve
-
-    def _table(self, request: Request) -> BlockTable:
-        """`request`'s block table, made at its first admission (or lookup)."""
-        table = request.kv
-        if table is None:
-            table = request.kv = BlockTable()
-        return table
-
     def _take(self, request: Request) -> None:
-        table = request.kv   # (`_table`, inline: every admission passes here)
+        table = request.kv
         if table is None:
             table = request.kv = BlockTable()
         table.blocks = self._allocate(self.blocks_for(request.known_tokens))
         self._held[request] = None
-        if self._swapped:
-            self._swapped_back(request, table)   # swapped KV comes back into these blocks
-
-    def _swapped_back(self, request: Request, table: BlockTable) -> None:
-        """Release `request`'s copy in host memory, if it has one."""
-        if request in self._swapped:
-            del self._swapped[request]
-            self.host_used -= table.swapped_blocks
-            table.swapped_blocks = 0
+        if self._swapped:   # swapped KV comes back into these blocks
+            self.host_used -= self._swapped.pop(request, 0)
 
     def grow(self, request: Request, n_tokens: int) -> bool:
-        table = request.kv.blocks
-        need = self.blocks_for(request.computed + n_tokens) - len(table)
-        if need <= 0:
-            return True
-        if need > self.free_blocks():
-            return False
-        table.extend(self._allocate(need))
+        blocks = request.kv.blocks
+        need = self.blocks_for(request.computed + n_tokens) - len(blocks)
+        if need > 0:
+            if need > self.room():
+                return False
+            blocks += self._allocate(need)
         return True
 
     def grow_each(self, requests: list[Request]) -> bool:
         """Room for one more token for every request, all or nothing (the decodes of a step)."""
         bs = self.block_size
-        full = [table for r in requests if r.computed + 1 > len(table := r.kv.blocks) * bs]
-        free_list = self.pool.free
-        if len(full) > len(free_list):
+        full = [blocks for r in requests if r.computed + 1 > len(blocks := r.kv.blocks) * bs]
+        if len(full) > self.room():
             return False
-        for table in full:
-            table.append(free_list.pop())
+        for blocks, block in zip(full, self._allocate(len(full))):
+            blocks.append(block)
         return True
 
     def block_table(self, request: Request) -> list[int]:
@@ -150,14 +126,11 @@ class PagedMemory(MemoryManager):
     def free(self, request: Request) -> None:
         """Release the blocks `request` holds, and its host copy if it was swapped out (aborted)."""
         table = request.kv
-        if table is None:
-            return
-        if table.blocks is not None:
+        if table is not None and table.blocks is not None:
             del self._held[request]
             self.pool.free.extend(reversed(table.blocks))   # tail first: see block_pool.py
-            table.blocks = None
         if self._swapped:
-            self._swapped_back(request, table)
+            self.host_used -= self._swapped.pop(request, 0)
         request.kv = None
 
     def swap_out(self, request: Request) -> bool:
@@ -166,31 +139,16 @@ class PagedMemory(MemoryManager):
         if self.host_used + blocks > self.host_blocks:
             return False
         self.free(request)
-        self._table(request).swapped_blocks = blocks
-        self._swapped[request] = None
+        self._swapped[request] = blocks
         self.host_used += blocks
         return True
 
-    def holders(self) -> list[Request]:
-        return list(self._held)
-
     def held_tokens(self) -> int:
-        return (self.total_blocks - len(self.pool.free)) * self.block_size
-
-    def free_blocks(self) -> int:
-        """Blocks an allocation can take now (a prefix cache adds its evictable blocks)."""
-        return len(self.pool.free)
+        return (self.total_blocks - self.room()) * self.block_size
 
     def _allocate(self, n: int) -> list[int]:
-        free_list = self.pool.free
-        if n > len(free_list):
-            raise IntegrityError(f"paged: allocating {n} blocks with {len(free_list)} free")
-        if n <= 0:
-            return []
-        taken = free_list[-n:]   # (BlockPool.take_free, inline: every admission and new block passes here)
-        del free_list[-n:]
-        taken.reverse()
-        return taken
+        """n blocks for a table, from those `room` counts."""
+        return self.pool.take_free(n)
 
     # -- fast-forward support -------------------------------------------------------------
 
@@ -222,20 +180,12 @@ class PagedMemory(MemoryManager):
             quot, rem = self._k_split = (k // bs, k % bs)
         return len(room) * quot[:steps] + below[rem[:steps]]
 
-    def growth_room(self, requests: list[Request], steps: int) -> int:
-        """The largest k <= steps such that every request can grow by k tokens."""
-        extra = self._extra_blocks(self._room(requests), steps)
-        return int(np.searchsorted(extra, self.free_blocks(), side="right"))
-
-    def decode_run_held(self, requests: list[Request], steps: int) -> np.ndarray:
-        extra = self._extra_blocks(self._room(requests), steps)
-        return ((self.total_blocks - self.free_blocks()) + extra).astype(np.float64) * self.block_size
-
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
-        # the blocks added over k steps do not depend on the steps after k, so one count over
-        # `steps` serves both the room and the held tokens of its first k steps
+        """The largest k <= steps such that every request can grow by k tokens; the blocks added
+        over k steps do not depend on the steps after k, so one count over `steps` serves both
+        k and the held tokens of its first k steps."""
         extra = self._extra_blocks(self._room(requests), steps)
-        free = self.free_blocks()
+        free = self.room()
         room = int(np.searchsorted(extra, free, side="right"))
         if not room:
             return 0, np.empty(0)
@@ -254,7 +204,7 @@ class PagedMemory(MemoryManager):
                 need = (over + bs - 1) // bs
                 grown.append((table, need))
                 total += need
-        if total > self.free_blocks():   # someone is refused: exactly as one grow after another
+        if total > self.room():   # someone is refused: exactly as one grow after another
             return super().grow_run(requests, n_tokens)
         taken, at = self._allocate(total), 0
         for table, need in grown:
@@ -272,10 +222,9 @@ class PagedMemory(MemoryManager):
                 raise IntegrityError(f"{name}: {r.id} holds blocks but is {r.status.name}")
             if len(r.kv.blocks) * self.block_size < r.computed:
                 raise IntegrityError(f"{name}: {r.id} stores {r.computed} tokens in {len(r.kv.blocks)} blocks")
-        if not 0 <= self.host_used <= self.host_blocks or \
-                self.host_used != sum(r.kv.swapped_blocks for r in self._swapped):
+        if not 0 <= self.host_used <= self.host_blocks or self.host_used != sum(self._swapped.values()):
             raise IntegrityError(f"{self.name}: host memory {self.host_used} of {self.host_blocks} blocks does not balance")
 
     @property
     def empty(self) -> bool:
-        return not self._held and not self._swapped and self.free_blocks() == self.total_blocks
+        return not self._held and not self._swapped and self.room() == self.total_blocks

@@ -14,7 +14,7 @@ fills them is planned (prompt and generated tokens alike, wherever the content i
 chat session's generator writes its answers), and unkeyed again if a preemption cancels that
 step before it runs. Keying waits for the next look at the cache (`_flush`: the next plan,
 lookup or release), after the step's allocations; a fast-forwarded run of decode steps ends at
-the step that fills a keyable block (`growth_room`), so it keys and evicts the same blocks as
+the step that fills a keyable block (`decode_run_room`), so it keys and evicts the same blocks as
 stepping.
 
 Parallel samples of one prompt (`fork`) reference the prompt's blocks, the partial last one
@@ -48,11 +48,9 @@ HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hi
 
 
 class PrefixCacheMemory(PagedMemory):
-    # Growth keys blocks and copies shared ones on write, and a decode run ends at a keyable
-    # block: a run grows one request at a time and asks room and held tokens apart, as the
-    # base manager does, not through paged memory's batched shortcuts.
+    # Growth keys blocks and copies shared ones on write: a decode run grows one request at a
+    # time, as the base manager does, not through paged memory's batched shortcut.
     grow_run = MemoryManager.grow_run
-    decode_run_room = MemoryManager.decode_run_room
     shared_blocks = True
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
@@ -90,7 +88,7 @@ class PrefixCacheMemory(PagedMemory):
         if type(table) is not CachedBlockTable:
             fresh = CachedBlockTable()
             if table is not None:
-                fresh.blocks, fresh.swapped_blocks = table.blocks, table.swapped_blocks
+                fresh.blocks = table.blocks
             table = request.kv = fresh
         return table
 
@@ -138,14 +136,8 @@ class PrefixCacheMemory(PagedMemory):
 
     # -- the interface ---------------------------------------------------------------------
 
-    def free_blocks(self) -> int:
-        return self.pool.available()
-
     def room(self) -> int:
         return self.pool.available()
-
-    def held_tokens(self) -> int:
-        return self.pool.used() * self.block_size
 
     def need(self, request: Request) -> int:
         """Blocks its admission takes out of the free ones: new blocks (host hits need new
@@ -160,10 +152,6 @@ class PrefixCacheMemory(PagedMemory):
                 on_gpu += 1
                 idle += not ref[b]
         return self.blocks_for(request.known_tokens) - on_gpu + idle
-
-    def can_admit(self, request: Request) -> bool:
-        reserve = self.watermark_blocks if self._held else 0
-        return self.free_blocks() - self.need(request) >= reserve
 
     def _take(self, request: Request) -> None:
         hits = self._hit_blocks(request)
@@ -187,8 +175,8 @@ class PrefixCacheMemory(PagedMemory):
         blocks += new[len(loads):]
         table.blocks = blocks
         self._held[request] = None
-        if self._swapped:
-            self._swapped_back(request, table)
+        if self._swapped:   # swapped KV comes back into these blocks
+            self.host_used -= self._swapped.pop(request, 0)
         table.registered = hits
         self._set_next_key(table, hits, len(keys))
         reused, loaded = hits * self.block_size, len(loads) * self.block_size
@@ -209,12 +197,8 @@ class PrefixCacheMemory(PagedMemory):
         table = request.kv
         if table.shared_tail:
             return self._grow_shared(request, n_tokens)
-        blocks = table.blocks
-        need = -(-(request.computed + n_tokens) // self.block_size) - len(blocks)
-        if need > 0:
-            if need > self.pool.available():
-                return False
-            blocks.extend(self._allocate(need))
+        if not super().grow(request, n_tokens):
+            return False
         if self._keying:   # someone has blocks still to key
             at = table.next_key_at
             if at and request.computed + n_tokens >= at:
@@ -224,12 +208,8 @@ class PrefixCacheMemory(PagedMemory):
     def grow_each(self, requests: list[Request]) -> bool:
         if self._shared and any(r.kv.shared_tail for r in requests):
             return all(self.grow(r, 1) for r in requests)   # the scheduler retries what failed
-        bs = self.block_size
-        full = [blocks for r in requests if r.computed + 1 > len(blocks := r.kv.blocks) * bs]
-        if len(full) > self.pool.available():
+        if not super().grow_each(requests):
             return False
-        for blocks in full:
-            blocks.extend(self._allocate(1))
         if self._keying:   # only where generated tokens have known content (chat sessions)
             for r in requests:
                 table = r.kv
@@ -238,22 +218,18 @@ class PrefixCacheMemory(PagedMemory):
                     self._pend(r, table, r.computed + 1)
         return True
 
-    def growth_room(self, requests: list[Request], steps: int) -> int:
+    def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
         """As paged memory, but a run of decode steps ends at the first step that fills a
         keyable block: its key may let a waiting request in, and keys must be taken in step order."""
         if self._shared and any(r.kv.shared_tail for r in requests):
-            return 0   # a copy on write comes first: step it
+            return 0, np.empty(0)   # a copy on write comes first: step it
         self._flush()
-        room = super().growth_room(requests, steps)
-        if self._keying and room:
+        if self._keying:
             for r in requests:
                 at = r.kv.next_key_at
                 if at:   # blocks filled before (a swapped-in request's) key at the first step
-                    room = min(room, max(1, at - r.computed))
-        return room
-
-    def append_blocks(self, tables: list[list[int]]) -> int:
-        raise TypeError("a prefix cache's decodes key and share blocks: they grow through `grow_each`")
+                    steps = min(steps, max(1, at - r.computed))
+        return super().decode_run_room(requests, steps)
 
     def free(self, request: Request) -> None:
         self._flush()
@@ -286,8 +262,8 @@ class PrefixCacheMemory(PagedMemory):
                 else:
                     idle[b] = None
             self._trim()
-        if self._swapped:
-            self._swapped_back(request, table)   # an aborted request's copy in host memory
+        if self._swapped:   # an aborted request's copy in host memory
+            self.host_used -= self._swapped.pop(request, 0)
         table.registered = 0
         self._set_next_key(table, 0, 0)
         table.lookup = ()
@@ -357,7 +333,7 @@ class PrefixCacheMemory(PagedMemory):
         j = request.computed // self.block_size
         if j < len(blocks) and ref[blocks[j]] > 1:
             need = 1 + max(0, self.blocks_for(request.computed + n_tokens) - len(blocks))
-            if need > self.free_blocks():
+            if need > self.room():
                 return False
             copy = self._allocate(1)[0]
             ref[blocks[j]] -= 1
@@ -408,15 +384,10 @@ class PrefixCacheMemory(PagedMemory):
 
     def _allocate(self, n: int) -> list[int]:
         """n blocks for a table (reference 1): plain free blocks first, then the LRU's oldest."""
-        if n <= 0:
-            return []
         pool = self.pool
-        if n > pool.available():
-            raise IntegrityError(f"paged-prefix: allocating {n} blocks with {pool.available()} free or evictable")
-        plain = min(n, len(pool.free))
-        taken = pool.take_free(plain)
-        if n > plain:
-            taken += self._evict(n - plain)
+        taken = pool.take_free(min(n, len(pool.free)))
+        if n > len(taken):
+            taken += self._evict(n - len(taken))
         ref = pool.ref
         for b in taken:
             ref[b] = 1

@@ -9,7 +9,7 @@ from batchlab.memory.block_pool import BlockPool
 def test_blocks_come_out_in_order_and_a_released_table_comes_back_in_its_order():
     pool = BlockPool(8)
     a, b = pool.take_free(3), pool.take_free(2)
-    assert (a, b) == ([0, 1, 2], [3, 4]) and pool.available() == 3 and pool.used() == 5
+    assert (a, b) == ([0, 1, 2], [3, 4]) and pool.available() == 3 and pool.total - pool.available() == 5
     pool.free.extend(reversed(a))   # a released table, as the managers push it
     assert pool.take_free(3) == a   # the freed table, head first: a newcomer gets the same blocks
     assert pool.take_free(0) == []
@@ -23,7 +23,7 @@ def test_idle_blocks_are_free_and_evicted_least_recently_freed_first():
     for b in (2, 0):               # released, still cached: idle, in the order they were freed
         pool.ref[b] = 0
         pool.idle[b] = None
-    assert pool.available() == 3 and pool.used() == 1
+    assert pool.available() == 3 and pool.total - pool.available() == 1
     pool.hold(0)                   # reused while idle: held again, no longer evictable
     assert pool.ref[0] == 1 and list(pool.idle) == [2] and pool.extra_refs == 0
     pool.hold(1)                   # a second holder of a held block

@@ -26,7 +26,7 @@ class CheckedPaged(PagedMemory):
 
     def grow(self, request, n_tokens):
         ok = super().grow(request, n_tokens)
-        self.peak = max(self.peak, self.pool.used())
+        self.peak = max(self.peak, self.held_tokens() // self.block_size)
         return ok
 
 

@@ -42,15 +42,3 @@ def test_decode_run_room_is_what_stepping_grows(state, steps):
         stepped.append(float(memory.held_tokens()))
     assert room == len(stepped)
     assert held.dtype == np.float64 and held.tolist() == stepped
-
-
-@settings(max_examples=150, deadline=None)
-@given(states, st.integers(1, 60))
-def test_grow_run_takes_the_blocks_one_grow_after_another_takes(state, n_tokens):
-    memory, requests = running_set(*state)
-    other, others = running_set(*state)   # the same state again (tables are keyed by id)
-    memory.grow_run(requests, n_tokens)
-    for r in others:
-        other.grow(r, n_tokens)
-    assert [memory.block_table(r) for r in requests] == [other.block_table(r) for r in others]
-    assert memory.pool.free == other.pool.free

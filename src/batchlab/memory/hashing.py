@@ -38,21 +38,17 @@ def mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _S31)
 
 
-def _compute_powers(base: np.uint64, n: int) -> np.ndarray:
-    # [n] base^0 .. base^(n-1) mod 2^64
-    p = np.full(n, base, dtype=np.uint64)
-    p[0] = 1
-    return np.multiply.accumulate(p)
-
-
 _TABLES: dict[int, np.ndarray] = {}
 
 
 def _powers(base: np.uint64, n: int) -> np.ndarray:
-    """The first n powers of `base`, from a table grown by doubling (keys are hashed per request)."""
+    """The first n powers of `base` (mod 2^64), from a table grown by doubling (keys are hashed
+    per request)."""
     table = _TABLES.get(int(base))
     if table is None or table.size < n:
-        table = _compute_powers(base, max(n, 1024, 2 * (0 if table is None else table.size)))
+        table = np.full(max(n, 1024, 2 * (0 if table is None else table.size)), base, dtype=np.uint64)
+        table[0] = 1
+        table = np.multiply.accumulate(table)
         table.flags.writeable = False
         _TABLES[int(base)] = table
     return table[:n]
@@ -78,12 +74,10 @@ def block_values(content: Content, block_size: int) -> np.ndarray:
         grid = mix(ids[:n * per] ^ salt).reshape(n, per)          # [n, per]
         weights = _powers(_P, per)[::-1]                            # [per]
         return mix((grid * weights).sum(axis=1, dtype=np.uint64))   # [n]
-    if content.unit % block_size == 0:
-        per = content.unit // block_size
-        j = np.arange(n, dtype=np.uint64)
-        return mix(mix(ids[j // np.uint64(per)] ^ salt) ^ (j % np.uint64(per)))
-    check_block_size([content.unit], block_size)
-    raise AssertionError("unreachable: the sizes divide one another")
+    check_block_size([content.unit], block_size)   # the last way left: engine blocks divide the unit
+    per = content.unit // block_size
+    j = np.arange(n, dtype=np.uint64)
+    return mix(mix(ids[j // np.uint64(per)] ^ salt) ^ (j % np.uint64(per)))
 
 
 def block_keys(content: Content, block_size: int) -> np.ndarray:

@@ -55,7 +55,8 @@ class PagedMemory(MemoryManager):
         self._swapped: dict[Request, int] = {}   # blocks of each request's KV swapped to host memory
         self.host_used = 0                       # blocks of swapped KV in host memory
         self._k_split = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-        if not self.shared_blocks:   # a prefix cache's decodes key and share blocks as they grow
+        if not self.shared_blocks:   # a prefix cache evicts to allocate, and keys blocks as they grow
+            self._allocate = self.pool.take_free   # n blocks for a table (a bound method: no call between)
             self.append_blocks = self._block_appender()
 
     def blocks_for(self, tokens: int) -> int:
@@ -78,6 +79,10 @@ class PagedMemory(MemoryManager):
     def fits(self, room: int, need: int, holding: bool) -> bool:
         # the watermark keeps room for running requests to grow; a lone request is never held back
         return room - need >= (self.watermark_blocks if holding else 0)
+
+    def can_admit(self, request: Request) -> bool:
+        # `fits`, inline: asked at every admission and at every step a queue waits
+        return self.room() - self.need(request) >= (self.watermark_blocks if self._held else 0)
 
     def _take(self, request: Request) -> None:
         table = request.kv
@@ -144,18 +149,10 @@ class PagedMemory(MemoryManager):
         return True
 
     def held_tokens(self) -> int:
-        return (self.total_blocks - self.room()) * self.block_size
-
-    def _allocate(self, n: int) -> list[int]:
-        """n blocks for a table, from those `room` counts."""
-        return self.pool.take_free(n)
+        pool = self.pool   # (a prefix cache's idle blocks are free too)
+        return (self.total_blocks - len(pool.free) - len(pool.idle)) * self.block_size
 
     # -- fast-forward support -------------------------------------------------------------
-
-    def _room(self, requests: list[Request]) -> list[int]:
-        """Tokens each request can still add before it needs a new block."""
-        bs = self.block_size
-        return [len(r.kv.blocks) * bs - r.computed for r in requests]
 
     def _extra_blocks(self, room: list[int], steps: int) -> np.ndarray:
         """[steps] blocks all requests together add to grow by 1, 2, ..., `steps` tokens each.
@@ -184,32 +181,13 @@ class PagedMemory(MemoryManager):
         """The largest k <= steps such that every request can grow by k tokens; the blocks added
         over k steps do not depend on the steps after k, so one count over `steps` serves both
         k and the held tokens of its first k steps."""
-        extra = self._extra_blocks(self._room(requests), steps)
+        bs = self.block_size   # tokens each request can still add before it needs a new block:
+        extra = self._extra_blocks([len(r.kv.blocks) * bs - r.computed for r in requests], steps)
         free = self.room()
         room = int(np.searchsorted(extra, free, side="right"))
         if not room:
             return 0, np.empty(0)
         return room, ((self.total_blocks - free) + extra[:room]).astype(np.float64) * self.block_size
-
-    def grow_run(self, requests: list[Request], n_tokens: int) -> None:
-        # the blocks of all requests in one allocation, dealt out in request order: the same
-        # block ids as one `grow` after another (each takes from the free list's end)
-        bs = self.block_size
-        grown: list[tuple[list[int], int]] = []
-        total = 0
-        for r in requests:
-            table = r.kv.blocks
-            over = r.computed + n_tokens - len(table) * bs   # tokens beyond the blocks held
-            if over > 0:
-                need = (over + bs - 1) // bs
-                grown.append((table, need))
-                total += need
-        if total > self.room():   # someone is refused: exactly as one grow after another
-            return super().grow_run(requests, n_tokens)
-        taken, at = self._allocate(total), 0
-        for table, need in grown:
-            table += taken[at:at + need]
-            at += need
 
     # -- integrity ------------------------------------------------------------------------
 

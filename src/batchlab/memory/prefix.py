@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.memory.base import IntegrityError
 from batchlab.memory.block_table import CachedBlockTable
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE, PagedMemory
@@ -48,9 +48,6 @@ HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hi
 
 
 class PrefixCacheMemory(PagedMemory):
-    # Growth keys blocks and copies shared ones on write: a decode run grows one request at a
-    # time, as the base manager does, not through paged memory's batched shortcut.
-    grow_run = MemoryManager.grow_run
     shared_blocks = True
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
@@ -127,12 +124,10 @@ class PrefixCacheMemory(PagedMemory):
         return self._hit_blocks(request) * self.block_size
 
     def reused_tokens(self, request: Request) -> int:
-        table = request.kv
-        return table.reused if table is not None else 0
+        return getattr(request.kv, "reused", 0)
 
     def loaded_tokens(self, request: Request) -> int:
-        table = request.kv
-        return table.loaded if table is not None else 0
+        return getattr(request.kv, "loaded", 0)
 
     # -- the interface ---------------------------------------------------------------------
 
@@ -308,10 +303,8 @@ class PrefixCacheMemory(PagedMemory):
         self._flush()
         ptable = parent.kv
         blocks = ptable.blocks[:self.blocks_for(parent.computed)]
-        ref = self.pool.ref
         for b in blocks:
-            ref[b] += 1
-        self.pool.extra_refs += len(blocks)
+            self.pool.hold(b)
         ctable = self._table(child)
         ctable.blocks = list(blocks)
         self._held[child] = None
@@ -449,7 +442,7 @@ class PrefixCacheMemory(PagedMemory):
             "prefix_cache_evictions": self.evictions,
             "prefix_cache_capacity_blocks": self.cache_limit,
             "prefix_cache_host_hits": self.host_hits,
-            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
+            "prefix_cache_host_capacity_blocks": None if math.isinf(self.index.host_limit) else self.index.host_limit,
             "prefix_cache_mean_cached_share": self.mean_cached_share(),
         }
 
@@ -468,8 +461,7 @@ class PrefixCacheMemory(PagedMemory):
             raise IntegrityError("paged-prefix: an evictable block is not cached")
         if len(pool.idle) > self.cache_limit:
             raise IntegrityError(f"paged-prefix: {len(pool.idle)} evictable blocks > cache limit {self.cache_limit}")
-        keyed = sum(1 for k in key_of if k is not None)
-        if keyed != len(index.cached) or any(key_of[b] != k for k, b in index.cached.items()):
+        if {b: k for k, b in index.cached.items()} != {b: k for b, k in enumerate(key_of) if k is not None}:
             raise IntegrityError("paged-prefix: the key map and the blocks' keys disagree")
         keying = shared = 0
         for r in self._held:

@@ -10,7 +10,6 @@ lookup may answer differently.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 
 
@@ -25,12 +24,8 @@ class PrefixIndex:
     def hits(self, keys: list[int], limit: int) -> int:
         """How many of `keys`' first `limit` are found, on the GPU or in the host tier, in a row."""
         cached, host, n = self.cached, self.host, 0
-        if host:
-            while n < limit and (keys[n] in cached or keys[n] in host):
-                n += 1
-        else:
-            while n < limit and keys[n] in cached:
-                n += 1
+        while n < limit and (keys[n] in cached or keys[n] in host):
+            n += 1
         return n
 
     def add(self, keys: list[int], blocks: list[int], start: int, stop: int) -> None:
@@ -73,6 +68,3 @@ class PrefixIndex:
                 if len(host) > host_limit:
                     host.popitem(last=False)
         self.version += 1
-
-    def host_capacity(self) -> int | None:
-        return None if math.isinf(self.host_limit) else self.host_limit

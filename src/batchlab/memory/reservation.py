@@ -51,6 +51,9 @@ class ReservationMemory(MemoryManager):
     def room(self) -> int:
         return self.capacity_tokens - self._used
 
+    def can_admit(self, request: Request) -> bool:   # `fits`, inline: asked at every step a queue waits
+        return self._used + self.need(request) <= self.capacity_tokens
+
     def _take(self, request: Request) -> None:
         size = self.need(request)
         self._held[request] = size

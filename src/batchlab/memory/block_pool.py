@@ -61,27 +61,22 @@ class BlockPool:
         self.ref[block] += 1
 
     def check(self, tables: list[list[int]], name: str) -> None:
-        """Every block is exactly one of free, idle or held, and (shared) held as often as counted."""
-        used = [b for table in tables for b in table]
+        """Every block is exactly one of free, idle or held, and held as often as counted."""
         free, idle = set(self.free), set(self.idle)
-        if not self.ref:
-            if len(used) + len(self.free) != self.total:
-                raise IntegrityError(f"{name}: {len(used)} used + {len(self.free)} free != {self.total} blocks")
-            if len(set(used) | free) != self.total:
-                raise IntegrityError(f"{name}: a block is owned twice or both owned and free")
-            return
         holders = [0] * self.total
-        for b in used:
-            holders[b] += 1
-        if holders != self.ref:
-            bad = next(b for b in range(self.total) if holders[b] != self.ref[b])
-            raise IntegrityError(f"{name}: block {bad} has {self.ref[bad]} references, {holders[bad]} holders")
+        for table in tables:
+            for b in table:
+                holders[b] += 1
+        ref = self.ref or [min(c, 1) for c in holders]   # without sharing, each block held once
+        if holders != ref:
+            bad = next(b for b in range(self.total) if holders[b] != ref[b])
+            raise IntegrityError(f"{name}: block {bad} has {ref[bad]} references, {holders[bad]} holders")
         if self.extra_refs != sum(c - 1 for c in holders if c > 1):
             raise IntegrityError(f"{name}: {self.extra_refs} shared references counted, "
                                  f"{sum(c - 1 for c in holders if c > 1)} held")
         if len(free) != len(self.free):
             raise IntegrityError(f"{name}: a block is on the free list twice (freed twice)")
-        if free & idle or any(self.ref[b] for b in free | idle):
+        if free & idle or any(ref[b] for b in free | idle):
             raise IntegrityError(f"{name}: a free or evictable block is referenced or both")
         referenced = sum(1 for c in holders if c)
         if len(free) + len(idle) + referenced != self.total:

@@ -78,20 +78,16 @@ class PrefixCacheMemory(PagedMemory):
 
     # -- lookups ---------------------------------------------------------------------------
 
-    def _table(self, request: Request) -> CachedBlockTable:
-        """`request`'s table, made at its first lookup (it may wait before it is admitted); one
-        a plain paged manager made (a fleet's other replica) is replaced before it holds blocks."""
+    def keys_of(self, request: Request) -> list[int]:
+        """The chained key of each full block of `request`'s known content (none without content),
+        kept on its table, made at its first lookup (it may wait before it is admitted); one a
+        plain paged manager made (a fleet's other replica) is replaced before it holds blocks."""
         table = request.kv
         if type(table) is not CachedBlockTable:
             fresh = CachedBlockTable()
             if table is not None:
                 fresh.blocks = table.blocks
             table = request.kv = fresh
-        return table
-
-    def keys_of(self, request: Request) -> list[int]:
-        """The chained key of each full block of `request`'s known content (none without content)."""
-        table = self._table(request)
         if table.keys is None or table.keys_block_size != self.block_size:
             content = request.content
             table.keys = [] if content is None else block_keys(content, self.block_size).tolist()
@@ -135,18 +131,17 @@ class PrefixCacheMemory(PagedMemory):
         return self.pool.available()
 
     def need(self, request: Request) -> int:
-        """Blocks its admission takes out of the free ones: new blocks (host hits need new
-        blocks too) and the idle cached blocks it reuses, which leave the evictable pool."""
+        """Blocks its admission takes out of the free ones: all but the hits in blocks others
+        hold already (host hits need new blocks, and idle cached ones leave the evictable pool)."""
         hits = self._hit_blocks(request)
         keys = self.keys_of(request)
         cached, ref = self.index.cached, self.pool.ref
-        on_gpu = idle = 0
+        held = 0
         for j in range(hits):
             b = cached.get(keys[j])
-            if b is not None:
-                on_gpu += 1
-                idle += not ref[b]
-        return self.blocks_for(request.known_tokens) - on_gpu + idle
+            if b is not None and ref[b]:
+                held += 1
+        return self.blocks_for(request.known_tokens) - held
 
     def _take(self, request: Request) -> None:
         hits = self._hit_blocks(request)
@@ -238,7 +233,6 @@ class PrefixCacheMemory(PagedMemory):
         if blocks is not None:
             del self._held[request]
             table.blocks = None
-        if blocks:
             done = request.computed // self.block_size   # blocks whose KV was really written
             pool, index = self.pool, self.index
             ref, key_of, free_list, idle = pool.ref, index.key_of, pool.free, pool.idle
@@ -305,10 +299,10 @@ class PrefixCacheMemory(PagedMemory):
         blocks = ptable.blocks[:self.blocks_for(parent.computed)]
         for b in blocks:
             self.pool.hold(b)
-        ctable = self._table(child)
-        ctable.blocks = list(blocks)
+        keys = self.keys_of(child)[:child.prompt_tokens // self.block_size]
+        ctable = child.kv
+        ctable.keys, ctable.blocks = keys, list(blocks)
         self._held[child] = None
-        keys = ctable.keys = self.keys_of(child)[:child.prompt_tokens // self.block_size]
         ctable.registered = min(ptable.registered, len(keys))
         self._set_next_key(ctable, ctable.registered, len(keys))
         ctable.reused = ctable.loaded = 0
@@ -364,16 +358,12 @@ class PrefixCacheMemory(PagedMemory):
             for request in pending:
                 table = request.kv
                 tokens, table.pending = table.pending, -1
-                if table.blocks is not None:
-                    self._register(table, tokens)
-
-    def _register(self, table: CachedBlockTable, tokens: int) -> None:
-        """Key the blocks of a table that `tokens` computed tokens fill, where content is known."""
-        keys = table.keys
-        stop = min(tokens // self.block_size, len(keys))
-        self.index.add(keys, table.blocks, table.registered, stop)
-        table.registered = stop
-        self._set_next_key(table, stop, len(keys))
+                if table.blocks is not None:   # key the blocks those tokens fill, where content is known
+                    keys = table.keys
+                    stop = min(tokens // self.block_size, len(keys))
+                    self.index.add(keys, table.blocks, table.registered, stop)
+                    table.registered = stop
+                    self._set_next_key(table, stop, len(keys))
 
     def _allocate(self, n: int) -> list[int]:
         """n blocks for a table (reference 1): plain free blocks first, then the LRU's oldest."""
@@ -450,9 +440,6 @@ class PrefixCacheMemory(PagedMemory):
 
     def check_integrity(self) -> None:
         super().check_integrity()   # the pool, each holder's state and blocks, the host tier's use
-        for r in self._held:
-            if len(set(r.kv.blocks)) != len(r.kv.blocks):
-                raise IntegrityError(f"paged-prefix: {r.id} holds a block twice")
         pool, index = self.pool, self.index
         key_of = index.key_of
         if any(key_of[b] is not None for b in pool.free):
@@ -466,6 +453,8 @@ class PrefixCacheMemory(PagedMemory):
         keying = shared = 0
         for r in self._held:
             table = r.kv
+            if len(set(table.blocks)) != len(table.blocks):
+                raise IntegrityError(f"paged-prefix: {r.id} holds a block twice")
             keys = table.keys or []
             for j in range(min(table.registered, len(keys))):
                 k = key_of[table.blocks[j]]

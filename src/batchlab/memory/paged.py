@@ -82,7 +82,8 @@ class PagedMemory(MemoryManager):
 
     def can_admit(self, request: Request) -> bool:
         # `fits`, inline: asked at every admission and at every step a queue waits
-        return self.room() - self.need(request) >= (self.watermark_blocks if self._held else 0)
+        need = self.blocks_for(request.known_tokens)
+        return self.room() - need >= (self.watermark_blocks if self._held else 0)
 
     def _take(self, request: Request) -> None:
         table = request.kv

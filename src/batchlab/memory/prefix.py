@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.memory.base import IntegrityError
+from batchlab.memory.base import IntegrityError, MemoryManager
 from batchlab.memory.block_table import CachedBlockTable
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE, PagedMemory
@@ -49,6 +49,7 @@ HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hi
 
 class PrefixCacheMemory(PagedMemory):
     shared_blocks = True
+    can_admit = MemoryManager.can_admit   # `fits` of its own `need`, which counts its hits
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0,

@@ -12,7 +12,6 @@ from batchlab.hardware import (
     GPU_PRESETS,
     MODEL_PRESETS,
     SeqWork,
-    decode_run_totals,
     kv_capacity_tokens,
     max_batch_under,
     reservations,
@@ -96,12 +95,6 @@ def test_bad_works_and_arguments():
         max_batch_under(LLAMA3, H100, 0.02, context=-1)
     with pytest.raises(InputError, match="tokens"):
         reservations(LLAMA3, H100, 0)
-    with pytest.raises(InputError, match="n_past"):
-        decode_run_totals(LLAMA3, np.array([], dtype=np.int64), 3)
-    with pytest.raises(InputError, match="steps"):
-        decode_run_totals(LLAMA3, np.array([1], dtype=np.int64), -1)
-    with pytest.raises(InputError, match="overflow"):
-        decode_run_totals(LLAMA3, np.array([0], dtype=np.int64), 2**60)
 
 
 def test_overhead_adds_to_every_step():
@@ -129,21 +122,6 @@ def test_cost_is_deterministic_and_grows_with_work(works, extra, model, gpu):
     assert cost.bound == ("compute" if cost.arithmetic_intensity > g.ridge_intensity
                           else "memory") or math.isclose(cost.arithmetic_intensity,
                                                          g.ridge_intensity)
-
-
-@settings(max_examples=60, deadline=None)
-@given(n_past=st.lists(st.integers(0, 50_000), min_size=1, max_size=20),
-       steps=st.integers(0, 30), model=st.sampled_from(sorted(MODEL_PRESETS)))
-def test_decode_run_totals_equal_step_cost_exactly(n_past, steps, model):
-    m = MODEL_PRESETS[model]
-    flops, nbytes = decode_run_totals(m, np.array(n_past, dtype=np.int64), steps)
-    assert flops.dtype == np.int64 and nbytes.dtype == np.int64 and flops.shape == (steps,)
-    for j in range(steps):
-        cost = step_cost(m, H100, [SeqWork(1, p + j, emits=True) for p in n_past])
-        assert (int(flops[j]), int(nbytes[j])) == (cost.flops, cost.bytes)
-    times = step_time(H100, flops, nbytes)
-    assert [float(t) for t in times] == [step_time(H100, int(f), int(b))
-                                         for f, b in zip(flops, nbytes)]
 
 
 @settings(max_examples=100, deadline=None)

@@ -148,6 +148,6 @@ def test_the_roofline_reads_the_experts_a_decode_batch_touches():
     model = resolve_model("Qwen/Qwen3-30B-A3B")
     price = RooflinePrice.of(model, H100)
     routed = routed_expert_bytes(model)
-    assert price.weights(1) == price.b0 + round(routed * 8 / 128)   # one token: its 8 experts
-    assert price.weights(64) == price.b0 + round(routed * expected_experts_touched(128, 8, 64) / 128)
+    assert price.expert_reads(1) == round(routed * 8 / 128)   # one token: its 8 experts
+    assert price.expert_reads(64) == round(routed * expected_experts_touched(128, 8, 64) / 128)
     assert price.b0 + routed == model.weight_bytes

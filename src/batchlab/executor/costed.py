@@ -36,7 +36,6 @@ class CostExecutor:
                  cost: str | None = None) -> None:
         self.cost = CostModel(model, gpu, layout, cost)
         self.name = self.cost.kind
-        self.model, self.gpu = model, gpu
         # the operators model caps windowed layers' attention at the window; the roofline does not
         self._window = model.sliding_window if self.cost.kind == "operators" else 0
         self._price = self.cost.sums_price   # None: the windows need each request's keys

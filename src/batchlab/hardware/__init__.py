@@ -9,13 +9,11 @@ docs/parallel.md for the split.
 from batchlab.hardware.cost import (
     SeqWork,
     StepCost,
-    decode_run_totals,
-    max_batch_under,
     step_cost,
     step_time,
     step_totals,
 )
-from batchlab.hardware.costmodel import CostModel
+from batchlab.hardware.costmodel import CostModel, max_batch_under
 from batchlab.hardware.loading import resolve_gpu, resolve_model
 from batchlab.hardware.opcost import OperatorCost, StepPrice, shape_of, uniform_shape
 from batchlab.hardware.parallel import Layout, kv_capacity_tokens, reservations
@@ -25,7 +23,7 @@ from batchlab.hardware.specs import GPUSpec, ModelSpec
 __all__ = [
     "step_totals",
     "ModelSpec", "GPUSpec", "SeqWork", "StepCost", "step_cost", "step_time",
-    "decode_run_totals", "kv_capacity_tokens", "max_batch_under", "reservations",
+    "kv_capacity_tokens", "max_batch_under", "reservations",
     "resolve_model", "resolve_gpu", "MODEL_PRESETS", "GPU_PRESETS",
     "CostModel", "OperatorCost", "StepPrice", "Layout", "shape_of", "uniform_shape",
 ]

@@ -9,7 +9,6 @@ costs the same, bit for bit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,6 @@ from batchlab.errors import InputError
 from batchlab.hardware.shapes import expert_reads, routed_expert_bytes
 from batchlab.hardware.specs import GPUSpec, ModelSpec
 
-INT64_MAX = np.iinfo(np.int64).max
 # Forward FLOPs per parameter per token: one multiply and one add (Kaplan et al. 2020,
 # "Scaling Laws for Neural Language Models", section 2.1: C_forward ~ 2N).
 FLOPS_PER_MAC = 2
@@ -138,10 +136,6 @@ class RooflinePrice:
         return cls(*step_coefficients(model), gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s,
                    expert_reads(model))
 
-    def weights(self, tokens: int) -> int:
-        """Weight bytes a step of `tokens` new tokens reads."""
-        return self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(tokens)
-
     def seconds(self, flops: int, nbytes: int) -> float:
         """step_time of one step's FLOPs and bytes."""
         compute_s = float(flops) / self.compute_rate
@@ -151,7 +145,7 @@ class RooflinePrice:
     def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
              prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
         """One step's time from its sums (`SumsPrice.step`): step_totals' sums, with `seconds`
-        and `weights` inline (the fast path calls it at every step that admits)."""
+        inline (the fast path calls it at every step that admits)."""
         sum_new = decodes + prefill_tokens
         # a decode is SeqWork(1, n_past): attention units 1*(2*n_past + 2)
         attn_units = prefill_units + 2 * decode_past + 2 * decodes
@@ -266,69 +260,13 @@ def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
 def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int,
                       new_tokens: int = 1) -> StepCost:
     """step_cost of `batch` works SeqWork(new_tokens, context), in O(1) for any batch."""
-    _check_uniform(batch, context, new_tokens, min_batch=1)
-    return _priced(gpu, *_uniform_totals(model, batch, context, new_tokens))
+    check_uniform(batch, context, new_tokens)
+    return _priced(gpu, *step_totals(model, batch * new_tokens, batch * context, batch,
+                                     batch * new_tokens * (2 * context + new_tokens + 1)))
 
 
-def _uniform_totals(model: ModelSpec, batch: int, context: int, new_tokens: int):
-    return step_totals(model, batch * new_tokens, batch * context, batch,
-                   batch * new_tokens * (2 * context + new_tokens + 1))
-
-
-def _check_uniform(batch: int, context: int, new_tokens: int, min_batch: int) -> None:
-    for field, value, low in (("batch", batch, min_batch), ("context", context, 0),
-                              ("new_tokens", new_tokens, 1)):
+def check_uniform(batch: int, context: int, new_tokens: int) -> None:
+    """InputError unless `batch` >= 1, `context` >= 0 and `new_tokens` >= 1 are integers."""
+    for field, value, low in (("batch", batch, 1), ("context", context, 0), ("new_tokens", new_tokens, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InputError(f"field '{field}' must be an integer >= {low}, got {value!r}")
-
-
-def decode_run_totals(model: ModelSpec, n_past: np.ndarray, steps: int):
-    """FLOPs and bytes (int64 arrays of length `steps`) of consecutive pure-decode steps.
-
-    Step j runs [SeqWork(1, n_past[i] + j) for each i]. Both totals are affine in j, so they
-    are base + slope * j, computed exactly in Python ints and checked to fit in int64.
-    """
-    n_past = np.asarray(n_past)
-    if n_past.ndim != 1 or n_past.size == 0 or not np.issubdtype(n_past.dtype, np.integer):
-        raise InputError("decode_run_totals: field 'n_past' must be a non-empty 1-D integer "
-                         f"array, got shape {n_past.shape} dtype {n_past.dtype}")
-    if int(n_past.min()) < 0:
-        raise InputError("decode_run_totals: field 'n_past' must be >= 0 everywhere")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise InputError(f"decode_run_totals: field 'steps' must be an integer >= 0, got {steps!r}")
-    batch, sum_past = int(n_past.size), sum(n_past.tolist())
-    # At step j: sum_new = B, sum_past = S + B*j, attention units = sum_i (2*(p_i + j) + 2).
-    flops0, bytes0 = step_totals(model, batch, sum_past, batch, 2 * sum_past + 2 * batch)
-    flops1, bytes1 = step_totals(model, batch, sum_past + batch, batch, 2 * sum_past + 4 * batch)
-    flops_slope, bytes_slope = flops1 - flops0, bytes1 - bytes0
-    last = max(steps - 1, 0)
-    if flops0 + flops_slope * last > INT64_MAX or bytes0 + bytes_slope * last > INT64_MAX:
-        raise InputError("decode_run_totals: the totals overflow int64; use fewer steps")
-    j = np.arange(steps, dtype=np.int64)
-    return (np.int64(flops0) + np.int64(flops_slope) * j,
-            np.int64(bytes0) + np.int64(bytes_slope) * j)
-
-
-def max_batch_under(model: ModelSpec, gpu: GPUSpec, limit_s: float, context: int,
-                    new_tokens: int = 1) -> int:
-    """Largest B whose step of B works SeqWork(new_tokens, context) costs <= limit_s (0 if none).
-
-    The step time only grows with B, so double until it breaks the limit, then bisect.
-    """
-    if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not limit_s > 0 \
-            or not math.isfinite(limit_s):
-        raise InputError(f"field 'limit_s' must be a finite number > 0, got {limit_s!r}")
-    _check_uniform(1, context, new_tokens, min_batch=1)
-
-    def fits(batch: int) -> bool:
-        return step_time(gpu, *_uniform_totals(model, batch, context, new_tokens)) <= limit_s
-
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while fits(high):  # the bytes grow by >= one token's KV per sequence, so this ends
-        low, high = high, high * 2
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low

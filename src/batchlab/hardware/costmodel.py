@@ -13,15 +13,17 @@ With tp = pp = 1 it is cost.step_time itself, with its exact integer FLOPs and b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+from itertools import islice
 from typing import Protocol
 
 import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.hardware.cost import step_time as roofline_time
-from batchlab.hardware.cost import RooflinePrice, step_totals
-from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, shape_of
+from batchlab.hardware.cost import RooflinePrice, check_uniform, step_totals
+from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, shape_of, uniform_shape
 from batchlab.hardware.parallel import (
     SINGLE_GPU,
     Layout,
@@ -107,14 +109,11 @@ class CostModel:
         under the operators model: its windowed layers need each sequence's tokens)."""
         if self._ops is not None:
             return self._ops.decode_run_sums(batch, past, steps)
+        if self.layout.trivial:   # past int64's safe range (None), each step alone from exact integers
+            durations = self.sums_price.decode_run(batch, past, steps)
+            return durations if durations is not None else np.fromiter(
+                islice(self.sums_price.decode_steps(batch, past), steps), np.float64, steps)
         j = np.arange(steps, dtype=np.int64)
-        if self.layout.trivial:
-            durations = self.sums_price.decode_run(batch, past, steps) if batch and steps else None
-            if durations is not None:
-                return durations
-            f0, b0 = step_totals(self.model, batch, past, batch, 2 * past + 2 * batch)
-            f1, b1 = step_totals(self.model, batch, past + batch, batch, 2 * past + 4 * batch)
-            return roofline_time(self.gpu, f0 + (f1 - f0) * j, b0 + (b1 - b0) * j)
         shape = Shape(float(batch), float(batch), float(batch), float(batch),
                       (past + batch * j).astype(np.float64), 0.0, 0.0, 0.0, 0.0)
         return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
@@ -202,12 +201,7 @@ class ShapePrice:
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:
         durations = self.cost.decode_run_sums(batch, cached, steps)
-        if start is None:
-            return durations
-        out = np.empty(steps + 1)
-        out[0] = start
-        out[1:] = durations
-        return out
+        return durations if start is None else np.concatenate(([start], durations))
 
 
 def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_tokens: int = 1) -> int:
@@ -215,8 +209,6 @@ def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_toke
 
     Step time grows with B under both models, so double until the limit breaks, then bisect.
     """
-    from batchlab.hardware.opcost import uniform_shape
-
     def fits(batch: int) -> bool:
         return float(cost.step_time(uniform_shape(batch, context, new_tokens,
                                                   window=cost.model.sliding_window))) <= limit_s
@@ -233,3 +225,13 @@ def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_toke
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)
     return low
+
+
+def max_batch_under(model: ModelSpec, gpu: GPUSpec, limit_s: float, context: int, new_tokens: int = 1) -> int:
+    """Largest B whose step of B works SeqWork(new_tokens, context) costs <= limit_s on the seed's
+    roofline, one GPU (0 if none): `max_batch_under_cost`, its arguments checked first."""
+    if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not limit_s > 0 \
+            or not math.isfinite(limit_s):
+        raise InputError(f"field 'limit_s' must be a finite number > 0, got {limit_s!r}")
+    check_uniform(1, context, new_tokens)
+    return max_batch_under_cost(CostModel(model, gpu, kind="roofline"), limit_s, context, new_tokens)

@@ -202,6 +202,19 @@ def make_requests(rows):
     return out
 
 
+def compare_runs(rows, blocks, block_size, preempt, prefill, model, watermark, order, cache_tokens, seats):
+    test_books_balance_and_fast_forward_is_stepping.hypothesis.inner_test(
+        rows, blocks, block_size, preempt, prefill, model, watermark, order, cache_tokens, seats)
+
+
+def test_a_run_ends_where_an_eviction_reorders_the_queue():
+    # lpm puts r13 (one cached block, shared with r11) ahead of r12; r10's decodes evict that
+    # block, r12 then leads and fits at once: a run must end at the eviction, as stepping sees it
+    rows = [(0.0, 1, 1, 0, 0, False)] * 10 + [(0.0, 10, 41, 0, 0, False), (0.0, 16, 1, 0, 4, False),
+                                              (4.0, 1, 1, 0, 0, False), (0.0, 41, 1, 0, 4, False)]
+    compare_runs(rows, 14, 4, "recompute", "mixed", ALTERNATING, 0.0, "lpm", None, None)
+
+
 @settings(max_examples=120, **PROFILE)
 @given(workloads(), st.integers(14, 60), st.sampled_from([4, 8, 16]),
        st.sampled_from(["recompute", "swap"]), st.sampled_from(["mixed", "chunked"]),
@@ -234,3 +247,88 @@ def test_books_balance_and_fast_forward_is_stepping(rows, blocks, block_size, pr
     assert_same(fast_memory.cache_stats(), slow_memory.cache_stats(), "cache_stats")
     assert_same(fast_memory.history_arrays(), slow_memory.history_arrays(), "cache history")
     assert np.all(slow.steps["stored"] <= slow.steps["held"])
+
+
+# -- gpt-oss-120b on chat sessions ------------------------------------------------------------
+
+def session_run(memory, fast_forward=True, check=None):
+    """gpt-oss-120b on one H100 serving 60 chat-session turns with `paged-prefix`'s scheduler;
+    `check(memory)` after every decode step's growth. Returns (trace, requests)."""
+    from batchlab.executor.costed import make_executor
+    from batchlab.experiments.run import build_requests
+    from batchlab.experiments.systems import parse_system
+    from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.workload.registry import make_workload
+
+    model, gpu, system = resolve_model("openai/gpt-oss-120b"), resolve_gpu("H100-SXM"), parse_system("paged-prefix")
+    workload = make_workload("sessions", 60, 2.0, seed=3)
+    if check is not None:
+        grow_each = memory.grow_each
+
+        def checked(requests):
+            ok = grow_each(requests)
+            check(memory, requests if ok else [])
+            return ok
+        memory.grow_each = checked
+    engine = Engine(system.scheduler_config(), system.with_host_work(make_executor(model, gpu)), memory,
+                    max_context=model.max_context, fast_forward=fast_forward)
+    requests = build_requests(workload, system, 0)
+    return engine.run(requests), requests
+
+
+def gpt_oss_memories():
+    from batchlab.experiments.systems import parse_system
+    from batchlab.hardware import resolve_gpu, resolve_model
+    from batchlab.hardware.parallel import SINGLE_GPU, kv_capacity_tokens_on
+
+    model, gpu, system = resolve_model("openai/gpt-oss-120b"), resolve_gpu("H100-SXM"), parse_system("paged-prefix")
+    capacity = kv_capacity_tokens_on(model, gpu, SINGLE_GPU)
+    return system.memory_manager(model, gpu), system.memory_for_capacity(capacity, model.max_context)
+
+
+def held_as_the_rule_says(memory, decoding):
+    """Every request a decode step grew to n tokens holds ceil(n / 16) blocks on the full group
+    and, on the sliding one, the blocks from skip(n − 1) on (the 128-token window of its query);
+    the pool's used blocks are the distinct ones held."""
+    bs = memory.block_size
+    for r in decoding:
+        full, sliding = r.kv.tables
+        nb = -(-(r.computed + 1) // bs)
+        assert len(full) == nb, r.id
+        assert r.kv.skipped == max(0, r.computed - 128 + 1) // bs, r.id
+        assert r.kv.skipped + len(sliding) == nb, r.id
+        assert len(sliding) <= -(-128 // bs) + 1
+    held = {b for r in memory.holders() for t in r.kv.tables for b in t}
+    assert memory.pool.used() == len(held)
+
+
+def test_gpt_oss_sessions_hit_what_a_dense_cache_hits_and_hold_the_window():
+    hybrid, dense = gpt_oss_memories()
+    assert type(hybrid) is HybridPrefixMemory and hybrid.groups.windows == (0, 128)
+    trace, requests = session_run(hybrid, fast_forward=False, check=held_as_the_rule_says)
+    dense_trace, _ = session_run(dense)
+    stats, dense_stats = hybrid.cache_stats(), dense.cache_stats()
+    # room for everything: nothing evicted on either, so every block a window released is still
+    # cached and each turn finds exactly what a cache of every token on every layer finds
+    assert stats["prefix_cache_evictions"] == dense_stats["prefix_cache_evictions"] == 0
+    assert not trace.preemptions.sum()
+    assert stats["prefix_cache_hits"] == dense_stats["prefix_cache_hits"] > 0
+    assert stats["prefix_cache_queries"] == dense_stats["prefix_cache_queries"]
+    # the hit rate the rule implies: each turn finds its session's earlier turns (and the shared
+    # system prompt), in whole blocks, less the one token it must compute
+    assert stats["prefix_cache_hit_rate"] > 0.5
+    # the windowed layers hold at most their window: the peak KV held is below the dense cache's
+    assert trace.steps["held"].max() < dense_trace.steps["held"].max()
+    assert hybrid.pool.used() == 0 and hybrid.pool.available() == hybrid.total_blocks
+
+
+def test_gpt_oss_sessions_fast_forward_is_stepping():
+    runs = []
+    for fast in (True, False):
+        memory, _ = gpt_oss_memories()
+        trace, requests = session_run(memory, fast_forward=fast)
+        runs.append((trace, memory.cache_stats(), memory.history_arrays()))
+    (fast, fast_stats, fast_history), (slow, slow_stats, slow_history) = runs
+    assert_same_trace(fast, slow)
+    assert_same(fast_stats, slow_stats, "cache_stats")
+    assert_same(fast_history, slow_history, "cache history")

@@ -352,12 +352,15 @@ class HybridPrefixMemory(HybridPagedMemory):
         return [(t, at[t]) for t in sorted(at) if t <= steps]
 
     def _simulate(self, requests: list[Request], steps: int) -> tuple[int, list[tuple[int, int, int]]]:
-        """Without changing anything: how many of `steps` decode steps fit (ending at a step that
-        keys a block or frees room for the refused head), and (step, blocks used after it,
-        sliding references shared after it) at each step where they change."""
+        """Without changing anything: how many of `steps` decode steps fit, and (step, blocks
+        used after it, sliding references shared after it) at each step where they change. With
+        a refused queue head, the run ends at a step that changes what the cache finds (a block
+        keyed or evicted: the queue's order and needs may change) or frees room for the head."""
         n_slide = self.n_sliding
         rep = self._slide
+        waiting = self._refused is not None
         avail = self.pool.available()
+        plain, key_of = len(self.pool.free), self.index.key_of   # plain free blocks: taken before evicting
         used = self.total_blocks - avail
         extra = self._extra[rep] if n_slide else 0
         refs: dict[int, int] = {}
@@ -382,10 +385,12 @@ class HybridPrefixMemory(HybridPagedMemory):
                     for g in self.slide_ids:
                         held = r.kv.tables[g][lo:lo + drop]
                         freed += drop - len(held)   # taken during the run: this request's alone
+                        plain += drop - len(held)   # and unkeyed (a run with a waiting head keys none)
                         for b in held:
                             left = refs.get(b, ref[b]) - 1
                             refs[b] = left
                             freed += not left
+                            plain += not left and key_of[b] is None
                             if left and g == rep:
                                 extra -= 1
                 skipped[i] = first
@@ -405,12 +410,14 @@ class HybridPrefixMemory(HybridPagedMemory):
                     keyed = True
             if take > avail + freed:
                 return t - 1, points
+            evicts = take > plain or avail + freed - plain > self.cache_limit   # idle beyond the limit
+            plain = max(0, plain - take)
             avail += freed - take
             used += take - freed
             points.append((t, used, extra))
-            if self._refused is not None and (keyed or (
-                    freed and self.fits(avail, self._refused, bool(self._held)))):
-                return t, points
+            if waiting:
+                if keyed or evicts or (freed and self.fits(avail, self._refused, bool(self._held))):
+                    return t, points
         return steps, points
 
     def _run_steps(self, requests: list[Request], steps: int) -> int:
@@ -432,11 +439,10 @@ class HybridPrefixMemory(HybridPagedMemory):
     @staticmethod
     def _piecewise(points: list[tuple[int, int, int]], steps: int, start: int, column: int) -> np.ndarray:
         """[steps] the value in `column` of `points` after each step (before the first: `start`)."""
-        out = np.full(steps, start, dtype=np.int64)
-        for row in points:
-            if row[0] <= steps:
-                out[row[0] - 1:] = row[column]
-        return out
+        at = np.array([row[0] for row in points], dtype=np.int64)
+        values = np.array([start] + [row[column] for row in points], dtype=np.int64)
+        # the last point at or before each step (0: none yet, the start)
+        return values[np.searchsorted(at, np.arange(1, steps + 1), side="right")]
 
     def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray:
         """As `hybrid.py`, less the KV shared blocks hold more than once."""

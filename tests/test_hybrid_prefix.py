@@ -174,6 +174,16 @@ def test_blocks_leaving_the_window_stay_cached_and_are_found_again():
     assert memory.pool.available() == memory.total_blocks and memory.pool.used() == 0
 
 
+def test_each_replica_answers_from_its_own_cache():
+    # a fleet's router asks every replica what it holds of one request (affinity routing)
+    groups = kv_groups(ALTERNATING)
+    warm, cold = (HybridPrefixMemory(64 * BS, groups, block_size=BS) for _ in range(2))
+    finish(warm, served(warm, "a", 160))
+    cold.index.version = warm.index.version   # the same count of changes, other contents
+    r = Request("b", 0.0, 200, 5, content=Content.tokens(STREAM[:200]))
+    assert warm.cached_tokens(r) == 160 and cold.cached_tokens(r) == 0 and warm.cached_tokens(r) == 160
+
+
 def test_a_host_tier_is_refused_by_name():
     with pytest.raises(InputError, match="host_cache_tokens"):
         HybridPrefixMemory(64 * BS, kv_groups(ALTERNATING), block_size=BS, host_cache_tokens=1000)

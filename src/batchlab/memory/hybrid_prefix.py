@@ -62,7 +62,7 @@ class CachedGroupTables:
         self.swapped_blocks = 0           # blocks copied to host memory by a swap preemption
         self.keys: list[int] | None = None   # chained key of each full block of known content
         self.keys_block_size = 0
-        self.lookup: tuple = ()           # (version, limit, hit blocks) of its last lookup
+        self.lookup: tuple = ()           # (index, version, limit, hit blocks) of its last lookup
         self.registered = 0               # leading positions keyed or reused
         self.reused = 0                   # tokens its latest admission found in the cache
 
@@ -125,13 +125,13 @@ class HybridPrefixMemory(HybridPagedMemory):
             return 0   # its own KV comes back from host memory
         keys = self.keys_of(request)
         limit = min(len(keys), (request.known_tokens - 1) // self.block_size)
-        table, version = request.kv, self.index.version
-        last = table.lookup
-        if last and last[0] == version and last[1] == limit:
-            return last[2]
+        table, index = request.kv, self.index
+        last = table.lookup   # a fleet's replicas may each look the request up: the index too
+        if last and last[0] is index and last[1] == index.version and last[2] == limit:
+            return last[3]
         full = self._cached_on(self.full_ids, keys) if self.full_ids else None
         n = longest_hit(limit, full, self._cached_on(self.slide_ids, keys), self.contiguous) if limit else 0
-        table.lookup = (version, limit, n)
+        table.lookup = (index, index.version, limit, n)
         return n
 
     @property

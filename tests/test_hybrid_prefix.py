@@ -282,6 +282,8 @@ def session_run(memory, fast_forward=True, check=None):
         memory.grow_each = checked
     engine = Engine(system.scheduler_config(), system.with_host_work(make_executor(model, gpu)), memory,
                     max_context=model.max_context, fast_forward=fast_forward)
+    from batchlab.engine import fast_path
+    assert not fast_path.applies(engine)   # the general loop, fast-forwarding decode runs
     requests = build_requests(workload, system, 0)
     return engine.run(requests), requests
 
@@ -333,11 +335,19 @@ def test_gpt_oss_sessions_hit_what_a_dense_cache_hits_and_hold_the_window():
 
 
 def test_gpt_oss_sessions_fast_forward_is_stepping():
-    runs = []
+    runs, grown = [], []
     for fast in (True, False):
         memory, _ = gpt_oss_memories()
+        grow_run = memory.grow_run
+
+        def counted(requests, n_tokens):
+            grown.append((fast, n_tokens))
+            return grow_run(requests, n_tokens)
+        memory.grow_run = counted
         trace, requests = session_run(memory, fast_forward=fast)
         runs.append((trace, memory.cache_stats(), memory.history_arrays()))
+    assert max(n for fast, n in grown if fast) > 16   # runs of many steps, across block boundaries
+    assert all(n == 1 for fast, n in grown if not fast)
     (fast, fast_stats, fast_history), (slow, slow_stats, slow_history) = runs
     assert_same_trace(fast, slow)
     assert_same(fast_stats, slow_stats, "cache_stats")

@@ -184,6 +184,25 @@ def test_each_replica_answers_from_its_own_cache():
     assert warm.cached_tokens(r) == 160 and cold.cached_tokens(r) == 0 and warm.cached_tokens(r) == 160
 
 
+def test_parallel_samples_find_their_prompt_in_the_cache():
+    # three samples of a 40-token prompt: the leader prefills it; each other sample is admitted
+    # as a request of its own once the leader has its first token, and finds the prompt's two
+    # full blocks (blocks 0 and 1 on both groups: the window's two blocks are there too)
+    prompt = Content.tokens(STREAM[:40])
+    runs = []
+    for fast in (False, True):
+        memory = HybridPrefixMemory(64 * BS, kv_groups(ALTERNATING), block_size=BS)
+        samples = tuple(Request(f"a#{k}", 0.0, 40, 20, index=k, content=prompt) for k in (1, 2))
+        leader = Request("a", 0.0, 40, 20, index=0, content=prompt, samples=samples)
+        trace = Engine(SchedulerConfig(), UnitExecutor(), memory, check_memory=True, fast_forward=fast).run([leader])
+        stats = memory.cache_stats()
+        assert stats["prefix_cache_queries"] == 3 * 40 and stats["prefix_cache_hits"] == 2 * 32
+        assert all(r.status is Status.FINISHED for r in (leader, *samples))
+        assert memory.pool.used() == 0
+        runs.append((trace, stats))
+    assert_same_trace(runs[0][0], runs[1][0])
+
+
 def test_a_host_tier_is_refused_by_name():
     with pytest.raises(InputError, match="host_cache_tokens"):
         HybridPrefixMemory(64 * BS, kv_groups(ALTERNATING), block_size=BS, host_cache_tokens=1000)

@@ -19,7 +19,8 @@ preemption cancels that step.
 
 What a dense model's prefix cache does besides, here: a cache capacity (`cache_tokens`) works
 as there; a host tier (`host_cache_tokens`) is refused (InputError naming the field); parallel
-samples do not fork (`fork` declines: a sample waits and finds its prompt's blocks in the cache).
+samples do not fork: each is admitted as a request of its own and finds its prompt's blocks in
+the cache, as vLLM v1 serves them.
 
 A fast-forwarded run of decode steps grows the requests step by step at the steps where anything
 happens (a block taken, released from the window or keyed), so it takes, releases, keys and
@@ -208,7 +209,9 @@ class HybridPrefixMemory(HybridPagedMemory):
         self._sample()
 
     def fork(self, parent: Request, child: Request) -> bool:
-        """Declined: a sample waits and computes its prompt past what the cache holds of it."""
+        """Declined: each parallel sample is a request of its own that finds its prompt's full
+        blocks in the cache at admission (as vLLM v1 serves n samples: n requests sharing the
+        prompt through the prefix cache) and computes the rest."""
         return False
 
     # -- growth ----------------------------------------------------------------------------

@@ -203,9 +203,34 @@ def test_parallel_samples_find_their_prompt_in_the_cache():
     assert_same_trace(runs[0][0], runs[1][0])
 
 
-def test_a_host_tier_is_refused_by_name():
+def test_blocks_evicted_to_the_host_tier_are_found_and_copied_back():
+    groups = kv_groups(ALTERNATING)
+    memory = HybridPrefixMemory(64 * BS, groups, block_size=BS, host_cache_tokens=float("inf"))
+    full, slide = groups.windows.index(0), groups.windows.index(32)
+    finish(memory, served(memory, "a", 160))
+    keys = memory.keys_of(Request("k", 0.0, 160, 1, content=Content.tokens(STREAM[:160])))
+    # evict all but the sliding group's blocks 8 and 9 from the GPU: their keys go to host memory
+    gone = blocks_of(memory, keys, full) + blocks_of(memory, keys[:8], slide)
+    evict(memory, gone)
+    assert len(memory.index.host) == 18
+    b = Request("b", 0.0, 200, 5, content=Content.tokens(STREAM[:200]))
+    assert memory.cached_tokens(b) == 160
+    # new blocks past the hit (3 on each group), the 10 full blocks copied back from the host
+    # and the two idle sliding blocks of its window taken out of the evictable ones
+    assert memory.need(b) == 2 * 3 + 10 + 2
+    assert memory.try_admit(b)
+    assert memory.reused_tokens(b) == 160
+    assert memory.loaded_tokens(b) == groups.tokens(10, BS) == 10 * BS * 2 // 4   # 10 blocks of 2 of 4 layers
+    assert len(b.kv.tables[full]) == 13 and len(b.kv.tables[slide]) == 5
+    assert blocks_of(memory, keys, full) == b.kv.tables[full][:10]   # cached on the GPU again
+    b.status, b.computed = Status.RUNNING, 160
+    memory.check_integrity()
+    assert memory.cache_stats()["prefix_cache_host_hits"] == 10 * BS * 2 // 4
+
+
+def test_a_bad_host_tier_is_refused_by_name():
     with pytest.raises(InputError, match="host_cache_tokens"):
-        HybridPrefixMemory(64 * BS, kv_groups(ALTERNATING), block_size=BS, host_cache_tokens=1000)
+        HybridPrefixMemory(64 * BS, kv_groups(ALTERNATING), block_size=BS, host_cache_tokens=-1)
 
 
 # -- books balance, and fast-forwarding is stepping -------------------------------------------
@@ -231,9 +256,10 @@ def make_requests(rows):
     return out
 
 
-def compare_runs(rows, blocks, block_size, preempt, prefill, model, watermark, order, cache_tokens, seats):
+def compare_runs(rows, blocks, block_size, preempt, prefill, model, watermark, order, cache_tokens, seats,
+                 host_cache=0):
     test_books_balance_and_fast_forward_is_stepping.hypothesis.inner_test(
-        rows, blocks, block_size, preempt, prefill, model, watermark, order, cache_tokens, seats)
+        rows, blocks, block_size, preempt, prefill, model, watermark, order, cache_tokens, seats, host_cache)
 
 
 def test_a_run_ends_where_an_eviction_reorders_the_queue():
@@ -249,9 +275,9 @@ def test_a_run_ends_where_an_eviction_reorders_the_queue():
        st.sampled_from(["recompute", "swap"]), st.sampled_from(["mixed", "chunked"]),
        st.sampled_from([ALTERNATING, ALL_WINDOWED]), st.sampled_from([0.0, 0.1]),
        st.sampled_from(["fcfs", "sjf", "lpm"]), st.sampled_from([None, None, 0, 64]),
-       st.sampled_from([None, 3, 8]))
+       st.sampled_from([None, 3, 8]), st.sampled_from([0, 0, 64, float("inf")]))
 def test_books_balance_and_fast_forward_is_stepping(rows, blocks, block_size, preempt, prefill, model,
-                                                    watermark, order, cache_tokens, seats):
+                                                    watermark, order, cache_tokens, seats, host_cache):
     groups = kv_groups(model)
     capacity = blocks * block_size
     budget = {"token_budget": 40, "chunk_size": 16} if prefill == "chunked" else {}
@@ -260,7 +286,8 @@ def test_books_balance_and_fast_forward_is_stepping(rows, blocks, block_size, pr
     runs = []
     for fast in (False, True):
         memory = HybridPrefixMemory(capacity, groups, block_size=block_size, watermark=watermark,
-                                    host_capacity_tokens=capacity, cache_tokens=cache_tokens)
+                                    host_capacity_tokens=capacity, cache_tokens=cache_tokens,
+                                    host_cache_tokens=host_cache)
         requests = make_requests(rows)
         trace = Engine(cfg, UnitExecutor(), memory, check_memory=True, fast_forward=fast).run(requests)
         # held blocks never exceed the pool (check_memory: every step), and releasing every

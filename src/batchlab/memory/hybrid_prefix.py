@@ -17,10 +17,12 @@ blocks, never taken); the rest of the known tokens get new blocks on every group
 `hybrid.py`. Blocks are keyed when the step that fills them is planned, and unkeyed again if a
 preemption cancels that step.
 
-What a dense model's prefix cache does besides, here: a cache capacity (`cache_tokens`) works
-as there; a host tier (`host_cache_tokens`) is refused (InputError naming the field); parallel
-samples do not fork: each is admitted as a request of its own and finds its prompt's blocks in
-the cache, as vLLM v1 serves them.
+What a dense model's prefix cache does besides works here too: a cache capacity
+(`cache_tokens`); a host tier (`host_cache_tokens`, in tokens of KV on every layer): a block
+evicted from the GPU keeps its key (and group) in host memory, LRU, and a hit may find a block
+there, copied into a new GPU block at admission and priced as swap-in traffic. Parallel samples
+do not fork: each is admitted as a request of its own and finds its prompt's blocks in the
+cache, as vLLM v1 serves them.
 
 A fast-forwarded run of decode steps grows the requests step by step at the steps where anything
 happens (a block taken, released from the window or keyed), so it takes, releases, keys and
@@ -55,7 +57,7 @@ class CachedGroupTables:
     block keys and where its keying stands (as `block_table.CachedBlockTable`)."""
 
     __slots__ = ("tables", "skipped", "swapped_blocks", "keys", "keys_block_size", "lookup",
-                 "registered", "reused")
+                 "registered", "reused", "loaded")
 
     def __init__(self) -> None:
         self.tables: list[list[int]] | None = None   # per group, its live blocks in token order
@@ -66,6 +68,7 @@ class CachedGroupTables:
         self.lookup: tuple = ()           # (index, version, limit, hit blocks) of its last lookup
         self.registered = 0               # leading positions keyed or reused
         self.reused = 0                   # tokens its latest admission found in the cache
+        self.loaded = 0                   # KV of them copied from the host tier (tokens, every layer)
 
 
 class HybridPrefixMemory(HybridPagedMemory):
@@ -75,11 +78,9 @@ class HybridPrefixMemory(HybridPagedMemory):
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
                  cache_tokens: int | None = None, host_cache_tokens: float = 0) -> None:
         super().__init__(capacity_tokens, groups, block_size, watermark, host_capacity_tokens)
-        if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) \
-                or host_cache_tokens != 0:
-            raise InputError(f"field 'host_cache_tokens': a host tier of the prefix cache is not "
-                             f"modelled for a model with sliding-window layers (got {host_cache_tokens!r}; "
-                             f"use 0)")
+        if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) or not (
+                host_cache_tokens >= 0):
+            raise InputError(f"field 'host_cache_tokens': must be a number >= 0 or inf, got {host_cache_tokens!r}")
         if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
                                          or cache_tokens < 0):
             raise InputError(f"field 'cache_tokens': must be an integer >= 0 or None, got {cache_tokens!r}")
@@ -87,13 +88,14 @@ class HybridPrefixMemory(HybridPagedMemory):
         n = self.total_blocks
         self.pool = BlockPool(n, shared=True)
         self.cache_limit = n if cache_tokens is None else groups.blocks(cache_tokens, block_size)
-        self.index = PrefixIndex(n)
+        self.index = PrefixIndex(n, math.inf if math.isinf(host_cache_tokens)
+                                 else groups.blocks(int(host_cache_tokens), block_size))
         self.salts = [(g * _GOLDEN) & _MASK for g in range(len(self.windows))]
         self.full_ids = [g for g, w in enumerate(self.windows) if not w]
         self.slide_ids = [g for g, w in enumerate(self.windows) if w]
         self.contiguous = window_blocks(self.window, block_size)
         self._extra = [0] * len(self.windows)   # per group: references beyond a block's first
-        self.queries = self.hits = self.recompute_hits = self.evictions = 0
+        self.queries = self.hits = self.recompute_hits = self.evictions = self.host_hits = 0
         self.history: list[tuple] = []
         self._now = 0.0
 
@@ -117,7 +119,10 @@ class HybridPrefixMemory(HybridPagedMemory):
         return table.keys
 
     def _cached_on(self, ids: list[int], keys: list[int]):
-        cached, salts = self.index.cached, self.salts
+        """Whether block j's key is cached on every group of `ids`, on the GPU or in host memory."""
+        cached, host, salts = self.index.cached, self.index.host, self.salts
+        if host:
+            return lambda j: all((k := keys[j] ^ salts[g]) in cached or k in host for g in ids)
         return lambda j: all((keys[j] ^ salts[g]) in cached for g in ids)
 
     def _hit_blocks(self, request: Request) -> int:
@@ -146,6 +151,11 @@ class HybridPrefixMemory(HybridPagedMemory):
         table = request.kv
         return table.reused if type(table) is CachedGroupTables else 0
 
+    def loaded_tokens(self, request: Request) -> int:
+        """KV its latest admission copied in from the host tier, in tokens on every layer."""
+        table = request.kv
+        return table.loaded if type(table) is CachedGroupTables else 0
+
     def _hit_span(self, g: int, hits: int) -> range:
         """Positions of group g's blocks a hit of `hits` blocks references."""
         return range(self.skip(hits * self.block_size) if self.windows[g] else 0, hits)
@@ -159,8 +169,8 @@ class HybridPrefixMemory(HybridPagedMemory):
         return self.pool.available()
 
     def need(self, request: Request) -> int:
-        """New blocks on every group past the hit, and the idle cached blocks the hit takes out
-        of the evictable ones."""
+        """New blocks on every group past the hit and for its blocks found in host memory, and
+        the idle cached blocks the hit takes out of the evictable ones."""
         nb = self.blocks_for(request.known_tokens)
         if request.swapped:
             return super().need(request)
@@ -170,7 +180,8 @@ class HybridPrefixMemory(HybridPagedMemory):
         idle = 0
         for g in range(len(self.windows)):
             for j in self._hit_span(g, hits):
-                idle += not ref[cached[keys[j] ^ salts[g]]]
+                b = cached.get(keys[j] ^ salts[g])
+                idle += b is None or not ref[b]
         return len(self.windows) * (nb - hits) + idle
 
     def _take(self, request: Request) -> None:
@@ -180,18 +191,33 @@ class HybridPrefixMemory(HybridPagedMemory):
         nb = self.blocks_for(request.known_tokens)
         cached, pool, salts = self.index.cached, self.pool, self.salts
         first = self.skip(hits * self.block_size) if hits else min(self.skip(request.computed), nb)
-        tables = []
+        index = self.index
+        tables, loads = [], []   # loads: per group, (place in its table, key) of host-tier hits
         for g, w in enumerate(self.windows):   # hold the hit blocks before allocating: never evict them
-            span = self._hit_span(g, hits)
-            blocks = [cached[keys[j] ^ salts[g]] for j in span]
-            for b in blocks:
-                if pool.ref[b]:
-                    self._extra[g] += 1
-                pool.hold(b)
+            blocks, load = [], []
+            for j in self._hit_span(g, hits):
+                k = keys[j] ^ salts[g]
+                b = cached.get(k)
+                if b is None:
+                    index.touch_host(k)
+                    load.append((len(blocks), k))
+                else:
+                    if pool.ref[b]:
+                        self._extra[g] += 1
+                    pool.hold(b)
+                blocks.append(b)
             tables.append(blocks)
-        for g, w in enumerate(self.windows):
-            t = tables[g]
-            t.extend(self._allocate(nb - max(hits, first if w else 0)))
+            loads.append(load)
+        for g, w in enumerate(self.windows):   # host copies land in new blocks, cached on the GPU again
+            t, load = tables[g], loads[g]
+            new = self._allocate(len(load) + nb - max(hits, first if w else 0))
+            for (at, k), b in zip(load, new):
+                t[at] = b
+                index.load(k, b)
+            t.extend(new[len(load):])
+        loaded = sum(map(len, loads))
+        if loaded:
+            index.version += 1
         table.tables = tables
         table.skipped = first
         self._held[request] = None
@@ -199,11 +225,13 @@ class HybridPrefixMemory(HybridPagedMemory):
             self._swapped_back(request, table)
         table.registered = hits
         table.reused = hits * self.block_size
+        table.loaded = self.groups.tokens(loaded, self.block_size)
         if request.swapped:
             pass   # its own KV comes back from host memory: no lookup to count
         elif not request.preemptions:
             self.queries += request.prompt_tokens
             self.hits += table.reused
+            self.host_hits += table.loaded
         else:
             self.recompute_hits += table.reused
         self._sample()
@@ -593,8 +621,8 @@ class HybridPrefixMemory(HybridPagedMemory):
             "recompute_tokens_saved": self.recompute_hits,
             "prefix_cache_evictions": self.evictions,
             "prefix_cache_capacity_blocks": self.cache_limit,
-            "prefix_cache_host_hits": 0,
-            "prefix_cache_host_capacity_blocks": 0,
+            "prefix_cache_host_hits": self.host_hits,
+            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
             "prefix_cache_mean_cached_share": self.mean_cached_share(),
         }
 
@@ -630,5 +658,7 @@ class HybridPrefixMemory(HybridPagedMemory):
             raise IntegrityError(f"{self.name}: shared references {self._extra} counted, {extra} held")
         if any(seen[g] & seen[h] for g in range(len(seen)) for h in range(g)):
             raise IntegrityError(f"{self.name}: a block is held by two KV cache groups")
+        if len(index.host) > index.host_limit:
+            raise IntegrityError(f"{self.name}: {len(index.host)} host blocks > host limit {index.host_limit}")
         if not 0 <= self.hits <= self.queries:
             raise IntegrityError(f"{self.name}: {self.hits} hit tokens of {self.queries} queried")

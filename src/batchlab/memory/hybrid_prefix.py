@@ -334,18 +334,15 @@ class HybridPrefixMemory(HybridPagedMemory):
         table.registered = stop
         self.index.version += 1
 
-    def _grow_to(self, table: CachedGroupTables, before: int, tokens: int, first: int) -> None:
-        self._release(table, first)
-        self._extend(table, tokens)
-        self._key(table, tokens)
-
     def grow(self, request: Request, n_tokens: int) -> bool:
         table = request.kv
         before = request.computed
         freed, take, first = self._changes(table, before, before + n_tokens, {})
         if take > self.pool.available() + freed:
             return False
-        self._grow_to(table, before, before + n_tokens, first)
+        self._release(table, first)
+        self._extend(table, before + n_tokens)
+        self._key(table, before + n_tokens)
         return True
 
     def grow_each(self, requests: list[Request]) -> bool:

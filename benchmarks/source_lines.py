@@ -24,7 +24,9 @@ GROUPS = {
 }
 # Modules of features that came after the restructuring, with nothing before to compare: left out.
 NEW = {"memory/hybrid.py": "the sliding-window manager",
-       "memory/windowed.py": "reservations counting a sliding window, the hybrid manager's block tables"}
+       "memory/windowed.py": "reservations counting a sliding window, the hybrid manager's block tables",
+       "memory/hybrid_prefix.py": "prefix caching for sliding-window models",
+       "memory/window_hit.py": "a sliding-window prefix cache's hits"}
 SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 
 

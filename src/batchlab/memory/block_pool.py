@@ -37,6 +37,10 @@ class BlockPool:
         """Blocks an allocation can take now: plain free ones and idle cached ones."""
         return len(self.free) + len(self.idle)
 
+    def used(self) -> int:
+        """Blocks held by requests."""
+        return self.total - len(self.free) - len(self.idle)
+
     def take_free(self, n: int) -> list[int]:
         """n plain free blocks, in the order they were freed last first (n ≤ len(free))."""
         if n <= 0:

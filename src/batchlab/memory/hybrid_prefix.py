@@ -53,7 +53,7 @@ _GOLDEN = 0x9E3779B97F4A7C15
 
 
 class CachedGroupTables:
-    """A request's blocks per KV cache group (as `block_table.GroupBlockTables`), with its
+    """A request's blocks per KV cache group (as `windowed.GroupBlockTables`), with its
     block keys and where its keying stands (as `block_table.CachedBlockTable`)."""
 
     __slots__ = ("tables", "skipped", "swapped_blocks", "keys", "keys_block_size", "lookup",

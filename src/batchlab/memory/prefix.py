@@ -433,7 +433,7 @@ class PrefixCacheMemory(PagedMemory):
             "prefix_cache_evictions": self.evictions,
             "prefix_cache_capacity_blocks": self.cache_limit,
             "prefix_cache_host_hits": self.host_hits,
-            "prefix_cache_host_capacity_blocks": None if math.isinf(self.index.host_limit) else self.index.host_limit,
+            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
             "prefix_cache_mean_cached_share": self.mean_cached_share(),
         }
 

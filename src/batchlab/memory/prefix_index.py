@@ -10,6 +10,7 @@ lookup may answer differently.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 
@@ -68,3 +69,6 @@ class PrefixIndex:
                 if len(host) > host_limit:
                     host.popitem(last=False)
         self.version += 1
+
+    def host_capacity(self) -> int | None:
+        return None if math.isinf(self.host_limit) else self.host_limit

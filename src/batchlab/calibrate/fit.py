@@ -10,7 +10,8 @@ values. The residual is (predicted - measured) / measured, so a 10 us kernel wei
 A GPU's matmul tiles (opcost.py: `matmul_tile_rows`, `matmul_tile_cols`) are discrete: on a base
 spec with an `sm_count` every tile shape of TILE_SIZES, rows alone or rows and columns in waves,
 and no tiles at all, is fitted in turn and the lowest cost wins, so the profiles choose whether
-tile or wave quantisation describes the GPU. A CPU base (no `sm_count`, BLAS's matrix-vector
+tile or wave quantisation describes the GPU. The winner's shortest tile for a thin product
+(`matmul_min_tile_rows`, MIN_TILE_HEIGHTS) is chosen the same way after it. A CPU base (no `sm_count`, BLAS's matrix-vector
 regime `matmul_vector_mbu`) without tiles of its own tries none and row tiles alone, of
 REGISTER_TILE_ROWS: a CPU BLAS kernel computes its output a few rows at a time from registers
 and handles the rows left over with narrower kernels (`batchlab calibrate --mini` timed 3 rows

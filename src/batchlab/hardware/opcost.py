@@ -34,9 +34,11 @@ count (`sm_count`) too, the ceil(R / tile_m) * ceil(n / tile_n) tiles run in wav
 into floor(sm_count / tiles) parts, as cuBLAS's split-K does, so it fills the GPU. R_paid is then
 waves * sm_count * tile_m * tile_n / n. n and k come from the model (tp splits them), so the
 same tile sizes price any model on the GPU. A product of fewer rows than one tile runs the
-smallest tile of 64, 128, ... rows that holds them (`tile_height`): a decode's few rows do not
-pay for a prefill's 128-row tile. Without tile sizes the product takes the smooth curve
-above, as every uncalibrated spec does.
+shortest tile of h, 2h, 4h, ... rows that holds them (`tile_height`; h is
+`matmul_min_tile_rows`, 64 unless given): a decode's few rows do not pay for a prefill's
+128-row tile, and with h = 16 or 32 its compute grows with its rows in steps of h, as cuBLAS's
+narrow kernels for thin products do (the fit chooses h from the profiles). Without tile sizes
+the product takes the smooth curve above, as every uncalibrated spec does.
 
 Two refinements of a GPU's products (calibrated presets; None leaves the formula above):
 

@@ -380,8 +380,7 @@ def test_fitter_recovers_known_matmul_tiles(tmp_path, rows, cols):
                                matmul_floor_s=5e-6, matmul_tile_rows=rows, matmul_tile_cols=cols)
     result = fit(_matmul_profile(tmp_path, true, f"tiles{rows}x{cols}.csv"), base)
     assert (result.gpu.matmul_tile_rows, result.gpu.matmul_tile_cols) == (rows, cols)
-    for field in ("matmul_mfu", "matmul_mbu", "matmul_floor_s", "matmul_compute_floor_s",
-                  "matmul_roofline_p"):
+    for field in ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s"):
         assert getattr(result.gpu, field) == pytest.approx(getattr(true, field), rel=2e-3), field
     assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in result.rows) < 1e-3
     # The smooth curve alone cannot follow the steps.

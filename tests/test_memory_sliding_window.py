@@ -233,7 +233,7 @@ def test_cost_reports_vllm_figures_for_windowed_models(capsys, monkeypatch):
     plain = json.loads(capsys.readouterr().out)
     llama = resolve_model("Llama-3-8B")
     assert plain["kv_capacity_tokens"] == kv_capacity_tokens_on(llama, gpu, SINGLE_GPU)
-    assert "max_concurrency" not in plain
+    assert "kv_cache_groups" not in plain
 
 
 def test_decode_bound_counts_the_window():

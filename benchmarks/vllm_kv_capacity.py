@@ -51,24 +51,33 @@ def main() -> None:
           f"{'non-torch':>16} {'KV GiB':>16} {'tokens':>9} {'logged':>9} {'error':>7} "
           f"{'before':>7}")
     errors = {"fit": [], "check": []}
-    before = []
+    before, overheads = [], []
     for row in load_rows():
         p = predict(row)
         logged = row["logged"]
-        errors[row["role"]].append(abs(p.error))
-        before.append(abs(p.old_error))
+        if p.started:
+            errors[row["role"]].append(abs(p.error))
+            before.append(abs(p.old_error))
+            tokens = f"{p.kv_tokens:>9,} {p.logged_tokens:>9,} {100 * p.error:+6.1f}% {100 * p.old_error:+6.1f}%"
+        else:
+            tokens = f"{p.kv_tokens:>9,} {'none':>9} {'-':>7} {'-':>7}"
+        if p.logged_overhead_gib is not None:
+            overheads.append((row["id"], p.overhead_gib, p.logged_overhead_gib))
         print(f"{row['id']:34} {row['role']:5} {_piece(p.requested_gib, logged, 'requested_gib'):>16} "
               f"{_piece(p.weights_gib, logged, 'weights_gib'):>16} "
               f"{_piece(p.activation_gib, logged, 'activation_gib'):>16} "
               f"{_piece(p.non_torch_gib, logged, 'non_torch_gib'):>16} "
-              f"{_piece(p.kv_gib, logged, 'kv_gib'):>16} {p.kv_tokens:>9,} {p.logged_tokens:>9,} "
-              f"{100 * p.error:+6.1f}% {100 * p.old_error:+6.1f}%")
+              f"{_piece(p.kv_gib, logged, 'kv_gib'):>16} {tokens}")
+    print("[logged]; tokens: predicted and logged KV tokens; error: of the tokens; before: the "
+          "datasheet rule's error")
     for role, errs in errors.items():
         print(f"{role} rows: {len(errs)}, mean |error| {100 * sum(errs) / len(errs):.1f}%, "
               f"worst {100 * max(errs):.1f}%")
     print(f"before (datasheet GB x utilization − weights): mean |error| "
           f"{100 * sum(before) / len(before):.1f}%, worst {100 * max(before):.1f}%")
-
+    print("\nactivation + non-torch, predicted against requested − weights − KV as logged (GiB):")
+    for run, predicted, implied in overheads:
+        print(f"  {run:34} {predicted:6.2f} {implied:6.2f} {predicted - implied:+6.2f}")
 
 if __name__ == "__main__":
     main()

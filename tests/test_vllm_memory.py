@@ -80,14 +80,20 @@ def test_the_layers_peak_is_the_logged_activation_of_a_long_profile():
 
 def test_every_shipped_log_within_tolerance():
     rows = load_rows()
-    assert len(rows) >= 7 and {r["role"] for r in rows} == {"fit", "check"}
-    errors = [predict(row).error for row in rows]
-    for row, error in zip(rows, errors):
-        assert abs(error) < ROW_TOLERANCE, (row["id"], error)
-    assert sum(map(abs, errors)) / len(errors) < MEAN_TOLERANCE
+    assert len(rows) >= 8 and {r["role"] for r in rows} == {"fit", "check"}
+    predictions = [predict(row) for row in rows]
+    started = [p for p in predictions if p.started]
+    for p in started:
+        assert abs(p.error) < ROW_TOLERANCE, (p.row["id"], p.error)
+    mean = sum(abs(p.error) for p in started) / len(started)
+    assert mean < MEAN_TOLERANCE
     # the datasheet rule this replaces was further off
-    before = [abs(predict(row).old_error) for row in rows]
-    assert sum(before) / len(before) > 3 * sum(map(abs, errors)) / len(errors)
+    assert sum(abs(p.old_error) for p in started) / len(started) > 3 * mean
+    # a run vLLM could not start (gpt-oss-120b on one H100, vllm-project/vllm#23278): the
+    # profile's own overhead, activation and non-torch memory, is within 0.5 GiB of what the log
+    # implies (requested − weights − KV); the weights' own gap is the weight model's
+    failed = [p for p in predictions if not p.started]
+    assert failed and all(abs(p.overhead_gib - p.logged_overhead_gib) < 0.5 for p in failed)
 
 
 def test_cost_prints_vllms_pieces(capsys):

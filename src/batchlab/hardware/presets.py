@@ -15,6 +15,7 @@ from batchlab.hardware.specs import (
     GPUSpec,
     ModelSpec,
 )
+from batchlab.hardware.vllm_memory import GIB, MIB, RUNTIME_RESERVE
 
 GPT3_HEAD_DIM = 128
 
@@ -206,12 +207,12 @@ VLLM_ENGINE_STEP_S = 1.059e-3
 _CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)
 
 # Device memory as nvidia-smi reports its total, in MiB, where vLLM's KV capacity starts
-# (vllm_memory.py). From public logs: the H100 80GB HBM3's 81,559 MiB (vllm-project/vllm#55169)
-# and the A40's 46,068 MiB (guqiong96/Lvllm#35). Derived elsewhere: an HBM part shows its
-# nominal GB as GiB (the A100 80GB's 81,920 MiB), a data-centre GDDR6 part with ECC on 15/16
+# (vllm_memory.py). From public logs: the H100 80GB HBM3's 81,559 MiB (vllm-project/vllm#55169),
+# the A40's 46,068 MiB (guqiong96/Lvllm#35) and the B200's 178.35 GiB as torch reports it
+# (unslothai/unsloth#3411), plus the runtime's reservation. Derived elsewhere: an HBM part shows
+# its nominal GB as GiB (the A100 80GB's 81,920 MiB), a data-centre GDDR6 part with ECC on 15/16
 # of it (the A40's 49,152 x 15/16 = 46,080 MiB, 12 MiB above its log).
 ECC_GDDR_SHARE = 15 / 16
-MIB = 2 ** 20
 
 
 def _hbm(nominal_gb: float) -> float:
@@ -223,7 +224,7 @@ def _gddr_ecc(nominal_gb: float) -> float:
 
 
 DEVICE_MEMORY = {"H100-SXM": 81_559 * MIB, "A100-40GB": _hbm(40), "A100-80GB": _hbm(80),
-                 "H200": _hbm(141), "B200": _hbm(180), "MI300X": _hbm(192),
+                 "H200": _hbm(141), "B200": 178.35 * GIB + RUNTIME_RESERVE, "MI300X": _hbm(192),
                  "L40S": _gddr_ecc(48), "A40": 46_068 * MIB, "A10G": _gddr_ecc(24),
                  "L4": _gddr_ecc(24)}
 

@@ -90,13 +90,36 @@ class Prediction:
         return block_tokens(logged["kv_gib"] * GIB, self.per_token, BLOCK_SIZE)
 
     @property
-    def error(self) -> float:
-        """(predicted − logged) / logged KV tokens."""
-        return self.kv_tokens / self.logged_tokens - 1.0
+    def started(self) -> bool:
+        """Whether vLLM found room for a KV cache at all (a negative "available KV cache
+        memory" is a start that failed: no tokens to compare)."""
+        return self.row["logged"]["kv_gib"] > 0 if "kv_gib" in self.row["logged"] else True
 
     @property
-    def old_error(self) -> float:
-        return self.old_tokens / self.logged_tokens - 1.0
+    def error(self) -> float | None:
+        """(predicted − logged) / logged KV tokens; None where vLLM did not start."""
+        return self.kv_tokens / self.logged_tokens - 1.0 if self.started else None
+
+    @property
+    def old_error(self) -> float | None:
+        return self.old_tokens / self.logged_tokens - 1.0 if self.started else None
+
+    @property
+    def overhead_gib(self) -> float:
+        """What the profile adds beside the weights: activation peak plus non-torch memory."""
+        return self.activation_gib + self.non_torch_gib
+
+    @property
+    def logged_overhead_gib(self) -> float | None:
+        """The same as the log implies it: requested − weights − KV (the log's requested, else
+        the predicted one), where the log printed weights and KV of the rank that sets the
+        capacity; None otherwise."""
+        logged = self.row["logged"]
+        if "weights_gib" not in logged or "kv_gib" not in logged or self.row.get(
+                "pieces_from_other_rank"):
+            return None
+        requested = logged.get("requested_gib", self.requested_gib)
+        return requested - logged["weights_gib"] - logged["kv_gib"]
 
 
 def predict(row: dict) -> Prediction:

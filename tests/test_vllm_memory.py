@@ -42,7 +42,7 @@ def test_llama3_8b_on_an_h100_by_hand():
     assert layer_peak_bytes(LLAMA3, 8192, 1) == layer
     assert p.activation == sampler > layer
     kv = 0.9 * total - 8_030_000_000 * 2 - sampler - NON_TORCH_SINGLE
-    assert p.kv == pytest.approx(kv, rel=1e-12)
+    assert p.kv_bytes == pytest.approx(kv, rel=1e-12)
     # whole blocks of 16 tokens of 128 KiB
     assert kv_capacity_tokens(LLAMA3, H100) == int(kv // (16 * 131072)) * 16
 
@@ -60,13 +60,13 @@ def test_tensor_parallelism_splits_the_layers_not_the_sampler():
     assert four.weights == 2 * eight.weights and four.non_torch == NON_TORCH_PARALLEL
     assert four.activation == eight.activation   # the sampler's logits are whole on every rank
     tokens = kv_capacity_tokens_split(llama70, H100, Layout(4, 1))
-    assert tokens == int(four.kv // (16 * 2 * 80 * 2 * 128 * 2)) * 16   # K, V x 80 x 2 heads x 128 x 2 B
+    assert tokens == int(four.kv_bytes // (16 * 2 * 80 * 2 * 128 * 2)) * 16   # K, V x 80 x 2 heads x 128 x 2 B
 
 
 def test_a_bigger_utilization_gives_the_kv_cache_all_of_the_difference():
     low, high = (memory_profile(LLAMA3, dataclasses.replace(H100, memory_utilization=u), 1, 1)
                  for u in (0.8, 0.9))
-    assert high.kv - low.kv == pytest.approx(0.1 * torch_total_memory(H100), rel=1e-12)
+    assert high.kv_bytes - low.kv_bytes == pytest.approx(0.1 * torch_total_memory(H100), rel=1e-12)
 
 
 def test_the_layers_peak_is_the_logged_activation_of_a_long_profile():

@@ -135,7 +135,7 @@ def compute(args) -> dict:
         out["vllm_memory_gib"] = {
             "total": profile.total / GIB, "requested": profile.requested / GIB,
             "weights": profile.weights / GIB, "activation": profile.activation / GIB,
-            "non_torch": profile.non_torch / GIB, "kv": profile.kv / GIB}
+            "non_torch": profile.non_torch / GIB, "kv": profile.kv_bytes / GIB}
         out.update(max_num_batched_tokens=profile.batched_tokens, max_num_seqs=profile.max_num_seqs,
                    gpu_memory_utilization=gpu.memory_utilization)
         if groups is None:   # one group of every layer: blocks of 16 tokens on all of them

@@ -157,7 +157,7 @@ def kv_free_bytes(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -
     if follows_vllm(gpu):
         from batchlab.hardware.vllm_memory import memory_profile
 
-        return memory_profile(model, gpu, layout.tp, layout.gpus).kv
+        return memory_profile(model, gpu, layout.tp, layout.gpus).kv_bytes
     return gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, layout)
 
 

@@ -132,6 +132,6 @@ def predict(row: dict) -> Prediction:
     old = gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, layout)
     return Prediction(row=row, total_gib=p.total / GIB, requested_gib=p.requested / GIB,
                       weights_gib=p.weights / GIB, activation_gib=p.activation / GIB,
-                      non_torch_gib=p.non_torch / GIB, kv_gib=p.kv / GIB,
-                      kv_tokens=block_tokens(max(p.kv, 0.0), per_token, BLOCK_SIZE),
+                      non_torch_gib=p.non_torch / GIB, kv_gib=p.kv_bytes / GIB,
+                      kv_tokens=block_tokens(max(p.kv_bytes, 0.0), per_token, BLOCK_SIZE),
                       old_kv_gib=old / GIB, per_token=per_token)

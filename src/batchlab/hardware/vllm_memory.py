@@ -115,7 +115,7 @@ class MemoryProfile:
     max_num_seqs: int
 
     @property
-    def kv(self) -> float:
+    def kv_bytes(self) -> float:
         """What is left for the KV cache (negative: nothing)."""
         return self.requested - self.weights - self.activation - self.non_torch
 

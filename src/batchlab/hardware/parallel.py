@@ -179,9 +179,10 @@ def _no_room(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> str:
         from batchlab.hardware.vllm_memory import GIB, memory_profile
 
         p = memory_profile(model, gpu, layout.tp, layout.gpus)
-        return (f"in {gpu.memory_utilization:g} x {p.total / GIB:.2f} GiB, the weights "
-                f"({weights / GIB:.2f} GiB per GPU), activations ({p.activation / GIB:.2f} GiB) "
-                f"and non-torch memory ({p.non_torch / GIB:.2f} GiB) leave no room for KV")
+        return (f"the weights ({weights / GIB:.2f} GiB per GPU), with activations "
+                f"({p.activation / GIB:.2f} GiB) and non-torch memory ({p.non_torch / GIB:.2f} "
+                f"GiB), fill {gpu.memory_utilization:g} x {p.total / GIB:.2f} GiB and leave no "
+                f"room for KV")
     if layout.trivial:
         return (f"the weights ({weights / 1e9:.2f} GB) leave no room for KV in "
                 f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB")

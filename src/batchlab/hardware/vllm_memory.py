@@ -60,8 +60,10 @@ LOGIT_COPIES = 9.8
 # (tp 2, vLLM 0.7.2, vllm-project/vllm#13061).
 NON_TORCH_SINGLE = 0.16 * GIB
 NON_TORCH_PARALLEL = 0.25 * GIB
-# vLLM's default max_num_seqs for `vllm serve` (EngineArgs.get_batch_defaults): 1024 on GPUs of
-# at least 70 GiB other than the A100, 256 on the others (as serve_batched_tokens' rule).
+# vLLM's defaults for `vllm serve` (EngineArgs.get_batch_defaults): max_num_batched_tokens 8192
+# and max_num_seqs 1024 on GPUs of at least 70 GiB other than the A100, 2048 and 256 on the others.
+LARGE_GPU_BYTES = 70 * GIB
+SERVE_BATCHED_TOKENS = {True: 8192, False: 2048}
 SERVE_MAX_SEQS = {True: 1024, False: 256}
 
 
@@ -73,12 +75,18 @@ def torch_total_memory(gpu: GPUSpec) -> float:
     return device - RUNTIME_RESERVE
 
 
+def _large(gpu: GPUSpec) -> bool:
+    return gpu.memory >= LARGE_GPU_BYTES and "a100" not in gpu.name.casefold()
+
+
+def serve_batched_tokens(gpu: GPUSpec) -> int:
+    """vLLM's default token budget per step for `vllm serve` on `gpu`."""
+    return SERVE_BATCHED_TOKENS[_large(gpu)]
+
+
 def serve_max_num_seqs(gpu: GPUSpec) -> int:
     """vLLM's default max_num_seqs for `vllm serve` on `gpu`."""
-    from batchlab.hardware.kv_groups import LARGE_GPU_BYTES
-
-    large = torch_total_memory(gpu) >= LARGE_GPU_BYTES and "a100" not in gpu.name.casefold()
-    return SERVE_MAX_SEQS[large]
+    return SERVE_MAX_SEQS[_large(gpu)]
 
 
 def layer_peak_bytes(model: ModelSpec, tokens: int, tp: int) -> float:
@@ -125,8 +133,6 @@ def memory_profile(model: ModelSpec, gpu: GPUSpec, tp: int, gpus: int,
                    max_num_seqs: int | None = None) -> MemoryProfile:
     """vLLM's memory profile on one GPU of `gpus` (tp of them per stage); the token budget and
     the request count default to `vllm serve`'s on `gpu`."""
-    from batchlab.hardware.kv_groups import serve_batched_tokens
-
     tokens = batched_tokens if batched_tokens is not None else serve_batched_tokens(gpu)
     seqs = max_num_seqs if max_num_seqs is not None else serve_max_num_seqs(gpu)
     total = torch_total_memory(gpu)

@@ -1,26 +1,13 @@
 """The fast path: the simulator's steps advanced from running sums while nothing is decided.
 
-While every request admitted starts with its whole prompt in one step and every decode finds the
-KV block it needs, each plan is fixed by counts: every running request decodes one token and the
-newcomers (the queue's head onward, while seats and memory take them) prefill. A step's price
-then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
-is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
-block. The fast path runs such steps with no work per running request in between; a request's
-counters and token times are written when it finishes, and everyone's when the fast path leaves
-(to the general loop), at the first step where a prompt would be chunked, a decode would find no
-block (a preemption) or a request that is not fresh would be admitted.
-
-The result is the general loop's, bit for bit: the same plans in the same order, the same
-blocks taken from the same free list, the same prices from the executor's own price of a step
-from its sums (`sums_price`: the roofline or the operators model on any layout, with the host's
-CPU time where it has one), the same step log and work counts (tests/test_fast_path.py checks it
-against the general loop).
-
-It applies to the simulator's loop with paged (no prefix cache), reservation or unlimited memory,
-a cost executor whose steps are priced by their sums (not the operators model's sliding windows,
-which cap each request's keys, nor a calibrated spec's length buckets), continuous batching in
-arrival order and one batch in flight; requests with parallel samples, and every other
-configuration, take the general loop.
+While every request admitted prefills its whole prompt in one step and every decode finds its
+KV block, each plan is fixed by counts, a step's price needs only sums (batch, cached tokens,
+prompt tokens), and a request's future is known when it starts: the step it finishes in and the
+steps at which it takes a block. Such steps run with no work per running request in between;
+a request's counters and token times are written when it finishes, and everyone's when the
+fast path leaves to the general loop. The result is the general loop's, bit for bit (the same
+plans, blocks, prices from the executor's `sums_price`, step log and work counts:
+tests/test_fast_path.py). docs/engine.md ("The fast path") says where it applies and why.
 """
 
 from __future__ import annotations
@@ -77,9 +64,7 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
         return t, next_arrival, 0
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
-    # engine.run checked every request before the first was added: each is accepted as it is
-    add, queued = engine.accept, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
-    live, finishing, seats = fast.live, fast.finishing, fast.seats
+    add = engine.accept   # engine.run checked every request before the first was added
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -91,33 +76,16 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        # begin_next and finish_pending, inline: the simulator passes here at every piece
-        # pure decodes while nobody waits, or while every seat is taken (nobody is admitted
-        # before a finish): a run of them in one numpy piece, or decode steps
-        if not queued or len(live) >= seats:
-            if not live:
-                if next_arrival == n_pending:
-                    break
-                t = max(t, next_t)   # idle: the clock jumps to the next arrival
-                continue
-            if t + fast.run_min * fast.duration <= next_t and fast.s + fast.run_min <= fast.next_finish():
-                run = fast.price_run(t, next_t)
-                if run is not None:
-                    t = fast.apply_run(run, len(run.ends))
-                    fast.finish_due()
-                    continue
-            end = fast.decode(t, next_t)
-            if end is None:
+        if fast.idle:
+            if next_arrival == n_pending:
                 break
-            t = end
-            if fast.s - 1 in finishing:
-                fast.finish_due()
+            t = max(t, next_t)   # idle: the clock jumps to the next arrival
             continue
-        plan = fast.plan()
-        if plan is None:
+        end = fast.begin_next(t, next_t, next_t)
+        if end is None:
             break
-        t = fast.begin(t, plan)
-        fast.commit()
+        fast.finish_pending()
+        t = end
     fast.leave()
     return t, next_arrival, fast.s
 
@@ -241,20 +209,34 @@ class FastPath:
 
     def plan(self) -> tuple | None:
         """The next step's (newcomers, prompt tokens, attention units, newcomers of one-token
-        prompts, decodes taking a block), newcomers taken from the queue; None, and nothing
-        changed, if the fast path cannot run it."""
-        waiting, batch = self.waiting, len(self.live)
-        if waiting.heap:
-            planned = _newcomers(waiting, len(waiting.heap), self.memory, self.seats - batch, self.chunk,
-                                 self.budget - batch)
-            if planned is None:
-                return None
-            newcomers, prompt_sum, attn, ones, room = planned
-        else:
-            newcomers, prompt_sum, attn, ones, room = [], 0, 0, 0, self.memory.room()
+        prompts, decodes taking a block), with someone waiting: the newcomers are taken from the
+        queue's head onward while seats and memory take them. None, and nothing changed, if the
+        fast path cannot run the step: a newcomer is not fresh or would not prefill its whole
+        prompt in it (`chunk`, and the budget the decodes leave), or a decode finds no block."""
+        waiting, memory, batch = self.waiting, self.memory, len(self.live)
+        n_waiting, seats, budget = len(waiting.heap), self.seats - batch, self.budget - batch
+        newcomers: list[Request] = []
+        room, holding = memory.room(), memory.holding()
+        prompt_sum = attn = ones = 0
+        fixed = True   # every newcomer fresh and prefilled whole
+        while len(newcomers) < n_waiting and len(newcomers) < seats:
+            r = waiting.head()
+            need = memory.need(r)
+            if not memory.fits(room, need, holding):
+                break   # it waits, and everyone behind it: admission never skips the head
+            p = r.prompt_tokens
+            if r.admitted_at is not None or r.emitted or r.samples or p > self.chunk or prompt_sum + p > budget:
+                fixed = False
+                break
+            newcomers.append(waiting.pop_head())
+            room -= need
+            holding = True
+            prompt_sum += p
+            attn += p * (p + 1)
+            ones += p == 1
         grow = self.crossings.get(self.s)
-        if (not batch and not newcomers) or batch + prompt_sum > self.budget \
-                or (grow is not None and len(grow) > room):   # stuck, chunked, or a preemption
+        if not fixed or (not batch and not newcomers) or batch + prompt_sum > self.budget \
+                or (grow is not None and len(grow) > room):   # chunked, stuck, or a preemption
             for r in newcomers:
                 waiting.push(r)
             return None
@@ -394,7 +376,8 @@ class FastPath:
             if batch * (steps // self.bs + 1) <= self.memory.room():
                 held = None   # no decode can miss its block: the KV held is counted from what it takes when applied
             else:
-                steps, held = self._growth(steps)
+                steps, growth = self._growth(steps)
+                held = growth.held(steps)
         elif self.stored_held:   # unlimited memory holds what is stored
             held = affine_range(computed, batch, steps)
         else:   # reservations do not change while requests decode
@@ -405,28 +388,29 @@ class FastPath:
             durations, ends, held = durations[:steps], ends[:steps], None if held is None else held[:steps]
         return DecodeRun(t, durations, ends, held)
 
-    def _growth(self, steps: int) -> tuple[int, np.ndarray]:
+    def _growth(self, steps: int) -> tuple[int, BlockGrowth]:
         """The steps of a run from fast step s that find every new block they need (the free
-        list only shrinks in a run), and the KV held during each."""
+        list only shrinks in a run), and the blocks they take: from the KV held now, at which of
+        them and how many."""
         s, crossings = self.s, self.crossings
         free = self.memory.room()
-        at, taken = [], []   # the run's steps that take blocks, and how many
+        at, taken = [], []
         for k in self._block_steps(steps):
-            grow = crossings[k]
-            if len(grow) > free:   # a preemption: stepped, by the general loop
+            n = len(crossings[k])
+            if n > free:   # a preemption: stepped, by the general loop
                 steps = k - s
                 break
-            free -= len(grow)
+            free -= n
             at.append(k - s)
-            taken.append(len(grow))
-        held0 = self.memory.held_tokens() // self.bs
-        return steps, BlockGrowth(held0, self.bs, at, taken).held(steps)
+            taken.append(n)
+        return steps, BlockGrowth(self.memory.held_tokens() // self.bs, self.bs, at, taken)
 
     def held_during(self, run: DecodeRun) -> DecodeRun:
         """`run` with the KV held during each of its steps, counted now if pricing left it to
         the run's application (a router that reads a replica's KV asks mid-run)."""
         if run.held is None:
-            run.held = self._growth(len(run.ends))[1]
+            steps = len(run.ends)
+            run.held = self._growth(steps)[1].held(steps)
         return run
 
     def _block_steps(self, steps: int) -> list[int]:
@@ -443,16 +427,13 @@ class FastPath:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch, held = self.s, len(self.live), run.held
-        if self.grows:
-            crossings, append_blocks = self.crossings, self.memory.append_blocks
-            held0, at, taken = self.memory.held_tokens() // self.bs, [], []
-            for k in self._block_steps(steps):
-                grow = crossings.pop(k)
-                append_blocks(grow)   # price_run found the room
-                at.append(k - s)
-                taken.append(len(grow))
+        if self.grows:   # price_run found the room: the blocks taken, step by step in running order
+            growth = self._growth(steps)[1]
+            append_blocks, crossings = self.memory.append_blocks, self.crossings
+            for k in growth.at:
+                append_blocks(crossings.pop(s + k))
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
-                held = BlockGrowth(held0, self.bs, at, taken)
+                held = growth
         self.flush_rows()
         ends, durations = run.ends, run.durations
         if steps < len(ends):   # cut short: the step log keeps copies, not views of the whole run
@@ -564,30 +545,3 @@ class FastPath:
 
 def _nothing_held() -> int:
     return 0
-
-
-def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budget: float):
-    """Whom the scheduler admits now: from the queue's head while `seats` and the memory take
-    them (taken out of the queue), with their prompt tokens, attention units, how many have a
-    prompt of one token, and the memory room left; None, and the queue as it was, if one of them is not fresh or would not prefill its
-    whole prompt in this step (`chunk`, and the `budget` the decodes leave)."""
-    newcomers: list[Request] = []
-    room, holding = memory.room(), memory.holding()
-    prompt_sum = attn = ones = 0
-    while len(newcomers) < n_waiting and len(newcomers) < seats:
-        r = waiting.head()
-        need = memory.need(r)
-        if not memory.fits(room, need, holding):
-            break   # it waits, and everyone behind it: admission never skips the head
-        p = r.prompt_tokens
-        if r.admitted_at is not None or r.emitted or r.samples or p > chunk or prompt_sum + p > budget:
-            for q in newcomers:
-                waiting.push(q)
-            return None
-        newcomers.append(waiting.pop_head())
-        room -= need
-        holding = True
-        prompt_sum += p
-        attn += p * (p + 1)
-        ones += p == 1
-    return newcomers, prompt_sum, attn, ones, room

@@ -1,24 +1,13 @@
-"""The engine: the one loop every mode of batchlab runs on.
+"""The engine core: the one loop every mode of batchlab runs on (docs/engine.md draws it).
 
-Each step reads as its four parts: arrivals join the queue; the scheduler plans once from the
-start-of-step state; the executor prices (or performs) the plan; the scheduler applies the
-result at the step's end (`update_from_output`: outputs stamped, requests finished or stopped,
-their memory freed), and the commit around it keeps the driver's records (the step log,
-round records, pipelined batches). When nothing runs the clock jumps to the next arrival.
-
-Two clocks drive the same steps. The online interface (`add`, `abort`, `step`, `trace`), as
-vLLM's engine core has it, is what a server loops on the wall clock; `run` is the simulator's
-loop over the same calls on a virtual clock.
-
-A request with parallel samples (`Request.samples`, vLLM's n > 1) computes its prompt once; its
-samples wait for the prompt's first token and fork there (the scheduler's update), sharing the
-prompt's KV where the memory manager can.
-
-Runs of identical pure-decode steps (nobody can be admitted, nobody finishes before the last of
-them) are fast-forwarded in one vectorised piece when the executor can price them; the result
-is the same, bit for bit, as stepping one at a time (tested), only faster. In the simulator,
-steps whose plans are fixed by counts (every arrival starts at once, every decode finds its
-block) are advanced from running sums (`engine/fast_path.py`), again bit for bit.
+A step is its plan (the scheduler's, once, from the start-of-step state), its execution (the
+executor prices or performs the plan) and its commit at the step's end (the scheduler's
+`update_from_output`, then the driver's records: the step log, round records). Drivers move the
+core through its online calls (`add`, `abort`, `step` = `begin` + `commit`, `trace`), as vLLM's
+engine core offers them: a server on the wall clock, `run` on the simulator's virtual clock.
+Runs of identical pure-decode steps are priced and applied in one vectorised piece, and the
+simulator's steps whose plans are fixed by counts are advanced from sums (`engine/fast_path.py`):
+both bit for bit as stepping one at a time (tested), only faster.
 """
 
 from __future__ import annotations

@@ -91,14 +91,14 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
 
 
 class FastPath:
-    """An engine's running set kept as sums, with what is due at which step (module docstring).
+    """An engine's running set kept as sums, with what is due at which step.
 
-    A step is planned (`plan`: nothing changes unless it holds), begun (`begin`: admissions, new
-    blocks, the price and the step log) and committed (`commit`: first tokens and finishes).
-    While nobody waits, `decode` runs steps of pure decodes one after another with the sums in
-    local variables, and a longer run of them is priced in one numpy piece (`price_run`) and
-    applied (`apply_run`, whole or its first steps); finishes come by `finish_due`.
-    `leave` writes every request as after stepping.
+    A driver asks for the next piece (`begin_next`: a step, decode steps, or a priced run of
+    them), ends it (`finish_pending`) or cuts a run (`cut`); `leave` writes every request as
+    after stepping. A step is planned (`plan`: nothing changes unless the fast path can run it),
+    begun (`begin`: admissions, new blocks, price, step-log row) and committed (`commit`: first
+    tokens, finishes); `decode` is that step for pure decodes, one after another with the sums
+    in local variables (most steps are those).
     """
 
     def __init__(self, engine) -> None:

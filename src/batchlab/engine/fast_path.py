@@ -156,12 +156,12 @@ class FastPath:
     # -- what a driver runs: the next piece, under way until its end ----------------------
 
     def begin_next(self, now: float, until: float, run_until: float = math.inf) -> float | None:
-        """Begin what comes next at `now`: while nobody waits, a run of pure decodes up to the
-        next finish priced in one piece (ending by `run_until`, when it has room for run_min
-        steps before it) or else decode steps up to the first that ends at or after `until`;
-        otherwise one step. Pure decodes run so while every seat is taken, too: nobody is
-        admitted before a finish. Its end; what began is under way until `finish_pending` (a run
-        may be `cut` first). None, and nothing changed, where the general loop must step."""
+        """Begin what comes next at `now`: while nobody waits or every seat is taken (nobody is
+        admitted before a finish), a run of pure decodes up to the next finish priced in one
+        piece (if it has room for run_min steps before `run_until`), or else decode steps up to
+        the first that ends at or after `until`; otherwise one step. Its end (what began is under
+        way until `finish_pending`, a run may be `cut` first); None, and nothing changed, where
+        the general loop must step."""
         if not self.waiting.heap or len(self.live) >= self.seats:
             if now + self.run_min * self.duration <= run_until and self.s + self.run_min <= self.next_finish():
                 run = self.price_run(now, run_until)
@@ -280,10 +280,6 @@ class FastPath:
         (decodes first, then prefills that emitted their last token)."""
         end, newcomers = self.begun
         self.begun = None
-        if not newcomers:
-            if self.s - 1 in self.finishing:
-                self.finish_due()
-            return
         single = []   # outputs of one token: finished by their prefill
         for r in newcomers:
             p = r.prompt_tokens

@@ -65,6 +65,8 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
     add = engine.accept   # engine.run checked every request before the first was added
+    # locals: the simulator passes here at every piece (the heap: a truth value without a call)
+    begin_next, live, queued = fast.begin_next, fast.live, engine.scheduler.waiting.heap
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -76,15 +78,14 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        if fast.idle:
+        if not live and not queued:
             if next_arrival == n_pending:
                 break
             t = max(t, next_t)   # idle: the clock jumps to the next arrival
             continue
-        end = fast.begin_next(t, next_t, next_t)
+        end = begin_next(t, next_t, next_t, True)
         if end is None:
             break
-        fast.finish_pending()
         t = end
     fast.leave()
     return t, next_arrival, fast.s
@@ -155,28 +156,40 @@ class FastPath:
 
     # -- what a driver runs: the next piece, under way until its end ----------------------
 
-    def begin_next(self, now: float, until: float, run_until: float = math.inf) -> float | None:
+    def begin_next(self, now: float, until: float, run_until: float = math.inf, finish: bool = False) -> float | None:
         """Begin what comes next at `now`: while nobody waits or every seat is taken (nobody is
         admitted before a finish), a run of pure decodes up to the next finish priced in one
         piece (if it has room for run_min steps before `run_until`), or else decode steps up to
-        the first that ends at or after `until`; otherwise one step. Its end (what began is under
-        way until `finish_pending`, a run may be `cut` first); None, and nothing changed, where
+        the first that ends at or after `until`; otherwise one step. Its end; what began is under
+        way until `finish_pending` (a run may be `cut` first), or ended at once with `finish`
+        (the simulator: nothing reaches the engine in between). None, and nothing changed, where
         the general loop must step."""
         if not self.waiting.heap or len(self.live) >= self.seats:
             if now + self.run_min * self.duration <= run_until and self.s + self.run_min <= self.next_finish():
                 run = self.price_run(now, run_until)
                 if run is not None:
-                    self.pending = run
+                    if finish:
+                        self.apply_run(run, len(run.ends))
+                        self.finish_due()
+                    else:
+                        self.pending = run
                     return run.end
             end = self.decode(now, until)
-            if end is not None:
-                self.pending = self.finish_due
+            if end is not None and self.s - 1 in self.finishing:
+                if finish:
+                    self.finish_due()
+                else:
+                    self.pending = self.finish_due
             return end
         plan = self.plan()
         if plan is None:
             return None
-        self.pending = self.commit
-        return self.begin(now, plan)
+        end = self.begin(now, plan)
+        if finish:
+            self.commit()
+        else:
+            self.pending = self.commit
+        return end
 
     def finish_pending(self) -> None:
         """The end of what began: a run applied and its last step's finishes, decode steps'
@@ -304,20 +317,25 @@ class FastPath:
         fast path cannot go on; the last one's end (its finishes wait for finish_due), or None,
         and nothing changed, if the fast path cannot run the first."""
         live, finishing, crossings = self.live, self.finishing, self.crossings
-        append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
-        price, run_min = self.price, self.run_min
+        price, run_min, bs = self.price, self.run_min, self.bs
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
         s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
         decoded = 0   # into self.decoded on the way out
+        # the decodes' new blocks, taken in one call (in step, then running order) up to the
+        # next finish, which frees blocks; `free` counts what is left meanwhile (paged memory)
+        grown: list[list[int]] = []
+        free = self.memory.room() if self.grows else 0
         duration_of_next = price.decode_steps(batch, computed).__next__   # begin's price, step by step
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
-                after = append_blocks(grow)
-                if after < 0:   # a preemption: the general loop's
+                n = len(grow)
+                if n > free:   # a preemption: the general loop's
                     crossings[s] = grow
                     break
-                held = after
+                free -= n
+                grown += grow
+                held += n * bs
             duration = duration_of_next()
             end = t + duration
             rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
@@ -332,6 +350,9 @@ class FastPath:
                 break
             t = end
             if s - 1 in finishing:   # finishes: the sums change, and a run may now pay
+                if grown:
+                    self.memory.append_blocks(grown)
+                    grown = []
                 self.s, self.computed, self.held, self.duration = s, computed, held, duration
                 self.finish_due()
                 batch, computed, held = len(live), self.computed, self.held
@@ -339,7 +360,11 @@ class FastPath:
                                                       and s + run_min <= self.next_finish()):
                     self.decoded += decoded
                     return end
+                if self.grows:
+                    free = self.memory.room()
                 duration_of_next = price.decode_steps(batch, computed).__next__
+        if grown:
+            self.memory.append_blocks(grown)
         if end is not None:
             self.s, self.computed, self.held, self.duration = s, computed, held, duration
             self.decoded += decoded

@@ -96,8 +96,8 @@ class FastPath:
 
     A driver asks for the next piece (`begin_next`: a step, decode steps, or a priced run of
     them), ends it (`finish_pending`) or cuts a run (`cut`); `leave` writes every request as
-    after stepping. A step is planned (`plan`: nothing changes unless the fast path can run it),
-    begun (`begin`: admissions, new blocks, price, step-log row) and committed (`commit`: first
+    after stepping. A step is planned and begun (`begin`: nothing changes unless the fast path
+    can run it; then admissions, new blocks, price, step-log row) and committed (`commit`: first
     tokens, finishes); `decode` is that step for pure decodes, one after another with the sums
     in local variables (most steps are those).
     """
@@ -181,10 +181,9 @@ class FastPath:
                 else:
                     self.pending = self.finish_due
             return end
-        plan = self.plan()
-        if plan is None:
+        end = self.begin(now)
+        if end is None:
             return None
-        end = self.begin(now, plan)
         if finish:
             self.commit()
         else:
@@ -220,13 +219,13 @@ class FastPath:
 
     # -- one step ------------------------------------------------------------------------
 
-    def plan(self) -> tuple | None:
-        """The next step's (newcomers, prompt tokens, attention units, newcomers of one-token
-        prompts, decodes taking a block), with someone waiting: the newcomers are taken from the
-        queue's head onward while seats and memory take them. None, and nothing changed, if the
-        fast path cannot run the step: a newcomer is not fresh or would not prefill its whole
-        prompt in it (`chunk`, and the budget the decodes leave), or a decode finds no block."""
-        waiting, memory, batch = self.waiting, self.memory, len(self.live)
+    def begin(self, t: float) -> float | None:
+        """Plan and begin the next step at `t`, with someone waiting: newcomers from the queue's
+        head onward while seats and memory take them, admitted, then the decodes' new blocks, in
+        the scheduler's order; its price and its step-log row. Its end; None, and nothing
+        changed, if the fast path cannot run it: a newcomer is not fresh or would not prefill its
+        whole prompt in it (`chunk`, and the budget the decodes leave), or a decode finds no block."""
+        waiting, memory, batch, computed = self.waiting, self.memory, len(self.live), self.computed
         n_waiting, seats, budget = len(waiting.heap), self.seats - batch, self.budget - batch
         newcomers: list[Request] = []
         room, holding = memory.room(), memory.holding()
@@ -253,20 +252,13 @@ class FastPath:
             for r in newcomers:
                 waiting.push(r)
             return None
-        return newcomers, prompt_sum, attn, ones, grow
-
-    def begin(self, t: float, plan: tuple) -> float:
-        """Begin the planned step at `t`: admissions, then the decodes' new blocks, in the
-        scheduler's order; its price and its step-log row. Its end."""
-        newcomers, prompt_sum, attn, ones, grow = plan
-        memory, batch, computed = self.memory, len(self.live), self.computed
         for r in newcomers:
             memory.try_admit(r)
             r.status = Status.RUNNING
             r.admitted_at = t
         if grow is not None:
             del self.crossings[self.s]
-            memory.append_blocks(grow)   # plan checked the room
+            memory.append_blocks(grow)   # the room was checked above
         # the executor's price of these sums: decodes read their cached tokens, prompts start
         # from none (a prompt of one token runs the decode kernel)
         n_new, emits = batch + prompt_sum, batch + len(newcomers)

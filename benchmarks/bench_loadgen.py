@@ -40,6 +40,7 @@ from batchlab.bench.dataset import DatasetSpec, load_requests
 from batchlab.bench.result import bench_result
 from batchlab.bench.runner import RunConfig, encode_bodies, run_requests
 from batchlab.serve.launch import free_port
+from batchlab.units import MS_PER_S
 
 REQUESTS = 256
 OUTPUT = 256
@@ -48,7 +49,6 @@ RATES = (20.0, 50.0, 100.0)
 RATED_REQUESTS = 300
 OUTPUT_RATED = 64
 INPUT = 32
-MS_PER_S = 1e3
 PACED_ITL_MS = 20.0
 PACED_OUTPUT = 100
 STREAMS = (64, 128)

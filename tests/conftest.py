@@ -5,12 +5,44 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 # Set by .ci/run, which installs Chromium and Ray first: there a missing tool fails the run
 # instead of skipping the tests that need it.
 REQUIRE_ALL = os.environ.get("BATCHLAB_REQUIRE_ALL") == "1"
+
+# Hypothesis: by default ("ci") every run draws the same examples, keeps no example database and
+# times nothing; BATCHLAB_HYPOTHESIS=thorough draws new random examples on each run.
+HYPOTHESIS_PROFILES = {
+    "ci": settings(derandomize=True, database=None, deadline=None,
+                   # no explain phase: its extra runs make a failure take minutes to report
+                   phases=(Phase.explicit, Phase.generate, Phase.shrink)),
+    "thorough": settings(database=None, deadline=None),
+}
+HYPOTHESIS = os.environ.get("BATCHLAB_HYPOTHESIS", "ci")
+if HYPOTHESIS not in HYPOTHESIS_PROFILES:
+    raise pytest.UsageError(f"BATCHLAB_HYPOTHESIS={HYPOTHESIS!r}: expected one of {', '.join(HYPOTHESIS_PROFILES)}")
+for _name, _profile in HYPOTHESIS_PROFILES.items():
+    settings.register_profile(_name, _profile)
+settings.load_profile(HYPOTHESIS)
+
+
+def _examples_independent_of_imports() -> None:
+    """Hypothesis also draws literals it finds in every loaded module of this repository, so a
+    test's examples depend on which other modules happen to be imported: the whole suite drew
+    other (and for the prefix-cache identity property, four times costlier) examples than the
+    test's own module alone, and a failure in CI need not reproduce alone. In the "ci" profile
+    the pool is Hypothesis's own constants only."""
+    from hypothesis.internal.conjecture import providers
+
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+
+
+if HYPOTHESIS == "ci":
+    _examples_independent_of_imports()
 
 
 def need(available: bool, reason: str) -> None:

@@ -387,3 +387,32 @@ def test_fitter_recovers_known_matmul_tiles(tmp_path, rows, cols):
     smooth = fit([pt for pt, _, _ in result.rows], BASE)  # no sm_count: no tiles tried
     assert smooth.gpu.matmul_tile_rows is None
     assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in smooth.rows) > 0.05
+
+
+@pytest.mark.parametrize("shortest", [16, 32, None])
+def test_fitter_recovers_the_shortest_tile(tmp_path, shortest):
+    """Profiles made on the smooth roofline (where a thin product's compute shows beside its
+    weight traffic) with 128-row tiles that narrow to `shortest` rows (None: 64, the default):
+    the fit picks that ladder among 16, 32 and 64 with the tiles, and recovers the continuous
+    parameters."""
+    from batchlab.calibrate.profiles import ProfilePoint
+
+    base = dataclasses.replace(BASE, sm_count=108)
+    true = dataclasses.replace(base, matmul_mfu=0.8, matmul_mbu=0.85, matmul_floor_s=2e-6,
+                               matmul_compute_floor_s=8e-6, matmul_roofline_p=1.7,
+                               matmul_tile_rows=128, matmul_min_tile_rows=shortest)
+    lines = ["op,tokens,batch,context,ms,tp"]
+    for op in ("qkv", "o", "up", "down"):
+        for tokens in (1, 8, 16, 17, 24, 32, 33, 48, 64, 65, 100, 128, 136, 300, 700, 4096):
+            for tp in (1, 4):
+                point = ProfilePoint("x", 0, op, tokens, 1, 0, tp, 1.0, LLAMA3)
+                lines.append(f"{op},{tokens},1,0,{predict_ms(point, true)!r},{tp}")
+    path = tmp_path / "shortest.csv"
+    path.write_text("\n".join(lines) + "\n")
+    result = fit(load_profile(path, LLAMA3), base)
+    assert (result.gpu.matmul_tile_rows, result.gpu.matmul_tile_cols,
+            result.gpu.matmul_min_tile_rows) == (128, None, shortest)
+    for field in ("matmul_mfu", "matmul_mbu", "matmul_floor_s", "matmul_compute_floor_s",
+                  "matmul_roofline_p"):
+        assert getattr(result.gpu, field) == pytest.approx(getattr(true, field), rel=2e-3), field
+    assert max(abs(p - pt.ms) / pt.ms for pt, p, _ in result.rows) < 1e-3

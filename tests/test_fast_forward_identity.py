@@ -210,15 +210,27 @@ def test_fast_forward_equals_stepping_with_a_prefix_cache(setup):
     covered(setup)
 
 
+# Hypothesis draws some setups more than once; a run is a function of its setup, so a setup
+# checked once is not run again (its events are reported again).
+CHECKED: dict[Setup, list[str]] = {}
+
+
 def covered(setup: Setup) -> None:
+    if setup not in CHECKED:
+        CHECKED[setup] = checked(setup)
+    for what in CHECKED[setup]:   # what the examples covered (pytest --hypothesis-show-statistics)
+        event(what)
+
+
+def checked(setup: Setup) -> list[str]:
     stepped, runs, memory = check_identity(setup)
-    # what the examples covered (pytest --hypothesis-show-statistics)
-    event(f"{setup.executor} {setup.memory[0]} {setup.config.order.name} {setup.config.prefill}")
-    event(f"fast-forwarded: {runs > 0}")
-    event(f"preempted: {stepped.preemptions.sum() > 0}, by swap: {stepped.work['swapped_out'] > 0}")
-    event(f"rejected: {bool(stepped.reject_reasons)}")
+    events = [f"{setup.executor} {setup.memory[0]} {setup.config.order.name} {setup.config.prefill}",
+              f"fast-forwarded: {runs > 0}",
+              f"preempted: {stepped.preemptions.sum() > 0}, by swap: {stepped.work['swapped_out'] > 0}",
+              f"rejected: {bool(stepped.reject_reasons)}"]
     if stats := memory.cache_stats():
-        event(f"prefix cache hits: {stats['prefix_cache_hits'] > 0}")
+        events.append(f"prefix cache hits: {stats['prefix_cache_hits'] > 0}")
+    return events
 
 
 # -- hand cases: each knob where a run meets the decision it must not skip -----------------

@@ -157,3 +157,48 @@ def test_fitter_keeps_the_hard_roofline_when_the_profile_says_so():
     assert gpu.matmul_half_tokens == pytest.approx(40.0, rel=1e-3)
     assert (gpu.norm_rows_per_sm, gpu.norm_row_bandwidth) == (None, None)
     assert gpu.norm_floor_s == pytest.approx(3e-6, rel=1e-3)
+
+
+def test_a_thin_product_runs_the_shortest_tile_that_holds_it():
+    """With matmul_min_tile_rows the ladder of narrower tiles starts there: 16, 32, 64, ...
+    rows up to the tile; floats and arrays agree exactly; without it the ladder starts at 64."""
+    import numpy as np
+
+    from batchlab.hardware.opcost import ClassParams, paid_rows, tile_height
+
+    rows = [1, 16, 17, 32, 33, 64, 65, 128, 129, 200]
+    assert [tile_height(128.0, float(r), 16.0) for r in rows] == [16, 16, 32, 32, 64, 64, 128,
+                                                                 128, 128, 128]
+    assert tile_height(128.0, np.asarray(rows, dtype=np.float64), 16.0).tolist() == \
+        [tile_height(128.0, float(r), 16.0) for r in rows]
+    assert [tile_height(128.0, float(r)) for r in rows] == \
+        [tile_height(128.0, float(r), 64.0) for r in rows]
+    p = ClassParams(1.0, 1.0, 0.0, 0.0, tile_rows=64.0, min_tile_rows=32.0)
+    paid = [32, 32, 32, 32, 64, 64, 128, 128, 192, 256]
+    assert [paid_rows(p, float(r), 4096.0) for r in rows] == paid
+    assert paid_rows(p, np.asarray(rows, dtype=np.float64), 4096.0).tolist() == paid
+
+
+def test_a_products_time_steps_at_each_tile_edge_and_grows_with_work_between():
+    """A decode's product on 128-row tiles narrowing to 16: the time never falls as rows grow,
+    and crossing a tile edge (16 -> 17, 32 -> 33, 64 -> 65, 128 -> 129 rows) costs more than any
+    one row inside a tile. The default ladder (64) prices 1 and 64 rows alike in compute."""
+    gpu = dataclasses.replace(SMOOTH, matmul_tile_rows=128, matmul_min_tile_rows=16)
+    times = [_time(gpu, "up", t) for t in range(1, 300)]
+    assert all(b >= a for a, b in zip(times, times[1:]))
+    steps = [b - a for a, b in zip(times, times[1:])]   # steps[i]: from i + 1 to i + 2 rows
+    edges = {16, 32, 64, 128, 256}
+    inside = max(s for i, s in enumerate(steps) if i + 1 not in edges)
+    assert all(steps[edge - 1] > inside for edge in edges)
+    # The narrower ladder makes a decode cheaper than the 64-row tile the default pays for.
+    default = dataclasses.replace(gpu, matmul_min_tile_rows=None)
+    assert _time(gpu, "up", 8) < _time(default, "up", 8)
+    assert _time(gpu, "up", 64) == _time(default, "up", 64)
+    assert _time(gpu, "up", 300) == _time(default, "up", 300)
+
+
+def test_the_shortest_tile_is_checked():
+    with pytest.raises(InputError, match="matmul_min_tile_rows"):
+        dataclasses.replace(SMOOTH, matmul_tile_rows=128, matmul_min_tile_rows=0)
+    with pytest.raises(InputError, match="matmul_min_tile_rows"):
+        dataclasses.replace(SMOOTH, matmul_tile_rows=128, matmul_min_tile_rows=1.5)

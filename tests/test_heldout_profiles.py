@@ -16,23 +16,26 @@ from batchlab.hardware.specs import PLAIN_MLP_MATRICES
 # (GPU, model): layers, mean and worst |error| of a layer in percent, as the presets price them
 # today. A change that moves one must update docs/fidelity.md with it.
 ACHIEVED = {
-    ("A100-80GB", "llama-2-70b"): (24, 2.1, 6.4),
-    ("A100-80GB", "llama-3-70b"): (8, 1.0, 1.6),
-    ("A100-80GB", "qwen-72b"): (16, 1.0, 2.5),
-    ("A100-80GB", "internlm-20b"): (16, 2.4, 6.6),
-    ("A100-80GB", "phi-2"): (17, 8.3, 25.1),
-    ("H100-SXM", "llama-2-70b"): (16, 3.7, 8.3),
-    ("H100-SXM", "internlm-20b"): (8, 2.6, 6.8),
-    ("H100-SXM", "qwen-72b"): (8, 6.3, 8.5),
-    ("H100-SXM", "phi-2"): (9, 7.4, 12.8),
-    ("A40", "llama-2-7b"): (17, 5.3, 17.9),
-    ("A40", "llama-2-70b"): (17, 4.6, 11.6),
-    ("A40", "internlm-20b"): (16, 4.4, 24.1),
-    ("A40", "qwen-72b"): (8, 5.0, 10.2),
-    ("A40", "phi-2"): (9, 7.1, 10.6),
+    ("A100-80GB", "llama-2-70b"): (24, 2.3, 5.9),
+    ("A100-80GB", "llama-3-70b"): (8, 1.5, 2.2),
+    ("A100-80GB", "qwen-72b"): (16, 1.4, 4.6),
+    ("A100-80GB", "internlm-20b"): (16, 1.9, 7.2),
+    ("A100-80GB", "phi-2"): (17, 7.9, 24.7),
+    ("H100-SXM", "llama-2-70b"): (16, 3.3, 8.6),
+    ("H100-SXM", "internlm-20b"): (8, 2.3, 5.4),
+    ("H100-SXM", "qwen-72b"): (8, 5.7, 8.1),
+    ("H100-SXM", "phi-2"): (9, 7.1, 14.0),
+    ("A40", "llama-2-7b"): (17, 4.5, 12.3),
+    ("A40", "llama-2-70b"): (17, 3.7, 10.5),
+    ("A40", "internlm-20b"): (16, 3.4, 18.9),
+    ("A40", "qwen-72b"): (8, 4.4, 6.9),
+    ("A40", "phi-2"): (9, 6.1, 12.4),
 }
-# The aim: 10% mean and 20% worst per model and GPU. Two worst rows miss it (docs/fidelity.md).
-MISSES_WORST = {("A100-80GB", "phi-2"), ("A40", "internlm-20b")}
+# The aim: 10% mean and 20% worst per model and GPU. One worst row misses it: phi-2 at 136
+# tokens on the A100, whose products cuBLAS runs dearer than at 160 and 184 tokens
+# (docs/fidelity.md).
+AIM_MEAN_PCT, AIM_WORST_PCT = 10.0, 20.0
+MISSES_WORST = {("A100-80GB", "phi-2")}
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +48,22 @@ def test_every_model_and_gpu_is_priced_as_docs_say(checks):
     assert got == ACHIEVED
 
 
-def test_the_aim_is_met_but_for_two_worst_rows(checks):
-    assert all(c.mean_pct <= 10.0 for c in checks)
-    assert {(c.gpu, c.model) for c in checks if c.worst_pct > 20.0} == MISSES_WORST
+def test_the_aim_is_met_per_model_and_gpu_but_for_one_worst_row(checks):
+    assert all(c.mean_pct <= AIM_MEAN_PCT for c in checks)
+    assert {(c.gpu, c.model) for c in checks if c.worst_pct > AIM_WORST_PCT} == MISSES_WORST
     per_gpu = by_gpu(checks)
     assert set(per_gpu) == {"A100-80GB", "H100-SXM", "A40"}
-    assert all(mean <= 10.0 for _, mean, _ in per_gpu.values())
+    assert all(mean <= AIM_MEAN_PCT for _, mean, _ in per_gpu.values())
+
+
+def test_the_one_miss_is_a_row_dearer_than_larger_ones():
+    """phi-2's layer at 136 tokens on the A100 took longer than at 160 and 184: the kernels
+    cuBLAS chose there, not the shape, set its time."""
+    (phi,) = [p for p in heldout_files() if p.name == "vidur_a100_phi-2_mlp_sample.csv.gz"]
+    layer = {}
+    for point in load_profile(phi):
+        layer[point.tokens] = layer.get(point.tokens, 0.0) + point.ms
+    assert layer[136] > layer[160] > layer[184]
 
 
 def test_the_a40_preset_is_transferred_not_fitted():

@@ -185,8 +185,10 @@ def test_systems_choose_the_manager_by_model():
     assert type(parse_system("paged").memory_manager(oss, gpu)) is HybridPagedMemory
     assert type(parse_system("chunked").memory_manager(oss, gpu)) is HybridPagedMemory
     assert type(parse_system("orca-max").memory_manager(oss, gpu)) is WindowedReservationMemory
-    # a prefix cache keeps every token on every layer (not modelled with windows)
-    assert type(parse_system("paged-prefix").memory_manager(oss, gpu)).__name__ == "PrefixCacheMemory"
+    # a prefix cache is vLLM's hybrid one (tests/test_hybrid_prefix.py); a dense model's as before
+    assert type(parse_system("paged-prefix").memory_manager(oss, gpu)).__name__ == "HybridPrefixMemory"
+    assert type(parse_system("chunked-prefix").memory_manager(oss, gpu)).__name__ == "HybridPrefixMemory"
+    assert type(parse_system("paged-prefix").memory_manager(llama, gpu)).__name__ == "PrefixCacheMemory"
 
 
 def test_capacity_reported_as_vllm_does():

@@ -25,7 +25,7 @@ from batchlab.bench.client import RequestResult
 from batchlab.bench.runner import RunOutcome
 from batchlab.bench.tokens import chunk_token_counts
 from batchlab.metrics import SLO, LatencyStats, RunMetrics, compute_metrics, vllm_result
-from batchlab.metrics.slo import MS_PER_S
+from batchlab.units import MS_PER_S
 from batchlab.workload import Workload
 
 ERROR_KINDS_SHOWN = 10  # distinct error messages listed in the report, most frequent first

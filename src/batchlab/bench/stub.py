@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from batchlab.units import MS_PER_S
+
 MODEL = "stub"
-MS_PER_S = 1e3
 
 
 @dataclass(frozen=True, slots=True)

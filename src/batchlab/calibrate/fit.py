@@ -10,7 +10,8 @@ values. The residual is (predicted - measured) / measured, so a 10 us kernel wei
 A GPU's matmul tiles (opcost.py: `matmul_tile_rows`, `matmul_tile_cols`) are discrete: on a base
 spec with an `sm_count` every tile shape of TILE_SIZES, rows alone or rows and columns in waves,
 and no tiles at all, is fitted in turn and the lowest cost wins, so the profiles choose whether
-tile or wave quantisation describes the GPU. A CPU base (no `sm_count`, BLAS's matrix-vector
+tile or wave quantisation describes the GPU. The winner's shortest tile for a thin product
+(`matmul_min_tile_rows`, MIN_TILE_HEIGHTS) is chosen the same way after it. A CPU base (no `sm_count`, BLAS's matrix-vector
 regime `matmul_vector_mbu`) without tiles of its own tries none and row tiles alone, of
 REGISTER_TILE_ROWS: a CPU BLAS kernel computes its output a few rows at a time from registers
 and handles the rows left over with narrower kernels (`batchlab calibrate --mini` timed 3 rows
@@ -38,6 +39,7 @@ from batchlab.hardware.opcost import (
     Dims,
     OperatorCost,
     class_params,
+    MIN_TILE_ROWS,
     kernel_floor,
     op_time,
     op_work,
@@ -106,12 +108,16 @@ STEP_FIELDS = ("step_overhead_s", "seq_overhead_s")
 # tensor cores (64, 128, 256 rows or columns; cuBLAS picks among the same kernels).
 TILE_SIZES = (64, 128, 256)
 TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols")
+# The shortest tiles a thin product may run on a GPU (a tensor core's MMA is 16 rows; CUTLASS
+# ships 32- and 64-row tiles): tried once the tiles are chosen (`_fit_group`), the profiles
+# choosing how a decode's few rows are paid for.
+MIN_TILE_HEIGHTS = (16, 32, 64)
 # Row blocks of CPU GEMM micro-kernels (OpenBLAS and BLIS register blocks run 2 to 16 rows).
 REGISTER_TILE_ROWS = (2, 4, 8, 16)
 GROUP_OF = {op: group for group, (ops, _) in GROUPS.items() for op in ops}
 GROUP_OF["step"] = "step"
 # Fields chosen with a group beside its own parameters, by group.
-CHOSEN_WITH = {**{f: "matmul" for f in (*TILE_FIELDS, VECTOR.field,
+CHOSEN_WITH = {**{f: "matmul" for f in (*TILE_FIELDS, "matmul_min_tile_rows", VECTOR.field,
                                        *(p.field for p in GPU_MATMUL))},
                **{f"{kind}_{f}": kind for kind in ROW_KERNELS
                   for f in ("row_bandwidth", "rows_per_sm")}}
@@ -174,8 +180,10 @@ def matmul_candidates(gpu: GPUSpec) -> list[dict]:
     tiles = tile_candidates(gpu)
     if gpu.sm_count is None:
         return tiles
-    hard = {"matmul_roofline_p": None, "matmul_compute_floor_s": None}
-    smooth = {"matmul_roofline_p": 2.0, "matmul_compute_floor_s": 0.0, "matmul_half_tokens": None}
+    # The shortest tile starts at the default; `min_tile_candidates` tries the others.
+    hard = {"matmul_roofline_p": None, "matmul_compute_floor_s": None, "matmul_min_tile_rows": None}
+    smooth = {"matmul_roofline_p": 2.0, "matmul_compute_floor_s": 0.0, "matmul_half_tokens": None,
+              "matmul_min_tile_rows": None}
     return [{**t, **hard} for t in tiles] + [{**t, **smooth} for t in tiles]
 
 
@@ -209,7 +217,8 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
         paid = rows  # the rows a matmul pays for: whole tiles and waves when the spec has them
         if group == "matmul" and gpu.matmul_tile_rows is not None:
             tiles = ClassParams(1.0, 1.0, 0.0, 0.0, 0.0, float(gpu.matmul_tile_rows),
-                                float(gpu.matmul_tile_cols or 0), float(gpu.sm_count or 0))
+                                float(gpu.matmul_tile_cols or 0), float(gpu.sm_count or 0),
+                                min_tile_rows=float(gpu.matmul_min_tile_rows or MIN_TILE_ROWS))
             paid = paid_rows(tiles, rows, cols)
         per_sm = getattr(gpu, f"{group}_rows_per_sm", None)
         # A per-token kernel's waves of rows (cols holds its bytes per row).
@@ -245,29 +254,55 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
     return lambda x: (predict(x) - measured) / measured
 
 
-def _fit_group(group: str, points: list[ProfilePoint], gpu: GPUSpec) -> dict[str, float]:
+def min_tile_candidates(gpu: GPUSpec, tiles: dict) -> list[dict]:
+    """The chosen tiles with each shorter tile a thin product may run (MIN_TILE_HEIGHTS), on a
+    GPU base whose products have row tiles of more than the shortest height; else none."""
+    rows = tiles.get("matmul_tile_rows")
+    if gpu.sm_count is None or rows is None or rows <= min(MIN_TILE_HEIGHTS):
+        return []
+    return [{**tiles, "matmul_min_tile_rows": h} for h in MIN_TILE_HEIGHTS
+            if h < rows and h != MIN_TILE_ROWS]
+
+
+def _search(group: str, points: list[ProfilePoint], gpu: GPUSpec, works, candidates):
+    """(least-squares result, candidate, parameters, bounds) of the lowest cost over the
+    candidates (fields set on `gpu`) and each one's starts."""
     from itertools import product
 
     from scipy.optimize import least_squares
 
-    # A large group picks its tiles and start on an even sample of its points, then refits the
-    # winner on all of them: a 100,000-row profile fits in seconds, and every profile of up to
-    # SEARCH_POINTS points per group fits exactly as it always has.
-    search = points if len(points) <= SEARCH_POINTS else points[::-(-len(points) // SEARCH_POINTS)]
     best, best_tiles, best_params, best_bounds = None, {}, (), None
-    works = None if group in ("all_reduce", "send_recv") else _works(search)
-    for tiles in matmul_candidates(gpu) if group == "matmul" else row_candidates(group, gpu):
+    for tiles in candidates:
         trial = dataclasses.replace(gpu, **tiles)
         params = group_params(group, trial)
         low = np.asarray([p.low for p in params])
         high = np.asarray([p.high for p in params])
-        residual = _residual_fn(group, search, trial, params, works)
+        residual = _residual_fn(group, points, trial, params, works)
         for start in product(*(p.starts for p in params)):
             result = least_squares(residual, np.clip(np.asarray(start, dtype=np.float64), low,
                                                      high),
                                    bounds=(low, high), x_scale="jac", method="trf")
             if best is None or result.cost < best.cost:
                 best, best_tiles, best_params, best_bounds = result, tiles, params, (low, high)
+    return best, best_tiles, best_params, best_bounds
+
+
+def _fit_group(group: str, points: list[ProfilePoint], gpu: GPUSpec) -> dict[str, float]:
+    from scipy.optimize import least_squares
+
+    # A large group picks its tiles and start on an even sample of its points, then refits the
+    # winner on all of them: a 100,000-row profile fits in seconds, and every profile of up to
+    # SEARCH_POINTS points per group fits exactly as it always has.
+    search = points if len(points) <= SEARCH_POINTS else points[::-(-len(points) // SEARCH_POINTS)]
+    works = None if group in ("all_reduce", "send_recv") else _works(search)
+    best = _search(group, search, gpu, works,
+                   matmul_candidates(gpu) if group == "matmul" else row_candidates(group, gpu))
+    heights = min_tile_candidates(gpu, best[1]) if group == "matmul" else []
+    if heights:
+        narrow = _search(group, search, gpu, works, heights)
+        if narrow[0].cost < best[0].cost:
+            best = narrow
+    best, best_tiles, best_params, best_bounds = best
     if search is not points:
         residual = _residual_fn(group, points, dataclasses.replace(gpu, **best_tiles), best_params)
         best = least_squares(residual, best.x, bounds=best_bounds, x_scale="jac", method="trf")

@@ -16,7 +16,8 @@ import numpy as np
 from batchlab.clipper.cache import CACHE_POLICIES, MISSING, zipf_queries
 from batchlab.clipper.cachesim import simulate_cached
 from batchlab.clipper.delayed import poisson_arrivals_ms
-from batchlab.clipper.profiles import MEDIUM, MS_PER_S, SEED_SLO_MS
+from batchlab.clipper.profiles import MEDIUM, SEED_SLO_MS
+from batchlab.units import MS_PER_S
 
 DISTINCT_QUERIES = 10_000
 SKEWS = (0.8, 1.0, 1.2)  # Zipf exponents: 1.0 is the classic web-query skew

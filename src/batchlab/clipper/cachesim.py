@@ -17,7 +17,8 @@ import numpy as np
 
 from batchlab.clipper.cache import MISSING
 from batchlab.clipper.delayed import P99_PERCENT
-from batchlab.clipper.profiles import MS_PER_S, LatencyProfile
+from batchlab.clipper.profiles import LatencyProfile
+from batchlab.units import MS_PER_S
 from batchlab.errors import InputError
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.clipper.profiles import MS_PER_S, LatencyProfile
+from batchlab.clipper.profiles import LatencyProfile
+from batchlab.units import MS_PER_S
 from batchlab.errors import InputError
 
 P99_PERCENT = 99.0

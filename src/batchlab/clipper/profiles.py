@@ -15,10 +15,10 @@ from statistics import NormalDist
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.units import MS_PER_S
 
 # Slack when flooring (SLO - a) / b: 20 ms, 3 + 0.5·B must give exactly 34, not 33 after rounding.
 FLOOR_SLACK = 1e-9
-MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,10 @@ import argparse
 import json
 
 from batchlab.commands import flagtypes
-from batchlab.commands.options import (EXPERT_PARALLEL_HELP, MS_PER_S, add_disable_custom_all_reduce,
+from batchlab.commands.options import (EXPERT_PARALLEL_HELP, add_disable_custom_all_reduce,
                                        add_hardware, hardware)
 from batchlab.io_checks import MAX_REQUESTS
+from batchlab.units import MS_PER_S
 
 # An hour: no batching question asks about longer steps, and the search for the largest batch
 # under a bound doubles the batch, so a bound like 1e308 ms would run past any float.

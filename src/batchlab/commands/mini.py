@@ -8,12 +8,12 @@ import json
 import os
 
 from batchlab.commands import flagtypes
+from batchlab.units import MS_PER_S
 
 DEFAULT_MAX_BATCH = 64
 MAX_MAX_BATCH = 256
 # The seed's worked step: prefills of 37 and 9 tokens, decodes after 120, 15 and 64 tokens of context.
 SEED_STEP = ((37, 0), (9, 0), (1, 120), (1, 15), (1, 64))
-MS_PER_S = 1e3
 
 
 def register(subparsers) -> None:

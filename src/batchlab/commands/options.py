@@ -6,8 +6,8 @@ import argparse
 import contextlib
 
 from batchlab.commands import flagtypes
+from batchlab.units import MS_PER_S
 
-MS_PER_S = 1e3
 DEFAULT_SYSTEMS = "static,orca-max,orca-oracle,sequential"
 
 

@@ -7,13 +7,14 @@ decimal, rates with up to four significant digits.
 
 from __future__ import annotations
 
-MS = 1e3
+from batchlab.units import MS_PER_S
+
 MISSING = "—"
 
 
 def ms(x: float | None) -> str:
     """Seconds shown as milliseconds."""
-    return MISSING if x is None else f"{x * MS:,.1f}"
+    return MISSING if x is None else f"{x * MS_PER_S:,.1f}"
 
 
 def millis(x: float | None) -> str:

@@ -120,14 +120,13 @@ class System:
                             groups: KVGroups | None = None) -> MemoryManager:
         """This system's memory manager over `capacity` tokens of KV (a real model's own cache).
         With a model's KV cache `groups` (it has sliding-window layers), the windowed layers
-        keep only their window: paged memory is vLLM's hybrid manager, a reservation counts
-        the window (a prefix cache keeps every token on every layer)."""
+        keep only their window: paged memory is vLLM's hybrid manager (with its prefix cache
+        where the system caches prefixes), a reservation counts the window."""
         if self.memory == "unlimited":
             return UnlimitedMemory()
         if self.memory == "paged":   # its bookkeeping grows with the blocks: refuse what cannot fit
             from batchlab.limits import kv_blocks
-            hybrid = groups is not None and not self.prefix_caching
-            kv_blocks(groups.blocks(capacity, self.block_size) * self.block_size if hybrid else capacity,
+            kv_blocks(groups.blocks(capacity, self.block_size) * self.block_size if groups is not None else capacity,
                       self.block_size, "--gpu")
         if self.memory.startswith("reservation-"):
             policy = self.memory.removeprefix("reservation-")
@@ -137,7 +136,12 @@ class System:
             return ReservationMemory(capacity, policy, max_context)
         from batchlab.memory.paged import PagedMemory
         host = capacity if self.host_capacity_tokens is None else self.host_capacity_tokens
-        if groups is not None and not self.prefix_caching:
+        if groups is not None and self.prefix_caching:
+            from batchlab.memory.hybrid_prefix import HybridPrefixMemory
+            return HybridPrefixMemory(capacity, groups, block_size=self.block_size, watermark=self.watermark,
+                                      host_capacity_tokens=host, cache_tokens=self.cache_tokens,
+                                      host_cache_tokens=self.host_cache_tokens)
+        if groups is not None:
             from batchlab.memory.hybrid import HybridPagedMemory
             return HybridPagedMemory(capacity, groups, block_size=self.block_size, watermark=self.watermark,
                                      host_capacity_tokens=host)

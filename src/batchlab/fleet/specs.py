@@ -114,7 +114,7 @@ def replica_bookkeeping_bytes(spec: ReplicaSpec, flag: str) -> float:
     if spec.system.block_size > capacity:
         raise InputError(f"field 'system': a block of {spec.system.block_size:,} tokens is larger than the "
                          f"whole KV capacity ({capacity:,} tokens)")
-    groups = None if spec.system.prefix_caching else kv_groups(spec.model, spec.layout.pp)
+    groups = kv_groups(spec.model, spec.layout.pp)
     if groups is not None:   # the hybrid manager's pool: a block per group's page
         capacity = groups.blocks(capacity, spec.system.block_size) * spec.system.block_size
     limits.kv_blocks(capacity, spec.system.block_size, flag)

@@ -34,9 +34,11 @@ count (`sm_count`) too, the ceil(R / tile_m) * ceil(n / tile_n) tiles run in wav
 into floor(sm_count / tiles) parts, as cuBLAS's split-K does, so it fills the GPU. R_paid is then
 waves * sm_count * tile_m * tile_n / n. n and k come from the model (tp splits them), so the
 same tile sizes price any model on the GPU. A product of fewer rows than one tile runs the
-smallest tile of 64, 128, ... rows that holds them (`tile_height`): a decode's few rows do not
-pay for a prefill's 128-row tile. Without tile sizes the product takes the smooth curve
-above, as every uncalibrated spec does.
+shortest tile of h, 2h, 4h, ... rows that holds them (`tile_height`; h is
+`matmul_min_tile_rows`, 64 unless given): a decode's few rows do not pay for a prefill's
+128-row tile, and with h = 16 or 32 its compute grows with its rows in steps of h, as cuBLAS's
+narrow kernels for thin products do (the fit chooses h from the profiles). Without tile sizes
+the product takes the smooth curve above, as every uncalibrated spec does.
 
 Two refinements of a GPU's products (calibrated presets; None leaves the formula above):
 
@@ -156,6 +158,7 @@ class ClassParams:
     compute_floor: float | None = None  # floor of a compute-bound kernel (None: `floor` always)
     row_rate: float = 0.0     # bytes/s one thread block streams of its row (0: no row term)
     row_slots: float = 0.0    # rows in flight on the whole GPU: rows_per_sm * sm_count
+    min_tile_rows: float = 64.0  # the shortest tile a product of few rows runs (MIN_TILE_ROWS)
 
 
 def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
@@ -168,7 +171,8 @@ def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
                               else gpu.mem_bandwidth * gpu.matmul_vector_mbu,
                               float(p("matmul_tile_rows")), float(p("matmul_tile_cols")),
                               float(p("sm_count")), p("matmul_roofline_p"),
-                              gpu.matmul_compute_floor_s),
+                              gpu.matmul_compute_floor_s,
+                              min_tile_rows=float(gpu.matmul_min_tile_rows or MIN_TILE_ROWS)),
         "attn_prefill": ClassParams(gpu.peak_flops * p("attn_prefill_mfu"),
                                     gpu.mem_bandwidth * p("attn_prefill_mbu"), 0.0,
                                     p("attn_prefill_floor_s")),
@@ -505,22 +509,23 @@ def _max(a, b):
     return a if a > b else b
 
 
-# The smallest tile height of a GPU GEMM kernel: Hopper's warpgroup MMA is 64 rows, and the
-# smallest CUTLASS tensor-core tiles for Ampere are 64 rows (fit.TILE_SIZES starts there).
+# The shortest tile a GPU GEMM kernel runs unless the spec says otherwise
+# (`matmul_min_tile_rows`): Hopper's warpgroup MMA is 64 rows, and the smallest CUTLASS
+# tensor-core tiles for Ampere are 64 rows (fit.TILE_SIZES starts there).
 MIN_TILE_ROWS = 64.0
 
 
-def tile_height(tile_rows: float, rows):
+def tile_height(tile_rows: float, rows, min_rows: float = MIN_TILE_ROWS):
     """The tile height a product of `rows` runs on: its tile, or for fewer rows than one tile
-    the smallest of 64, 128, ... rows that holds them (cuBLAS picks a narrower kernel for a thin
-    product: a decode's few rows do not pay for a 128-row tile). Tiles of 64 rows or fewer (a
-    CPU's register blocks) stay as they are."""
+    the smallest of min_rows, 2 * min_rows, ... that holds them (cuBLAS picks a narrower kernel
+    for a thin product: a decode's few rows do not pay for a 128-row tile). Tiles of min_rows
+    or fewer (a CPU's register blocks) stay as they are."""
     if isinstance(rows, np.ndarray):
-        height = MIN_TILE_ROWS * 2.0 ** np.ceil(np.log2(np.maximum(rows / MIN_TILE_ROWS, 1.0)))
+        height = min_rows * 2.0 ** np.ceil(np.log2(np.maximum(rows / min_rows, 1.0)))
         return np.where(rows < tile_rows, np.minimum(height, tile_rows), tile_rows)
-    if rows >= tile_rows or tile_rows <= MIN_TILE_ROWS:
+    if rows >= tile_rows or tile_rows <= min_rows:
         return tile_rows
-    height = MIN_TILE_ROWS
+    height = min_rows
     while height < rows:
         height *= 2.0
     return min(height, tile_rows)
@@ -533,7 +538,7 @@ def paid_rows(p: ClassParams, rows, cols):
     cheap)."""
     if isinstance(rows, np.ndarray) or isinstance(cols, np.ndarray):
         rows = np.asarray(rows, dtype=np.float64)
-        tile_m = tile_height(p.tile_rows, rows)
+        tile_m = tile_height(p.tile_rows, rows, p.min_tile_rows)
         row_tiles = np.ceil(rows / tile_m)
         if p.tile_cols <= 0:
             return row_tiles * tile_m
@@ -541,7 +546,7 @@ def paid_rows(p: ClassParams, rows, cols):
         split = np.maximum(1.0, np.floor(p.sms / tiles))
         waves = np.ceil(tiles * split / p.sms) / split
         return waves * (p.sms * tile_m * p.tile_cols) / cols
-    tile_m = tile_height(p.tile_rows, rows)
+    tile_m = tile_height(p.tile_rows, rows, p.min_tile_rows)
     row_tiles = float(math.ceil(rows / tile_m))
     if p.tile_cols <= 0:
         return row_tiles * tile_m

@@ -90,17 +90,19 @@ _MODELS = (
 #       network/vidur_h100_dgx_send_recv.csv --gpu H100-SXM
 # rounded to 4 digits; the fit errors are in docs/fidelity.md. The matmul tiles are the fit's
 # choice among 64/128/256-row tiles, with or without waves of the SM count below: on the A100
-# 64-row tiles, on the H100 128-row tiles (a product of fewer rows runs a 64-row tile),
-# neither in waves. Products are priced on the smooth
-# roofline with a floor by regime (opcost.py): a streaming product pays matmul_floor_s, a
+# 64-row tiles, on the H100 128-row tiles, neither in waves; and a product of fewer rows than
+# one tile runs the shortest tile of 16, 32, 64 ... rows that holds them, the fit choosing
+# where that ladder starts among 16, 32 and 64 (the A100's profile chose 32, the H100's 16).
+# Products are priced on the smooth roofline with a floor by regime (opcost.py): a streaming product pays matmul_floor_s, a
 # compute-bound one matmul_compute_floor_s; the per-token kernels (norm, rope, act, add and the
 # A100's embedding) run rows_per_sm rows per SM, each row at row_bandwidth, as the fit chose
 # among 1, 2, 4 and 8 rows or none. The profiles hold no CPU time, so the CPU overheads stay 0
 # (fit them from a real server's steps: docs/fidelity.md), and no H100 attention, so H100
 # attention falls back to mfu / mbu.
 _A100_FIT = dict(
-    matmul_mfu=0.7518, matmul_mbu=0.9354, matmul_floor_s=3.799e-06,
-    matmul_compute_floor_s=6.302e-06, matmul_roofline_p=1.587, matmul_tile_rows=64,
+    matmul_mfu=0.7466, matmul_mbu=0.8405, matmul_floor_s=4.179e-06,
+    matmul_compute_floor_s=6.118e-06, matmul_roofline_p=1.747, matmul_tile_rows=64,
+    matmul_min_tile_rows=32,
     attn_prefill_mfu=0.4798, attn_prefill_mbu=0.7, attn_prefill_floor_s=7.735e-05,
     attn_decode_mbu=0.8479, attn_decode_floor_s=2.051e-05,
     norm_mbu=0.3804, norm_floor_s=5.654e-07, norm_row_bandwidth=6.506e9, norm_rows_per_sm=2,
@@ -114,8 +116,9 @@ _A100_FIT = dict(
     source="datasheet peaks; operators and NVLink fitted from Vidur's A100 profiles "
            "(Azure NC96ads A100 v4, A100 80GB PCIe; DGX A100 for the network), see presets.py")
 _H100_FIT = dict(
-    matmul_mfu=0.7738, matmul_mbu=0.8384, matmul_floor_s=2.133e-06,
-    matmul_compute_floor_s=9.698e-06, matmul_roofline_p=1.967, matmul_tile_rows=128,
+    matmul_mfu=0.7694, matmul_mbu=0.8272, matmul_floor_s=2.747e-06,
+    matmul_compute_floor_s=9.175e-06, matmul_roofline_p=2.012, matmul_tile_rows=128,
+    matmul_min_tile_rows=16,
     norm_mbu=0.3842, norm_floor_s=9.804e-07, norm_row_bandwidth=8.615e9, norm_rows_per_sm=2,
     rope_mbu=0.5257, rope_floor_s=1.517e-06, rope_row_bandwidth=15.16e9, rope_rows_per_sm=1,
     act_mbu=0.5461, act_floor_s=1.163e-06, act_row_bandwidth=16.94e9, act_rows_per_sm=1,
@@ -200,7 +203,7 @@ def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
 # latency runs on the A100-80GB, H100 and H200 (calibrate/vllm_runs.py; refit with
 # `python -c "from batchlab.calibrate.vllm_runs import fit_engine_overhead as f; print(f())"`,
 # each run's error with it in docs/fidelity.md), rounded to 4 digits.
-VLLM_ENGINE_STEP_S = 1.059e-3
+VLLM_ENGINE_STEP_S = 1.357e-3
 # Every preset prices steps with its operators (fitted or transferred) and vLLM's engine time
 # by default; `--cost roofline` gives the seed's two-parameter paper GPU instead.
 _CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)

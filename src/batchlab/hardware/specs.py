@@ -52,8 +52,8 @@ ROW_KERNELS = ("norm", "elementwise", "rope", "act", "add", "embedding")
 # The operators model's GPU parameters, by operator class (see opcost.py).
 OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s",
                    "matmul_compute_floor_s", "matmul_roofline_p",
-                   "matmul_vector_mbu", "matmul_tile_rows", "matmul_tile_cols", "sm_count",
-                   "attn_prefill_mfu", "attn_prefill_mbu", "attn_prefill_floor_s",
+                   "matmul_vector_mbu", "matmul_tile_rows", "matmul_tile_cols",
+                   "matmul_min_tile_rows", "sm_count", "attn_prefill_mfu", "attn_prefill_mbu", "attn_prefill_floor_s",
                    "attn_decode_mbu", "attn_decode_floor_s", "norm_mbu", "norm_floor_s",
                    "elementwise_mbu", "elementwise_floor_s", "rope_mbu", "rope_floor_s",
                    "act_mbu", "act_floor_s", "add_mbu", "add_floor_s", "embedding_mbu",
@@ -62,7 +62,7 @@ OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_flo
                      for field in ("row_bandwidth", "rows_per_sm")))
 # Integer operator parameters: tile sizes of matrix products, the SMs a wave of tiles fills and
 # the rows a per-token kernel keeps on one SM at a time.
-TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols", "sm_count",
+TILE_FIELDS = ("matmul_tile_rows", "matmul_tile_cols", "matmul_min_tile_rows", "sm_count",
                *(f"{kind}_rows_per_sm" for kind in ROW_KERNELS))
 # Elementwise kernels without their own figures take the generic elementwise ones.
 ELEMENTWISE_KERNELS = ("rope", "act", "add", "embedding")
@@ -252,6 +252,11 @@ class GPUSpec:
     # None: no quantisation, the smooth saturation curve alone (every uncalibrated spec).
     matmul_tile_rows: int | None = None
     matmul_tile_cols: int | None = None
+    # The shortest tile a product of fewer rows than one tile runs (16, 32, 64, ... rows: a
+    # tensor core's MMA is 16 rows): such a product pays for the smallest power-of-two multiple
+    # of it that holds its rows, up to the tile. None: 64 (opcost.MIN_TILE_ROWS). Without
+    # matmul_tile_rows there is no tile to narrow and it goes unused.
+    matmul_min_tile_rows: int | None = None
     # Streaming multiprocessors of the GPU (datasheets and architecture whitepapers, see
     # presets.py): the width of one wave of tiles. None: not given (the wave term is off).
     sm_count: int | None = None

@@ -17,10 +17,10 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.io_checks import write_atomic
 from batchlab.metrics.latency import RequestLatencies, none_if_nan
+from batchlab.units import MS_PER_S
 
 COLUMNS = ("id", "arrival", "prompt", "output", "ttft_ms", "tpot_ms", "e2el_ms", "first_token", "finish",
            "rejected")
-MS_PER_S = 1e3
 
 
 def request_rows(lat: RequestLatencies, ids: Sequence[str], prompt, output,

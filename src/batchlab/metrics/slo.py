@@ -18,9 +18,9 @@ import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.metrics.latency import RequestLatencies
+from batchlab.units import MS_PER_S
 
 
-MS_PER_S = 1e3
 GOODPUT_KEYS = ("ttft", "tpot", "e2el")  # vLLM's names; e2el bounds the field `e2e`
 
 

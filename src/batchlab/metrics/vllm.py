@@ -32,7 +32,8 @@ import numpy as np
 from batchlab.errors import InputError
 from batchlab.metrics.latency import PERCENTILES, LatencyStats, percentiles_and_median, without_nan
 from batchlab.metrics.run import RunMetrics
-from batchlab.metrics.slo import MS_PER_S, SLO, slo_met
+from batchlab.metrics.slo import SLO, slo_met
+from batchlab.units import MS_PER_S
 
 METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM's names, in its order
 DEFAULT_METRICS = METRICS

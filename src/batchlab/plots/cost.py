@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.plots.figure import COLORS, pyplot, save
+from batchlab.units import MS_PER_S
 
 SIZE_IN = (10.0, 4.5)
-MS = 1e3
 POINTS = 64
 
 
@@ -24,15 +24,15 @@ def step_cost_curve(model, gpu, context: int, new_tokens: int, directory: str | 
     top = max(512, 4 * (batch or 1), 2 * (max_batch or 1))
     sizes = np.unique(np.geomspace(1, top, POINTS).round().astype(int))
     costs = [uniform_step_cost(model, gpu, int(b), context, new_tokens) for b in sizes]
-    total = np.array([c.time_s for c in costs]) * MS
-    compute = np.array([c.flops / gpu.compute_rate for c in costs]) * MS
-    memory = np.array([c.bytes / gpu.memory_rate for c in costs]) * MS
+    total = np.array([c.time_s for c in costs]) * MS_PER_S
+    compute = np.array([c.flops / gpu.compute_rate for c in costs]) * MS_PER_S
+    memory = np.array([c.bytes / gpu.memory_rate for c in costs]) * MS_PER_S
     fig, ax = plt.subplots(figsize=SIZE_IN, layout="constrained")
     ax.plot(sizes, total, color="black", linewidth=2, label="step time (max of the two + overhead)")
     ax.plot(sizes, compute, color=COLORS[3], linestyle="--", label="compute term (FLOPs / rate)")
     ax.plot(sizes, memory, color=COLORS[0], linestyle="--", label="memory term (bytes / bandwidth)")
     if batch is not None:
-        here = uniform_step_cost(model, gpu, batch, context, new_tokens).time_s * MS
+        here = uniform_step_cost(model, gpu, batch, context, new_tokens).time_s * MS_PER_S
         ax.plot([batch], [here], marker="o", color=COLORS[1], linestyle="none",
                 label=f"B = {batch:,}: {here:.3g} ms")
     if limit_ms is not None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.plots.figure import COLORS, pyplot, save
+from batchlab.units import MS_PER_S
 
-MS = 1e3
 STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
 
 
@@ -44,14 +44,14 @@ def fairness_figure(setting, systems, labels, rate: float, directory: str | Path
     served.legend(fontsize="small")
     for k, (label, run) in enumerate(zip(labels, runs)):
         ttft = run.metrics.requests.ttft
-        x = np.sort(ttft[np.isfinite(ttft)]) * MS
+        x = np.sort(ttft[np.isfinite(ttft)]) * MS_PER_S
         if x.size:   # over all requests: dropped ones never reach the top
             y = np.arange(1, x.size + 1) / len(ttft)
             cdf.step(x, y, where="post", color=COLORS[k % len(COLORS)], linewidth=1.3,
                      label=f"{label}: SLO met {run.metrics.slo_attainment:.0%}")
     if setting.slo.ttft:
-        cdf.axvline(setting.slo.ttft * MS, color="black", linestyle=":", linewidth=1.2,
-                    label=f"TTFT SLO {setting.slo.ttft * MS:g} ms")
+        cdf.axvline(setting.slo.ttft * MS_PER_S, color="black", linestyle=":", linewidth=1.2,
+                    label=f"TTFT SLO {setting.slo.ttft * MS_PER_S:g} ms")
     cdf.set_xscale("log")
     cdf.set_ylim(0, 1.02)
     cdf.set_xlabel("TTFT (ms)")

@@ -18,9 +18,9 @@ import numpy as np
 from batchlab.plots.curves import rate_curves
 from batchlab.plots.figure import COLORS, pyplot, save
 from batchlab.plots.latency import data_limits
+from batchlab.units import MS_PER_S
 
 SIZE_IN = (12.0, 4.5)
-MS = 1e3
 LOG_SPAN = 100.0
 LINESTYLES = ("-", "--", ":", "-.")
 
@@ -124,7 +124,7 @@ def ttft_distributions(setting, systems, rate: float, directory: str | Path, ste
         run = simulate(workload, system, setting.model, setting.gpu, slo=setting.slo,
                        context_mode=setting.context_mode, seed=setting.seed, layout=setting.layout)
         ttft = run.metrics.requests.ttft
-        x = np.sort(ttft[np.isfinite(ttft)]) * MS
+        x = np.sort(ttft[np.isfinite(ttft)]) * MS_PER_S
         if x.size:
             y = np.arange(1, x.size + 1) / x.size
             ax.step(x, y, where="post", color=COLORS[k % len(COLORS)],
@@ -137,7 +137,7 @@ def ttft_distributions(setting, systems, rate: float, directory: str | Path, ste
         if log:
             ax.set_xscale("log")
         ax.set_xlim(*data_limits(x, log))
-        bound = setting.slo.ttft * MS if setting.slo.ttft else None
+        bound = setting.slo.ttft * MS_PER_S if setting.slo.ttft else None
         lo, hi = ax.get_xlim()
         if bound is not None and lo <= bound <= hi:
             ax.axvline(bound, color="black", linestyle=":", linewidth=1.2, label=f"TTFT SLO {bound:g} ms")

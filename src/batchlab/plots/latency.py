@@ -13,9 +13,9 @@ import numpy as np
 from batchlab.metrics import SLO, check_token_times, inter_token_latencies, request_latencies
 from batchlab.plots.figure import COLORS, pyplot, save
 from batchlab.trace import Trace
+from batchlab.units import MS_PER_S
 
 SIZE_IN = (12.0, 3.8)
-MS = 1e3
 LOG_SPAN = 100.0      # log x when the samples span more than this factor
 MARGIN = 0.03         # share of the data span left empty on each side
 
@@ -48,7 +48,7 @@ def latency_cdf_figure(trace: Trace, slo: SLO | None = None, title: str = ""):
     plt = pyplot()
     samples = latency_samples(trace)
     unit = "ticks" if trace.time_unit == "tick" else "ms"
-    scale = 1.0 if trace.time_unit == "tick" else MS
+    scale = 1.0 if trace.time_unit == "tick" else MS_PER_S
     bounds = {"ttft": slo.ttft if slo else None, "tpot": slo.tpot if slo else None, "itl": None}
     fig, axes = plt.subplots(1, 3, figsize=SIZE_IN, layout="constrained")
     for ax, (name, values) in zip(axes, samples.items()):

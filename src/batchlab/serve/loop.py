@@ -241,8 +241,13 @@ class EngineLoop:
     def _hand_off(self, step: StepOutput) -> None:
         """Each emitted token to its request's queue, all read from the step: its tokens, their
         logprobs and the requests the scheduler's update ended at EOS or a stop token
-        (`StopRule`); stop at a stop string; retire finished requests."""
-        eos, events = self.eos, []
+        (`StopRule`); stop at a stop string; retire finished requests.
+
+        First tokens go first: the step lists them after its decodes, and the event loop writes
+        the streams in the order their tokens are posted, so a new request's first token would
+        wait behind every running stream's write (and its client's reading of them all): its
+        TTFT paid the whole batch's front end, where one gap of a running stream pays it now."""
+        eos, events, firsts = self.eos, [], []
         reused = getattr(self.engine.memory, "reused_tokens", None)
         tokens, stopped, logprobs = step.tokens, {r.id for r in step.stopped}, step.logprobs or {}
         retired = []
@@ -261,18 +266,19 @@ class EngineLoop:
                 finish = "stop"
             elif r.status is Status.FINISHED:
                 finish = "length"
-            if len(r.token_times) == 1:
+            first = len(r.token_times) == 1
+            if first:
                 job.cached_tokens = reused(r) if reused is not None else 0
                 if not job.sample:   # a sample's prompt is its request's
                     self.metrics.prompt_tokens.inc(r.prompt_tokens)
-            events.append((job, (token, finish, logprobs.get(r.id))))
+            (firsts if first else events).append((job, (token, finish, logprobs.get(r.id))))
             if finish is not None:
                 del self.jobs[r.id]
                 self.executor.forget(r.id)
                 self.metrics.request_done(r, finish)
                 retired.append((r, finish))
         self.log.record(step, retired)   # before the tokens go: a client that has its last token finds it
-        self._post(events)
+        self._post(firsts + events)
 
     @staticmethod
     def _stops(job: Job, token: int, emitted: int) -> bool:

@@ -21,7 +21,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from batchlab.metrics.export import MS_PER_S
+from batchlab.units import MS_PER_S
 from batchlab.serve.protocol import ApiError, bad
 from batchlab.serve.responses import error_response
 

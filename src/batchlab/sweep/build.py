@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from batchlab.errors import InputError
-from batchlab.sweep.config import MS_PER_S, SweepConfig
+from batchlab.sweep.config import SweepConfig
+from batchlab.units import MS_PER_S
 
 KEY_CHARS = 16   # hex digits of the SHA-256 of a task's coordinates and settings
 # The shape of a result row: part of every key, so a progress file written with another shape

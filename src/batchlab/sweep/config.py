@@ -41,6 +41,7 @@ from pathlib import Path
 from batchlab.errors import InputError
 from batchlab.io_checks import MIN_RATE, number, read_limited, reading, request_count, token_count, whole
 from batchlab.experiments.systems import System
+from batchlab.units import MS_PER_S
 
 SECTIONS = ("workload", "slo", "grid", "goodput", "report")
 WORKLOAD_FIELDS = {"kind": "chat", "requests": 100, "seed": 0, "arrival": "poisson", "burstiness": 1.0,
@@ -50,7 +51,6 @@ GOODPUT_FIELDS = {"enabled": False, "fleet_rate": 100.0}
 REPORT_FIELDS = {"percentile_metrics": "ttft,tpot,itl,e2el", "metric_percentiles": "50,90,99"}
 SYSTEM_AXES = tuple(f.name for f in fields(System) if f.name != "name")
 DEFAULT_AXES = {"model": ["Llama-3-8B"], "gpu": ["H100-SXM"], "system": ["orca-oracle"]}
-MS_PER_S = 1e3
 
 
 @dataclass(frozen=True, slots=True)

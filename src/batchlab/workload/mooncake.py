@@ -22,9 +22,9 @@ from batchlab.workload.base import Workload
 from batchlab.workload.builtin import BUILTIN_MOONCAKE
 from batchlab.workload.content import Content
 from batchlab.workload.tracefile import check_window, json_object, open_builtin, open_trace
+from batchlab.units import MS_PER_S
 
 MOONCAKE_BLOCK_TOKENS = 512   # the traces' hash block size (Mooncake's README and paper)
-MS_PER_S = 1e3
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 

@@ -349,7 +349,8 @@ class Engine:
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
-        stored0 = sched.update_from_decode_run(times, steps) - shared
+        stored0 = sum(map(computed_of, running)) - shared   # before the run
+        sched.update_from_decode_run(times)
         self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         if self.check_memory:
             memory.check_integrity()

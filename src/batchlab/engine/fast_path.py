@@ -32,7 +32,7 @@ MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: 
 EXECUTORS = (CostExecutor, RooflineExecutor)   # exactly these (a subclass may price otherwise)
 # Step-log rows the fast path keeps as tuples before handing them to the step log, which packs them.
 FLUSH_ROWS = 4096
-# FastPath step ends kept in one C array before the next (no token lists: FastPath.ends).
+# FastPath step ends kept in one C array before the next (FastPath.ends).
 ENDS_CHUNK = 1 << 16
 
 
@@ -122,10 +122,9 @@ class FastPath:
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
         self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
-        # each fast step's end: Python floats that token lists share, or (no token lists) C
-        # doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done (no object per step, and
-        # no one array growing by copies)
-        self.ends: list[float] | array = [] if engine.token_lists else array("d")
+        # each fast step's end, as C doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done
+        # (no object per step, and no one array growing by copies)
+        self.ends = array("d")
         self.ends_done: list[array] = []
         self.rows: list[tuple] = []                     # step-log rows not yet in the step log
         self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
@@ -453,13 +452,10 @@ class FastPath:
             ends, durations = ends[:steps].copy(), durations[:steps].copy()
             held = held[:steps].copy() if isinstance(held, np.ndarray) else held
         self.engine.steps.add_run(run.start, ends, durations, batch, held, self.computed)
-        if type(self.ends) is list:
-            self.ends.extend(ends.tolist())
-        else:
-            self.ends.frombytes(ends.tobytes())
-            if len(self.ends) >= ENDS_CHUNK:
-                self.ends_done.append(self.ends)
-                self.ends = array("d")
+        self.ends.frombytes(ends.tobytes())
+        if len(self.ends) >= ENDS_CHUNK:
+            self.ends_done.append(self.ends)
+            self.ends = array("d")
         self.held = self.held_tokens()
         self.duration = float(durations[-1])
         self.decoded += batch * steps
@@ -534,8 +530,6 @@ class FastPath:
 
     def all_ends(self) -> np.ndarray:
         """Every fast step's end, in order."""
-        if type(self.ends) is list:
-            return np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
         return np.concatenate([np.frombuffer(chunk, dtype=np.float64) for chunk in (*self.ends_done, self.ends)])
 
     def flush_rows(self) -> None:

@@ -137,9 +137,8 @@ class Engine:
         return self.scheduler.abort(request_id, reason)
 
     def stop(self, request_id: str) -> bool:
-        """Finish a running request before its output count (it emitted a stop token): it is
-        finished with what it emitted and frees what it holds; False if it is not running (or
-        waiting with outputs: a parallel sample queued at its fork, a preempted request)."""
+        """Finish a request at a stop token with what it emitted (the scheduler's `stop`);
+        False if it is not running."""
         return self.scheduler.stop(request_id)
 
     def forget_history(self) -> None:
@@ -161,11 +160,9 @@ class Engine:
         return self.commit(self.begin(now))
 
     def begin(self, now: float) -> StepOutput:
-        """Plan and execute (or price) one step starting at `now`; nothing is stamped yet.
-
-        A caller that keeps several engines on one clock commits the step when its end comes,
-        so what others observe in between is the state before the step.
-        """
+        """Plan and execute (or price) one step starting at `now`; nothing is stamped yet: a
+        caller that keeps several engines on one clock commits it when its end comes, so what
+        others observe in between is the state before the step."""
         sched = self.scheduler
         plan = sched.plan(now)
         if not plan and not sched.running and not plan.preempted:

@@ -109,7 +109,7 @@ class FastPath:
         self.stored_held = memory.held_is_stored
         # the KV held, where the step log takes it from the manager (unlimited memory's is the
         # computed tokens the fast path keeps, and summing them from the manager would cost a pass)
-        self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
+        self.held_tokens = (lambda: 0) if self.stored_held else memory.held_tokens
         self.price = step_price(engine.executor)   # the executor's own price of a step's sums
         # pure-decode steps below which a run is stepped one at a time rather than priced as
         # arrays (their set-up costs about as much as this many single steps)
@@ -426,10 +426,9 @@ class FastPath:
         return run
 
     def _block_steps(self, steps: int) -> list[int]:
-        """Those of the next `steps` fast steps at which decodes take blocks, in order: the
-        steps found among the recorded crossings (a set intersection, looked up in C), or the
-        crossings in range when they are fewer (every recorded crossing is still ahead: the fast
-        path takes them as it passes them)."""
+        """Those of the next `steps` fast steps at which decodes take blocks, in order: a set
+        intersection (looked up in C), or the recorded crossings in range when they are fewer
+        (every recorded crossing is still ahead: the fast path takes them as it passes them)."""
         s, crossings = self.s, self.crossings
         if steps <= len(crossings):
             return sorted(crossings.keys() & range(s, s + steps))
@@ -548,7 +547,3 @@ class FastPath:
         if self.sliced:   # the trace gathers those token times from the ends as an array
             engine.token_slices.append((self.all_ends(), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
             self.sliced = []
-
-
-def _nothing_held() -> int:
-    return 0

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from helpers import imported_modules
+from helpers import ROOT, imported_modules
 
 SRC = ROOT / "src" / "batchlab"
 # What the mini transformer must not know: the engine and everything it runs on or produces.
@@ -56,17 +55,17 @@ def test_every_relative_link_resolves(doc):
 
 
 def test_missing_tools_skip_with_a_reason_and_fail_in_ci(monkeypatch):
-    """`conftest.need`: outside CI a missing tool skips with its reason; under .ci/run
+    """`helpers.need`: outside CI a missing tool skips with its reason; under .ci/run
     (BATCHLAB_REQUIRE_ALL=1) it fails, so the browser and Ray tests cannot silently not run."""
-    import conftest
+    import helpers
 
-    monkeypatch.setattr(conftest, "REQUIRE_ALL", False)
-    conftest.need(True, "present")                       # nothing happens when the tool is there
+    monkeypatch.setattr(helpers, "REQUIRE_ALL", False)
+    helpers.need(True, "present")                       # nothing happens when the tool is there
     with pytest.raises(pytest.skip.Exception, match="Chromium is not installed"):
-        conftest.need(False, "Chromium is not installed")
-    monkeypatch.setattr(conftest, "REQUIRE_ALL", True)
+        helpers.need(False, "Chromium is not installed")
+    monkeypatch.setattr(helpers, "REQUIRE_ALL", True)
     with pytest.raises(pytest.fail.Exception, match="BATCHLAB_REQUIRE_ALL=1"):
-        conftest.need(False, "Chromium is not installed")
+        helpers.need(False, "Chromium is not installed")
 
 
 def test_ci_installs_what_the_skipping_tests_need():

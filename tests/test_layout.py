@@ -34,6 +34,17 @@ def test_model_does_not_import_the_engine(path):
     assert bad == [], f"{path.relative_to(ROOT)} imports {bad}: the model must not know the engine"
 
 
+def test_test_modules_share_code_through_helpers_only():
+    """Shared test code lives in tests/helpers.py (fixtures in conftest.py): a test module that
+    imports another test module, or conftest, ties the two together where a newcomer looks for
+    neither."""
+    tests = ROOT / "tests"
+    others = {p.stem for p in tests.glob("*.py")} - {"helpers"}
+    for path in sorted(tests.glob("*.py")):
+        bad = sorted(m for m in imported_modules(path, tests) if m.split(".")[0] in others - {path.stem})
+        assert bad == [], f"tests/{path.name} imports {bad}: shared test code goes in tests/helpers.py"
+
+
 def relative_links(doc: Path) -> list[str]:
     text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)   # code is not a link
     return [t for t in LINK.findall(text)

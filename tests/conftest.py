@@ -1,17 +1,10 @@
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
-# Set by .ci/run, which installs Chromium and Ray first: there a missing tool fails the run
-# instead of skipping the tests that need it.
-REQUIRE_ALL = os.environ.get("BATCHLAB_REQUIRE_ALL") == "1"
+from helpers import run_cli
 
 # Hypothesis: by default ("ci") every run draws the same examples, keeps no example database and
 # times nothing; BATCHLAB_HYPOTHESIS=thorough draws new random examples on each run.
@@ -43,20 +36,6 @@ def _examples_independent_of_imports() -> None:
 
 if HYPOTHESIS == "ci":
     _examples_independent_of_imports()
-
-
-def need(available: bool, reason: str) -> None:
-    """Skip the calling test (or fixture) with `reason` when a tool is missing, outside CI."""
-    if not available:
-        if REQUIRE_ALL:
-            pytest.fail(f"{reason} (BATCHLAB_REQUIRE_ALL=1: .ci/run should have installed it)")
-        pytest.skip(reason)
-
-
-def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """`batchlab ARGS` in a fresh process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "batchlab.cli", *args], input=stdin,
-                          capture_output=True, text=True, cwd=ROOT)
 
 
 @pytest.fixture

@@ -1,5 +1,8 @@
-"""Helpers more than one test module uses; test modules import from here (or conftest), never
-from one another.
+"""Helpers more than one test module uses; test modules import from here (fixtures come from
+conftest), never from one another or from conftest.
+
+- `ROOT`, `EXAMPLES`: the repository and its examples;
+- `run_cli`: `batchlab ARGS` in a fresh process; `need`: skip (fail in CI) without a tool;
 
 - `assert_same` / `assert_same_trace`: two results equal bit for bit (floats by their hex);
 - `MODEL`, `GPU`, `ROOFLINE_STEP_S`, `PROFILE`: the paper GPU and the hypothesis profile of the
@@ -15,15 +18,38 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import Phase
 
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.trace import Trace
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "batchlab"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "batchlab"
+EXAMPLES = ROOT / "examples"
+# Set by .ci/run, which installs Chromium and Ray first: there a missing tool fails the run
+# instead of skipping the tests that need it.
+REQUIRE_ALL = os.environ.get("BATCHLAB_REQUIRE_ALL") == "1"
+
+
+def need(available: bool, reason: str) -> None:
+    """Skip the calling test (or fixture) with `reason` when a tool is missing, outside CI."""
+    if not available:
+        if REQUIRE_ALL:
+            pytest.fail(f"{reason} (BATCHLAB_REQUIRE_ALL=1: .ci/run should have installed it)")
+        pytest.skip(reason)
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`batchlab ARGS` in a fresh process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "batchlab.cli", *args], input=stdin,
+                          capture_output=True, text=True, cwd=ROOT)
 
 MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
 # A small decode step of this model on this GPU lasts about 6 ms; roofline arrivals are drawn in

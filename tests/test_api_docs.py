@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 API_DOC = ROOT / "docs" / "api.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

@@ -13,7 +13,7 @@ import pytest
 from batchlab import __version__
 from batchlab.cli import COMMANDS, build_parser, suggestion
 
-from conftest import EXAMPLES, ROOT, run_cli
+from helpers import EXAMPLES, ROOT, run_cli
 
 
 def test_version():

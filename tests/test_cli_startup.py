@@ -13,7 +13,7 @@ import pytest
 
 from batchlab.cli import COMMANDS, build_parser, needed
 
-from conftest import ROOT
+from helpers import ROOT
 
 SIMULATE = ["simulate", "--system", "paged", "--model", "Llama-3-8B", "--gpu", "A100-80GB", "--workload", "fixed",
             "--prompt", "512", "--output", "128", "--num-prompts", "3", "--request-rate", "10"]

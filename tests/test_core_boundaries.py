@@ -4,8 +4,7 @@ module outside the core calls (or reads) an engine member whose name starts with
 import ast
 from pathlib import Path
 
-from conftest import ROOT
-from helpers import imported_modules
+from helpers import ROOT, imported_modules
 
 from batchlab.engine import Engine, Pipeline
 

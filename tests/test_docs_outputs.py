@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location("docs_outputs", ROOT / "benchmarks" / "docs_outputs.py")
 docs_outputs = importlib.util.module_from_spec(_spec)

@@ -258,7 +258,8 @@ def test_a_run_that_cannot_run_out_of_blocks_counts_them_as_it_is_applied(fast_p
         out = price_run(path, *args)
         if out is not None:
             skipped.append(out.held is None)
-            expected = path._growth(len(out.ends))[1]
+            steps = len(out.ends)
+            expected = path._growth(steps)[1].held(steps)
             counted.append(np.array_equal(path.held_during(out).held, expected))
             out.held = None   # as priced: applied without the count
         return out

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from helpers import imported_modules
+from helpers import ROOT, imported_modules
 
 SRC = ROOT / "src" / "batchlab"
 # What the mini transformer must not know: the engine and everything it runs on or produces.
@@ -35,6 +34,17 @@ def test_model_does_not_import_the_engine(path):
     assert bad == [], f"{path.relative_to(ROOT)} imports {bad}: the model must not know the engine"
 
 
+def test_test_modules_share_code_through_helpers_only():
+    """Shared test code lives in tests/helpers.py (fixtures in conftest.py): a test module that
+    imports another test module, or conftest, ties the two together where a newcomer looks for
+    neither."""
+    tests = ROOT / "tests"
+    others = {p.stem for p in tests.glob("*.py")} - {"helpers"}
+    for path in sorted(tests.glob("*.py")):
+        bad = sorted(m for m in imported_modules(path, tests) if m.split(".")[0] in others - {path.stem})
+        assert bad == [], f"tests/{path.name} imports {bad}: shared test code goes in tests/helpers.py"
+
+
 def relative_links(doc: Path) -> list[str]:
     text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)   # code is not a link
     return [t for t in LINK.findall(text)
@@ -56,17 +66,17 @@ def test_every_relative_link_resolves(doc):
 
 
 def test_missing_tools_skip_with_a_reason_and_fail_in_ci(monkeypatch):
-    """`conftest.need`: outside CI a missing tool skips with its reason; under .ci/run
+    """`helpers.need`: outside CI a missing tool skips with its reason; under .ci/run
     (BATCHLAB_REQUIRE_ALL=1) it fails, so the browser and Ray tests cannot silently not run."""
-    import conftest
+    import helpers
 
-    monkeypatch.setattr(conftest, "REQUIRE_ALL", False)
-    conftest.need(True, "present")                       # nothing happens when the tool is there
+    monkeypatch.setattr(helpers, "REQUIRE_ALL", False)
+    helpers.need(True, "present")                       # nothing happens when the tool is there
     with pytest.raises(pytest.skip.Exception, match="Chromium is not installed"):
-        conftest.need(False, "Chromium is not installed")
-    monkeypatch.setattr(conftest, "REQUIRE_ALL", True)
+        helpers.need(False, "Chromium is not installed")
+    monkeypatch.setattr(helpers, "REQUIRE_ALL", True)
     with pytest.raises(pytest.fail.Exception, match="BATCHLAB_REQUIRE_ALL=1"):
-        conftest.need(False, "Chromium is not installed")
+        helpers.need(False, "Chromium is not installed")
 
 
 def test_ci_installs_what_the_skipping_tests_need():

@@ -15,8 +15,7 @@ from batchlab.experiments.systems import parse_system
 from batchlab.tick import parse_case, run_case
 from batchlab.workload import make_workload
 
-from helpers import count_colours
-from conftest import EXAMPLES
+from helpers import EXAMPLES, count_colours
 
 SLO_ = SLO(ttft=1.0, tpot=0.05)
 

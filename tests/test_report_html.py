@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need, run_cli
+from helpers import need, run_cli
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Flags for this machine: no sandbox as root, no GPU, and nothing that reaches for the network.

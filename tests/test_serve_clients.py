@@ -24,7 +24,7 @@ from batchlab.serve.model_spec import parse_model
 from batchlab.serve.server import ServeConfig, build_state
 from batchlab.serve.tokenizer import chat_prompt, decode, encode, token_text
 
-from conftest import ROOT
+from helpers import ROOT
 
 with warnings.catch_warnings():   # Starlette 1.x prefers httpx2; httpx still works
     warnings.simplefilter("ignore")

@@ -15,7 +15,7 @@ import httpx
 from batchlab.serve.app import DRAIN_EXPIRED
 from batchlab.serve.launch import ServeProcess
 
-from conftest import ROOT
+from helpers import ROOT
 
 TIMEOUT = httpx.Timeout(30.0)
 LONG = 16000   # tokens: far more than the tiny model makes in the drain timeout

@@ -19,8 +19,7 @@ from batchlab.model.decoding import generate
 from batchlab.serve.launch import ServeFailed, ServeProcess
 from batchlab.serve.model_spec import parse_model
 
-from conftest import ROOT
-from helpers import assert_refused_or_served, flood_completions
+from helpers import ROOT, assert_refused_or_served, flood_completions
 
 MODEL = init_model(parse_model("tiny"))
 STARTUP_S = 60.0

@@ -15,7 +15,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
 
 from batchlab.serve.launch import ServeProcess
 
-from conftest import ROOT
+from helpers import ROOT
 
 EXAMPLES = 150   # over every operation; each generation request is at most 64 tokens of the tiny model
 NEGATIVE_EXAMPLES = 100   # bodies that break the schema: each is refused before any work

@@ -11,8 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from batchlab.serve.launch import ServeProcess
 
-from conftest import ROOT
-from helpers import assert_refused_or_served, flood_completions
+from helpers import ROOT, assert_refused_or_served, flood_completions
 
 TIMEOUT = httpx.Timeout(30.0)
 

@@ -14,7 +14,7 @@ from batchlab.calibrate.step_replay import read_steps
 from batchlab.serve.launch import ServeProcess
 from batchlab.serve.served_log import PAGE_MAX, Ring, ServedLog
 
-from conftest import ROOT
+from helpers import ROOT
 
 TIMEOUT = httpx.Timeout(30.0)
 PROMPTS = ([1, 2, 3, 4, 5], [7, 8, 9], [10, 11, 12, 13, 14, 15, 16], [20, 21])

@@ -13,7 +13,7 @@ from batchlab.metrics import SLO
 from batchlab.experiments.run import simulate
 from batchlab.experiments.systems import PRESETS
 from batchlab.workload import make_workload
-from conftest import run_cli
+from helpers import run_cli
 
 AZURE_CONV_GZ = Path(__file__).resolve().parents[1] / "src" / "batchlab" / "data" / "AzureLLMInferenceTrace_conv.csv.gz"
 COMPARE = ("compare", "--requests", "120", "--rates", "4,32", "--cost", "roofline", "--json")   # seed L02 §5

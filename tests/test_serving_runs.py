@@ -23,8 +23,10 @@ def cost(*works):
 
 # -- metrics of a hand-made workload ------------------------------------------------------
 
-def test_metrics_of_a_hand_made_workload():
-    # A and B arrive together; C arrives after both finished, on an idle GPU.
+@pytest.fixture(scope="module")
+def hand():
+    """A and B arrive together; C arrives after both finished, on an idle GPU: the run and each
+    request's token times worked out by hand."""
     w = Workload(["A", "B", "C"], np.array([0.0, 0.0, 1.0]), np.array([100, 50, 10]), np.array([3, 2, 2]),
                  name="hand")
     res = simulate(w, PRESETS["orca-oracle"], MODEL, GPU, slo=SLO(ttft=0.02, tpot=0.006))
@@ -33,10 +35,18 @@ def test_metrics_of_a_hand_made_workload():
     t3 = t2 + cost((1, 101))                  # A alone
     c1 = 1.0 + cost((10, 0))
     c2 = c1 + cost((1, 10))
+    return res, (t1, t2, t3, c1, c2)
+
+
+def test_a_hand_made_workloads_token_times(hand):
+    res, (t1, t2, t3, c1, c2) = hand
     expected = {"A": [t1, t2, t3], "B": [t1, t2], "C": [c1, c2]}
     tr = res.trace
     assert {rid: tr.output_times(i).tolist() for i, rid in enumerate(tr.ids)} == expected
 
+
+def test_a_hand_made_workloads_latencies(hand):
+    res, (t1, t2, t3, c1, c2) = hand
     ttft = np.array([t1, t1, c1 - 1.0])
     tpot = np.array([(t3 - t1) / 2, t2 - t1, c2 - c1])
     itl = np.array([t2 - t1, t3 - t2, t2 - t1, c2 - c1])
@@ -47,13 +57,28 @@ def test_metrics_of_a_hand_made_workload():
         assert stats.mean == pytest.approx(values.mean(), rel=1e-12)
         assert stats.p50 == pytest.approx(np.median(values), rel=1e-12)
         assert stats.max == pytest.approx(values.max(), rel=1e-12)
+
+
+def test_a_hand_made_workloads_counts_and_throughput(hand):
+    res, (t1, t2, t3, c1, c2) = hand
+    m = res.metrics
     assert m.output_tokens == 7 and m.served == 3 and m.rejected == 0
     assert m.throughput == pytest.approx(7 / c2, rel=1e-12)
     # steady: up to the last first token (c1), 5 of A and B's tokens plus C's first
     assert m.steady_throughput == pytest.approx(6 / c1, rel=1e-12)
+
+
+def test_a_hand_made_workloads_slo_attainment(hand):
+    res, (t1, t2, t3, c1, c2) = hand
+    ttft = np.array([t1, t1, c1 - 1.0])
+    tpot = np.array([(t3 - t1) / 2, t2 - t1, c2 - c1])
     met = (ttft <= 0.02) & (tpot <= 0.006)
-    assert m.slo_attainment == pytest.approx(met.mean())
+    assert res.metrics.slo_attainment == pytest.approx(met.mean())
     assert 0 < met.sum() < 3    # the bounds split the requests, so the check means something
+
+
+def test_a_hand_made_workloads_busy_time_and_mean_batch(hand):
+    res, (t1, t2, t3, c1, c2) = hand
     busy = t3 + (c2 - 1.0)
     assert res.usage["busy_time"] == pytest.approx(busy, rel=1e-12)
     mean_batch = (2 * t1 + 2 * (t2 - t1) + (t3 - t2) + (c2 - 1.0)) / busy

@@ -9,7 +9,7 @@ import pytest
 
 from batchlab.sweep import parse_config, run_sweep
 
-from conftest import need
+from helpers import need
 from helpers import small_sweep as small
 
 RAY_CPUS = 2

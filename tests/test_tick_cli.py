@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import EXAMPLES
+from helpers import EXAMPLES
 
 S7 = str(EXAMPLES / "l11-s7-waiting-and-refill.json")
 GOOD = {"id": "A", "arrival": 0, "prompt_tokens": 3, "output_tokens": 2}

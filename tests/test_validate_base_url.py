@@ -14,7 +14,7 @@ from batchlab.calibrate.validate import ValidateConfig, validate
 from batchlab.hardware.specs import GPUSpec
 from batchlab.serve.launch import ServeProcess
 
-from conftest import ROOT
+from helpers import ROOT
 
 CPU = GPUSpec("cpu", peak_flops=50e9, mem_bandwidth=10e9, memory=8e9, cost_model="operators",
               step_overhead_s=1e-3, seq_overhead_s=1e-4)

@@ -143,7 +143,7 @@ def test_a_block_size_the_content_does_not_divide_is_refused_before_the_run():
 
 
 def test_simulate_cli_prints_the_cache_table_keys_and_figure(tmp_path):
-    from conftest import run_cli
+    from helpers import run_cli
 
     args = ["simulate", "--system", "paged-prefix", "--workload", "few-shot", "--num-prompts", "40",
             "--request-rate", "4"]

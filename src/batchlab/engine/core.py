@@ -1,24 +1,13 @@
-"""The engine: the one loop every mode of batchlab runs on.
+"""The engine core: the one loop every mode of batchlab runs on (docs/engine.md draws it).
 
-Each step reads as its four parts: arrivals join the queue; the scheduler plans once from the
-start-of-step state; the executor prices (or performs) the plan; the scheduler applies the
-result at the step's end (`update_from_output`: outputs stamped, requests finished or stopped,
-their memory freed), and the commit around it keeps the driver's records (the step log,
-round records, pipelined batches). When nothing runs the clock jumps to the next arrival.
-
-Two clocks drive the same steps. The online interface (`add`, `abort`, `step`, `trace`), as
-vLLM's engine core has it, is what a server loops on the wall clock; `run` is the simulator's
-loop over the same calls on a virtual clock.
-
-A request with parallel samples (`Request.samples`, vLLM's n > 1) computes its prompt once; its
-samples wait for the prompt's first token and fork there (the scheduler's update), sharing the
-prompt's KV where the memory manager can.
-
-Runs of identical pure-decode steps (nobody can be admitted, nobody finishes before the last of
-them) are fast-forwarded in one vectorised piece when the executor can price them; the result
-is the same, bit for bit, as stepping one at a time (tested), only faster. In the simulator,
-steps whose plans are fixed by counts (every arrival starts at once, every decode finds its
-block) are advanced from running sums (`engine/fast_path.py`), again bit for bit.
+A step is its plan (the scheduler's, once, from the start-of-step state), its execution (the
+executor prices or performs the plan) and its commit at the step's end (the scheduler's
+`update_from_output`, then the driver's records: the step log, round records). Drivers move the
+core through its online calls (`add`, `abort`, `step` = `begin` + `commit`, `trace`), as vLLM's
+engine core offers them: a server on the wall clock, `run` on the simulator's virtual clock.
+Runs of identical pure-decode steps are priced and applied in one vectorised piece, and the
+simulator's steps whose plans are fixed by counts are advanced from sums (`engine/fast_path.py`):
+both bit for bit as stepping one at a time (tested), only faster.
 """
 
 from __future__ import annotations
@@ -101,20 +90,21 @@ class Engine:
         (`check_fresh`): the simulator, the fast path, a fleet."""
         self._ids.add(request.id)
         self.requests.append(request)
-        reason = self._reject_reason(request)
-        if reason is not None:
+        needs = request.prompt_tokens + request.output_tokens
+        if self.max_context is not None and needs > self.max_context:
+            reason = f"needs {needs} tokens > max context {self.max_context}"
+        else:
+            reason = self.memory.reject_reason(request)
+        if reason is None:
+            self.scheduler.add(request)
+        else:
             for r in (request, *request.samples):
                 r.status = Status.REJECTED
                 r.reject_reason = reason
-            for sample in request.samples:
-                self._ids.add(sample.id)
-                self.requests.append(sample)
-            return reason
-        self.scheduler.add(request)
         for sample in request.samples:   # parallel sampling: parked until the prompt's first token
             self._ids.add(sample.id)
             self.requests.append(sample)
-        return None
+        return reason
 
     def resume(self, request: Request) -> None:
         """A request already under way joins the running set as it is, behind those there (a
@@ -147,9 +137,8 @@ class Engine:
         return self.scheduler.abort(request_id, reason)
 
     def stop(self, request_id: str) -> bool:
-        """Finish a running request before its output count (it emitted a stop token): it is
-        finished with what it emitted and frees what it holds; False if it is not running (or
-        waiting with outputs: a parallel sample queued at its fork, a preempted request)."""
+        """Finish a request at a stop token with what it emitted (the scheduler's `stop`);
+        False if it is not running."""
         return self.scheduler.stop(request_id)
 
     def forget_history(self) -> None:
@@ -171,11 +160,9 @@ class Engine:
         return self.commit(self.begin(now))
 
     def begin(self, now: float) -> StepOutput:
-        """Plan and execute (or price) one step starting at `now`; nothing is stamped yet.
-
-        A caller that keeps several engines on one clock commits the step when its end comes,
-        so what others observe in between is the state before the step.
-        """
+        """Plan and execute (or price) one step starting at `now`; nothing is stamped yet: a
+        caller that keeps several engines on one clock commits it when its end comes, so what
+        others observe in between is the state before the step."""
         sched = self.scheduler
         plan = sched.plan(now)
         if not plan and not sched.running and not plan.preempted:
@@ -222,13 +209,19 @@ class Engine:
                 t, next_arrival, ran = fast_path.advance(self, t, pending, next_arrival)
                 if ran or self.idle:
                     continue
-            if self.fast_forward:
-                steps, held = self._fast_forward_steps()
-                if steps:
-                    upcoming = pending[next_arrival].arrival if next_arrival < len(pending) else None
-                    t = self._fast_forward(t, steps, held, upcoming)
-                    continue
-            t = self.step(t).end
+            run = self.begin_decode_run(t)
+            if run is None:
+                t = self.step(t).end
+                continue
+            # decodes until the first finish, or until an arrival could be admitted: a seat is
+            # free and nobody waits, or the queue order may put the newcomer ahead of a head
+            # that does not fit (every order but fcfs)
+            steps = len(run.ends)
+            if next_arrival < len(pending) and sched.can_admit_more() \
+                    and (not sched.waiting or not sched.waiting.arrivals_go_last):
+                # the arrival joins at the first step boundary at or after it
+                steps = 1 + int(np.searchsorted(run.ends[:-1], pending[next_arrival].arrival, side="left"))
+            t = self.apply_decode_run(run, steps)
         return self.trace()
 
     def _run_pipelined(self, pending: list[Request]) -> Trace:
@@ -254,22 +247,11 @@ class Engine:
             t = max(t, min(events))
         return self.trace()
 
-    def _reject_reason(self, r: Request) -> str | None:
-        if self.max_context is not None and r.prompt_tokens + r.output_tokens > self.max_context:
-            return f"needs {r.prompt_tokens + r.output_tokens} tokens > max context {self.max_context}"
-        return self.memory.reject_reason(r)
-
-    # -- 4 commit -------------------------------------------------------------------------
+    # -- the commit -------------------------------------------------------------------------
 
     def commit(self, step: StepOutput) -> StepOutput:
         """At a begun step's end: the scheduler applies its result (outputs, forks, finishes,
         frees, stops); around it, the driver's records."""
-        plan = step.plan
-        if self.config.max_in_flight > 1:   # its batch is back: its requests may be planned again
-            for r in plan.decodes:
-                r.in_flight = False
-            for item in plan.prefills:
-                item.request.in_flight = False
         self.scheduler.update_from_output(step)
         if self.check_memory:
             self.memory.check_integrity()
@@ -305,68 +287,52 @@ class Engine:
 
     # -- fast-forward of pure-decode runs -------------------------------------------------
 
-    def _fast_forward_steps(self) -> tuple[int, np.ndarray | None]:
-        """How many identical pure-decode steps can run now without a decision changing (0: none),
-        and the KV tokens held during each of them."""
+    def begin_decode_run(self, now: float) -> DecodeRun | None:
+        """The run of identical pure-decode steps from `now` that no decision can change (nobody
+        can be admitted, nobody finishes before its last step), priced but not applied; None if
+        there is none. `apply_decode_run` applies it, or `cut_decode_run` cuts it where
+        something arrives (a fleet's router)."""
         sched = self.scheduler
         running = sched.running
-        if not running or len(running) > self.config.budget:
-            return 0, None
+        if not self.fast_forward or not running or len(running) > self.config.budget:
+            return None
         if sched.waiting and sched.can_admit_more() and self.memory.can_admit(sched.waiting.head()):
-            return 0, None
+            return None
         steps = running[0].output_tokens
         for r in running:   # all decoding? and the fewest outputs left
             emitted = r.emitted
             if not emitted or r.prompt_tokens + emitted - r.computed != 1:
-                return 0, None
+                return None
             left = r.output_tokens - emitted
             if left < steps:
                 steps = left
-        return self.memory.decode_run_room(running, steps)
-
-    def begin_decode_run(self, now: float) -> DecodeRun | None:
-        """A fast-forwardable run of decode steps from `now`, priced but not applied; None if
-        there is none. For engines that others observe (a fleet's router): `cut_decode_run`
-        cuts it where something arrives, `apply_decode_run` runs it whole at its end."""
-        if not self.fast_forward or self.idle:
+        steps, held = self.memory.decode_run_room(running, steps)
+        if not steps:
             return None
-        steps, held = self._fast_forward_steps()
-        return self._price_decode_run(now, steps, held) if steps else None
+        durations = self.executor.decode_run(list(map(computed_of, running)), steps)
+        ends = np.add.accumulate(np.concatenate(([now], durations)))[1:]
+        return DecodeRun(now, durations, ends, held)
 
-    def cut_decode_run(self, run: DecodeRun, now: float) -> StepOutput | None:
-        """Cut a decode run at `now`: the steps that ended by then are applied; the one under way
-        at `now`, if any, becomes a begun step to commit at its end (as if stepped)."""
-        done = int(np.searchsorted(run.ends, now, side="right"))
+    def cut_decode_run(self, run: DecodeRun, now: float) -> tuple[float, StepOutput | None]:
+        """Cut a decode run where something arrives at `now`, before its end: the end of the step
+        under way then, and that step as a begun step if it is the run's last.
+
+        The steps up to the one under way are applied at once (one vectorised piece): nobody
+        finishes in them, so what is read before its end (requests unfinished, KV held during
+        it, the queue, cached prefixes) is the same either way. The run's last step, whose
+        finishes come at its end, is left a begun step to commit then, as if stepped."""
+        done = int(np.searchsorted(run.ends, now, side="right"))   # steps over by `now`
+        if done + 1 < len(run.ends):
+            return self.apply_decode_run(run, done + 1), None
         if done:
             self.apply_decode_run(run, done)
-        if done == len(run.ends):
-            return None
         running = self.scheduler.running
         if self.memory.may_refuse_growth:
             self.memory.grow_run(running, 1)   # within the run's growth room
         plan = StepPlan(decodes=list(running))
         start = run.start if done == 0 else float(run.ends[done - 1])
         self._log_step(plan, start, float(run.durations[done]))
-        return StepOutput(start, float(run.ends[done]), plan, [])
-
-    def _price_decode_run(self, t: float, steps: int, held: np.ndarray) -> DecodeRun:
-        durations = self.executor.decode_run(list(map(computed_of, self.scheduler.running)), steps)
-        ends = np.add.accumulate(np.concatenate(([t], durations)))[1:]
-        return DecodeRun(t, durations, ends, held)
-
-    def _fast_forward(self, t: float, steps: int, held: np.ndarray, upcoming: float | None) -> float:
-        """Run decode steps until the first finish, or until an arrival could be admitted.
-
-        An arrival can be admitted when a seat is free and either nobody waits, or the queue
-        order may put the newcomer ahead of a head that does not fit (every order but fcfs).
-        """
-        sched = self.scheduler
-        run = self._price_decode_run(t, steps, held)
-        newcomer_may_lead = not sched.waiting or not sched.waiting.arrivals_go_last
-        if upcoming is not None and sched.can_admit_more() and newcomer_may_lead:
-            # the arrival joins at the first step boundary at or after it
-            steps = min(steps, 1 + int(np.searchsorted(run.ends[:steps - 1], upcoming, side="left")))
-        return self.apply_decode_run(run, steps)
+        return float(run.ends[done]), StepOutput(start, float(run.ends[done]), plan, [])
 
     def apply_decode_run(self, run: DecodeRun, steps: int | None = None) -> float:
         """Apply the first `steps` steps of a decode run (all by default); the end of the last."""
@@ -380,7 +346,8 @@ class Engine:
         if memory.may_refuse_growth:  # elsewhere growth is already covered by admission
             memory.grow_run(running, steps)
         times = ends.tolist()
-        stored0 = sched.update_from_decode_run(times, steps) - shared
+        stored0 = sum(map(computed_of, running)) - shared   # before the run
+        sched.update_from_decode_run(times)
         self.steps.add_run(run.start, ends, durations, batch, run.held[:steps], stored0, stored)
         if self.check_memory:
             memory.check_integrity()

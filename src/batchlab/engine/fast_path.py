@@ -1,26 +1,13 @@
 """The fast path: the simulator's steps advanced from running sums while nothing is decided.
 
-While every request admitted starts with its whole prompt in one step and every decode finds the
-KV block it needs, each plan is fixed by counts: every running request decodes one token and the
-newcomers (the queue's head onward, while seats and memory take them) prefill. A step's price
-then needs only sums (the batch, the cached tokens, the prompt tokens), and a request's future
-is known the moment it starts: the step it finishes in and the steps at which it takes a new KV
-block. The fast path runs such steps with no work per running request in between; a request's
-counters and token times are written when it finishes, and everyone's when the fast path leaves
-(to the general loop), at the first step where a prompt would be chunked, a decode would find no
-block (a preemption) or a request that is not fresh would be admitted.
-
-The result is the general loop's, bit for bit: the same plans in the same order, the same
-blocks taken from the same free list, the same prices from the executor's own price of a step
-from its sums (`sums_price`: the roofline or the operators model on any layout, with the host's
-CPU time where it has one), the same step log and work counts (tests/test_fast_path.py checks it
-against the general loop).
-
-It applies to the simulator's loop with paged (no prefix cache), reservation or unlimited memory,
-a cost executor whose steps are priced by their sums (not the operators model's sliding windows,
-which cap each request's keys, nor a calibrated spec's length buckets), continuous batching in
-arrival order and one batch in flight; requests with parallel samples, and every other
-configuration, take the general loop.
+While every request admitted prefills its whole prompt in one step and every decode finds its
+KV block, each plan is fixed by counts, a step's price needs only sums (batch, cached tokens,
+prompt tokens), and a request's future is known when it starts: the step it finishes in and the
+steps at which it takes a block. Such steps run with no work per running request in between;
+a request's counters and token times are written when it finishes, and everyone's when the
+fast path leaves to the general loop. The result is the general loop's, bit for bit (the same
+plans, blocks, prices from the executor's `sums_price`, step log and work counts:
+tests/test_fast_path.py). docs/engine.md ("The fast path") says where it applies and why.
 """
 
 from __future__ import annotations
@@ -45,7 +32,7 @@ MEMORIES = (PagedMemory, ReservationMemory, UnlimitedMemory)   # exactly these: 
 EXECUTORS = (CostExecutor, RooflineExecutor)   # exactly these (a subclass may price otherwise)
 # Step-log rows the fast path keeps as tuples before handing them to the step log, which packs them.
 FLUSH_ROWS = 4096
-# FastPath step ends kept in one C array before the next (no token lists: FastPath.ends).
+# FastPath step ends kept in one C array before the next (FastPath.ends).
 ENDS_CHUNK = 1 << 16
 
 
@@ -77,9 +64,9 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
         return t, next_arrival, 0
     n_pending = len(pending)
     next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
-    # engine.run checked every request before the first was added: each is accepted as it is
-    add, queued = engine.accept, engine.scheduler.waiting.heap   # (the heap: a truth value without a call)
-    live, finishing, seats = fast.live, fast.finishing, fast.seats
+    add = engine.accept   # engine.run checked every request before the first was added
+    # locals: the simulator passes here at every piece (the heap: a truth value without a call)
+    begin_next, live, queued = fast.begin_next, fast.live, engine.scheduler.waiting.heap
     while True:
         if next_t <= t:   # arrivals join the queue, as the general loop adds them
             while next_arrival < n_pending and pending[next_arrival].arrival <= t:
@@ -91,46 +78,28 @@ def advance(engine, t: float, pending: list[Request], next_arrival: int) -> tupl
                 next_t = pending[next_arrival].arrival if next_arrival < n_pending else math.inf
             if next_t <= t:
                 break   # a request with parallel samples: the general loop takes it
-        # begin_next and finish_pending, inline: the simulator passes here at every piece
-        # pure decodes while nobody waits, or while every seat is taken (nobody is admitted
-        # before a finish): a run of them in one numpy piece, or decode steps
-        if not queued or len(live) >= seats:
-            if not live:
-                if next_arrival == n_pending:
-                    break
-                t = max(t, next_t)   # idle: the clock jumps to the next arrival
-                continue
-            if t + fast.run_min * fast.duration <= next_t and fast.s + fast.run_min <= fast.next_finish():
-                run = fast.price_run(t, next_t)
-                if run is not None:
-                    t = fast.apply_run(run, len(run.ends))
-                    fast.finish_due()
-                    continue
-            end = fast.decode(t, next_t)
-            if end is None:
+        if not live and not queued:
+            if next_arrival == n_pending:
                 break
-            t = end
-            if fast.s - 1 in finishing:
-                fast.finish_due()
+            t = max(t, next_t)   # idle: the clock jumps to the next arrival
             continue
-        plan = fast.plan()
-        if plan is None:
+        end = begin_next(t, next_t, next_t, True)
+        if end is None:
             break
-        t = fast.begin(t, plan)
-        fast.commit()
+        t = end
     fast.leave()
     return t, next_arrival, fast.s
 
 
 class FastPath:
-    """An engine's running set kept as sums, with what is due at which step (module docstring).
+    """An engine's running set kept as sums, with what is due at which step.
 
-    A step is planned (`plan`: nothing changes unless it holds), begun (`begin`: admissions, new
-    blocks, the price and the step log) and committed (`commit`: first tokens and finishes).
-    While nobody waits, `decode` runs steps of pure decodes one after another with the sums in
-    local variables, and a longer run of them is priced in one numpy piece (`price_run`) and
-    applied (`apply_run`, whole or its first steps); finishes come by `finish_due`.
-    `leave` writes every request as after stepping.
+    A driver asks for the next piece (`begin_next`: a step, decode steps, or a priced run of
+    them), ends it (`finish_pending`) or cuts a run (`cut`); `leave` writes every request as
+    after stepping. A step is planned and begun (`begin`: nothing changes unless the fast path
+    can run it; then admissions, new blocks, price, step-log row) and committed (`commit`: first
+    tokens, finishes); `decode` is that step for pure decodes, one after another with the sums
+    in local variables (most steps are those).
     """
 
     def __init__(self, engine) -> None:
@@ -140,7 +109,7 @@ class FastPath:
         self.stored_held = memory.held_is_stored
         # the KV held, where the step log takes it from the manager (unlimited memory's is the
         # computed tokens the fast path keeps, and summing them from the manager would cost a pass)
-        self.held_tokens = _nothing_held if self.stored_held else memory.held_tokens
+        self.held_tokens = (lambda: 0) if self.stored_held else memory.held_tokens
         self.price = step_price(engine.executor)   # the executor's own price of a step's sums
         # pure-decode steps below which a run is stepped one at a time rather than priced as
         # arrays (their set-up costs about as much as this many single steps)
@@ -153,10 +122,9 @@ class FastPath:
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
         self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
-        # each fast step's end: Python floats that token lists share, or (no token lists) C
-        # doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done (no object per step, and
-        # no one array growing by copies)
-        self.ends: list[float] | array = [] if engine.token_lists else array("d")
+        # each fast step's end, as C doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done
+        # (no object per step, and no one array growing by copies)
+        self.ends = array("d")
         self.ends_done: list[array] = []
         self.rows: list[tuple] = []                     # step-log rows not yet in the step log
         self.sliced: list[int] = []   # (index, first, stop) of each request whose token times are ends[first:stop]
@@ -187,28 +155,39 @@ class FastPath:
 
     # -- what a driver runs: the next piece, under way until its end ----------------------
 
-    def begin_next(self, now: float, until: float, run_until: float = math.inf) -> float | None:
-        """Begin what comes next at `now`: while nobody waits, a run of pure decodes up to the
-        next finish priced in one piece (ending by `run_until`, when it has room for run_min
-        steps before it) or else decode steps up to the first that ends at or after `until`;
-        otherwise one step. Pure decodes run so while every seat is taken, too: nobody is
-        admitted before a finish. Its end; what began is under way until `finish_pending` (a run
-        may be `cut` first). None, and nothing changed, where the general loop must step."""
+    def begin_next(self, now: float, until: float, run_until: float = math.inf, finish: bool = False) -> float | None:
+        """Begin what comes next at `now`: while nobody waits or every seat is taken (nobody is
+        admitted before a finish), a run of pure decodes up to the next finish priced in one
+        piece (if it has room for run_min steps before `run_until`), or else decode steps up to
+        the first that ends at or after `until`; otherwise one step. Its end; what began is under
+        way until `finish_pending` (a run may be `cut` first), or ended at once with `finish`
+        (the simulator: nothing reaches the engine in between). None, and nothing changed, where
+        the general loop must step."""
         if not self.waiting.heap or len(self.live) >= self.seats:
             if now + self.run_min * self.duration <= run_until and self.s + self.run_min <= self.next_finish():
                 run = self.price_run(now, run_until)
                 if run is not None:
-                    self.pending = run
+                    if finish:
+                        self.apply_run(run, len(run.ends))
+                        self.finish_due()
+                    else:
+                        self.pending = run
                     return run.end
             end = self.decode(now, until)
-            if end is not None:
-                self.pending = self.finish_due
+            if end is not None and self.s - 1 in self.finishing:
+                if finish:
+                    self.finish_due()
+                else:
+                    self.pending = self.finish_due
             return end
-        plan = self.plan()
-        if plan is None:
+        end = self.begin(now)
+        if end is None:
             return None
-        self.pending = self.commit
-        return self.begin(now, plan)
+        if finish:
+            self.commit()
+        else:
+            self.pending = self.commit
+        return end
 
     def finish_pending(self) -> None:
         """The end of what began: a run applied and its last step's finishes, decode steps'
@@ -239,39 +218,46 @@ class FastPath:
 
     # -- one step ------------------------------------------------------------------------
 
-    def plan(self) -> tuple | None:
-        """The next step's (newcomers, prompt tokens, attention units, newcomers of one-token
-        prompts, decodes taking a block), newcomers taken from the queue; None, and nothing
-        changed, if the fast path cannot run it."""
-        waiting, batch = self.waiting, len(self.live)
-        if waiting.heap:
-            planned = _newcomers(waiting, len(waiting.heap), self.memory, self.seats - batch, self.chunk,
-                                 self.budget - batch)
-            if planned is None:
-                return None
-            newcomers, prompt_sum, attn, ones, room = planned
-        else:
-            newcomers, prompt_sum, attn, ones, room = [], 0, 0, 0, self.memory.room()
+    def begin(self, t: float) -> float | None:
+        """Plan and begin the next step at `t`, with someone waiting: newcomers from the queue's
+        head onward while seats and memory take them, admitted, then the decodes' new blocks, in
+        the scheduler's order; its price and its step-log row. Its end; None, and nothing
+        changed, if the fast path cannot run it: a newcomer is not fresh or would not prefill its
+        whole prompt in it (`chunk`, and the budget the decodes leave), or a decode finds no block."""
+        waiting, memory, batch, computed = self.waiting, self.memory, len(self.live), self.computed
+        n_waiting, seats, budget = len(waiting.heap), self.seats - batch, self.budget - batch
+        newcomers: list[Request] = []
+        room, holding = memory.room(), memory.holding()
+        prompt_sum = attn = ones = 0
+        fixed = True   # every newcomer fresh and prefilled whole
+        while len(newcomers) < n_waiting and len(newcomers) < seats:
+            r = waiting.head()
+            need = memory.need(r)
+            if not memory.fits(room, need, holding):
+                break   # it waits, and everyone behind it: admission never skips the head
+            p = r.prompt_tokens
+            if r.admitted_at is not None or r.emitted or r.samples or p > self.chunk or prompt_sum + p > budget:
+                fixed = False
+                break
+            newcomers.append(waiting.pop_head())
+            room -= need
+            holding = True
+            prompt_sum += p
+            attn += p * (p + 1)
+            ones += p == 1
         grow = self.crossings.get(self.s)
-        if (not batch and not newcomers) or batch + prompt_sum > self.budget \
-                or (grow is not None and len(grow) > room):   # stuck, chunked, or a preemption
+        if not fixed or (not batch and not newcomers) or batch + prompt_sum > self.budget \
+                or (grow is not None and len(grow) > room):   # chunked, stuck, or a preemption
             for r in newcomers:
                 waiting.push(r)
             return None
-        return newcomers, prompt_sum, attn, ones, grow
-
-    def begin(self, t: float, plan: tuple) -> float:
-        """Begin the planned step at `t`: admissions, then the decodes' new blocks, in the
-        scheduler's order; its price and its step-log row. Its end."""
-        newcomers, prompt_sum, attn, ones, grow = plan
-        memory, batch, computed = self.memory, len(self.live), self.computed
         for r in newcomers:
             memory.try_admit(r)
             r.status = Status.RUNNING
             r.admitted_at = t
         if grow is not None:
             del self.crossings[self.s]
-            memory.append_blocks(grow)   # plan checked the room
+            memory.append_blocks(grow)   # the room was checked above
         # the executor's price of these sums: decodes read their cached tokens, prompts start
         # from none (a prompt of one token runs the decode kernel)
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
@@ -298,10 +284,6 @@ class FastPath:
         (decodes first, then prefills that emitted their last token)."""
         end, newcomers = self.begun
         self.begun = None
-        if not newcomers:
-            if self.s - 1 in self.finishing:
-                self.finish_due()
-            return
         single = []   # outputs of one token: finished by their prefill
         for r in newcomers:
             p = r.prompt_tokens
@@ -326,20 +308,25 @@ class FastPath:
         fast path cannot go on; the last one's end (its finishes wait for finish_due), or None,
         and nothing changed, if the fast path cannot run the first."""
         live, finishing, crossings = self.live, self.finishing, self.crossings
-        append_blocks = self.memory.append_blocks   # paged memory's (decodes grow there alone)
-        price, run_min = self.price, self.run_min
+        price, run_min, bs = self.price, self.run_min, self.bs
         stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
         s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
         decoded = 0   # into self.decoded on the way out
+        # the decodes' new blocks, taken in one call (in step, then running order) up to the
+        # next finish, which frees blocks; `free` counts what is left meanwhile (paged memory)
+        grown: list[list[int]] = []
+        free = self.memory.room() if self.grows else 0
         duration_of_next = price.decode_steps(batch, computed).__next__   # begin's price, step by step
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             grow = crossings.pop(s, None)
             if grow is not None:   # paged: these take a block each, in running order
-                after = append_blocks(grow)
-                if after < 0:   # a preemption: the general loop's
+                n = len(grow)
+                if n > free:   # a preemption: the general loop's
                     crossings[s] = grow
                     break
-                held = after
+                free -= n
+                grown += grow
+                held += n * bs
             duration = duration_of_next()
             end = t + duration
             rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
@@ -354,6 +341,9 @@ class FastPath:
                 break
             t = end
             if s - 1 in finishing:   # finishes: the sums change, and a run may now pay
+                if grown:
+                    self.memory.append_blocks(grown)
+                    grown = []
                 self.s, self.computed, self.held, self.duration = s, computed, held, duration
                 self.finish_due()
                 batch, computed, held = len(live), self.computed, self.held
@@ -361,7 +351,11 @@ class FastPath:
                                                       and s + run_min <= self.next_finish()):
                     self.decoded += decoded
                     return end
+                if self.grows:
+                    free = self.memory.room()
                 duration_of_next = price.decode_steps(batch, computed).__next__
+        if grown:
+            self.memory.append_blocks(grown)
         if end is not None:
             self.s, self.computed, self.held, self.duration = s, computed, held, duration
             self.decoded += decoded
@@ -394,7 +388,8 @@ class FastPath:
             if batch * (steps // self.bs + 1) <= self.memory.room():
                 held = None   # no decode can miss its block: the KV held is counted from what it takes when applied
             else:
-                steps, held = self._growth(steps)
+                steps, growth = self._growth(steps)
+                held = growth.held(steps)
         elif self.stored_held:   # unlimited memory holds what is stored
             held = affine_range(computed, batch, steps)
         else:   # reservations do not change while requests decode
@@ -405,35 +400,35 @@ class FastPath:
             durations, ends, held = durations[:steps], ends[:steps], None if held is None else held[:steps]
         return DecodeRun(t, durations, ends, held)
 
-    def _growth(self, steps: int) -> tuple[int, np.ndarray]:
+    def _growth(self, steps: int) -> tuple[int, BlockGrowth]:
         """The steps of a run from fast step s that find every new block they need (the free
-        list only shrinks in a run), and the KV held during each."""
+        list only shrinks in a run), and the blocks they take: from the KV held now, at which of
+        them and how many."""
         s, crossings = self.s, self.crossings
         free = self.memory.room()
-        at, taken = [], []   # the run's steps that take blocks, and how many
+        at, taken = [], []
         for k in self._block_steps(steps):
-            grow = crossings[k]
-            if len(grow) > free:   # a preemption: stepped, by the general loop
+            n = len(crossings[k])
+            if n > free:   # a preemption: stepped, by the general loop
                 steps = k - s
                 break
-            free -= len(grow)
+            free -= n
             at.append(k - s)
-            taken.append(len(grow))
-        held0 = self.memory.held_tokens() // self.bs
-        return steps, BlockGrowth(held0, self.bs, at, taken).held(steps)
+            taken.append(n)
+        return steps, BlockGrowth(self.memory.held_tokens() // self.bs, self.bs, at, taken)
 
     def held_during(self, run: DecodeRun) -> DecodeRun:
         """`run` with the KV held during each of its steps, counted now if pricing left it to
         the run's application (a router that reads a replica's KV asks mid-run)."""
         if run.held is None:
-            run.held = self._growth(len(run.ends))[1]
+            steps = len(run.ends)
+            run.held = self._growth(steps)[1].held(steps)
         return run
 
     def _block_steps(self, steps: int) -> list[int]:
-        """Those of the next `steps` fast steps at which decodes take blocks, in order: the
-        steps found among the recorded crossings (a set intersection, looked up in C), or the
-        crossings in range when they are fewer (every recorded crossing is still ahead: the fast
-        path takes them as it passes them)."""
+        """Those of the next `steps` fast steps at which decodes take blocks, in order: a set
+        intersection (looked up in C), or the recorded crossings in range when they are fewer
+        (every recorded crossing is still ahead: the fast path takes them as it passes them)."""
         s, crossings = self.s, self.crossings
         if steps <= len(crossings):
             return sorted(crossings.keys() & range(s, s + steps))
@@ -443,29 +438,23 @@ class FastPath:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch, held = self.s, len(self.live), run.held
-        if self.grows:
-            crossings, append_blocks = self.crossings, self.memory.append_blocks
-            held0, at, taken = self.memory.held_tokens() // self.bs, [], []
-            for k in self._block_steps(steps):
-                grow = crossings.pop(k)
-                append_blocks(grow)   # price_run found the room
-                at.append(k - s)
-                taken.append(len(grow))
+        if self.grows:   # price_run found the room: the blocks taken, step by step in running order
+            growth = self._growth(steps)[1]
+            append_blocks, crossings = self.memory.append_blocks, self.crossings
+            for k in growth.at:
+                append_blocks(crossings.pop(s + k))
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
-                held = BlockGrowth(held0, self.bs, at, taken)
+                held = growth
         self.flush_rows()
         ends, durations = run.ends, run.durations
         if steps < len(ends):   # cut short: the step log keeps copies, not views of the whole run
             ends, durations = ends[:steps].copy(), durations[:steps].copy()
             held = held[:steps].copy() if isinstance(held, np.ndarray) else held
         self.engine.steps.add_run(run.start, ends, durations, batch, held, self.computed)
-        if type(self.ends) is list:
-            self.ends.extend(ends.tolist())
-        else:
-            self.ends.frombytes(ends.tobytes())
-            if len(self.ends) >= ENDS_CHUNK:
-                self.ends_done.append(self.ends)
-                self.ends = array("d")
+        self.ends.frombytes(ends.tobytes())
+        if len(self.ends) >= ENDS_CHUNK:
+            self.ends_done.append(self.ends)
+            self.ends = array("d")
         self.held = self.held_tokens()
         self.duration = float(durations[-1])
         self.decoded += batch * steps
@@ -540,8 +529,6 @@ class FastPath:
 
     def all_ends(self) -> np.ndarray:
         """Every fast step's end, in order."""
-        if type(self.ends) is list:
-            return np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))   # faster than np.array on a list
         return np.concatenate([np.frombuffer(chunk, dtype=np.float64) for chunk in (*self.ends_done, self.ends)])
 
     def flush_rows(self) -> None:
@@ -560,34 +547,3 @@ class FastPath:
         if self.sliced:   # the trace gathers those token times from the ends as an array
             engine.token_slices.append((self.all_ends(), np.array(self.sliced, dtype=np.int64).reshape(-1, 3)))
             self.sliced = []
-
-
-def _nothing_held() -> int:
-    return 0
-
-
-def _newcomers(waiting, n_waiting: int, memory, seats: float, chunk: float, budget: float):
-    """Whom the scheduler admits now: from the queue's head while `seats` and the memory take
-    them (taken out of the queue), with their prompt tokens, attention units, how many have a
-    prompt of one token, and the memory room left; None, and the queue as it was, if one of them is not fresh or would not prefill its
-    whole prompt in this step (`chunk`, and the `budget` the decodes leave)."""
-    newcomers: list[Request] = []
-    room, holding = memory.room(), memory.holding()
-    prompt_sum = attn = ones = 0
-    while len(newcomers) < n_waiting and len(newcomers) < seats:
-        r = waiting.head()
-        need = memory.need(r)
-        if not memory.fits(room, need, holding):
-            break   # it waits, and everyone behind it: admission never skips the head
-        p = r.prompt_tokens
-        if r.admitted_at is not None or r.emitted or r.samples or p > chunk or prompt_sum + p > budget:
-            for q in newcomers:
-                waiting.push(q)
-            return None
-        newcomers.append(waiting.pop_head())
-        room -= need
-        holding = True
-        prompt_sum += p
-        attn += p * (p + 1)
-        ones += p == 1
-    return newcomers, prompt_sum, attn, ones, room

@@ -28,7 +28,9 @@ class Pipeline:
         """Commit the batches that returned by `now`, in the order they return."""
         done, batches = [], self.batches
         while batches and batches[0][0] <= now:
-            done.append(self.engine.commit(heapq.heappop(batches)[2]))
+            step = heapq.heappop(batches)[2]
+            self._mark(step.plan, False)   # its batch is back: its requests may be planned again
+            done.append(self.engine.commit(step))
         return done
 
     def enter(self, now: float) -> StepOutput | None:
@@ -46,10 +48,7 @@ class Pipeline:
             interval, latency = run_stages(plan)
         else:
             interval = latency = engine.executor.run(plan)
-        for r in plan.decodes:
-            r.in_flight = True
-        for item in plan.prefills:
-            item.request.in_flight = True
+        self._mark(plan, True)
         # the step log's duration is the time the batch holds the pipeline's entry
         engine._log_step(plan, now, interval)
         step = StepOutput(now, now + latency, plan, [])
@@ -57,6 +56,13 @@ class Pipeline:
         self.entered += 1
         self.next_entry = now + interval
         return step
+
+    @staticmethod
+    def _mark(plan, in_flight: bool) -> None:
+        for r in plan.decodes:
+            r.in_flight = in_flight
+        for item in plan.prefills:
+            item.request.in_flight = in_flight
 
     def next_entry_wake(self, now: float) -> float | None:
         """When the pipeline next needs the clock for an entry: a slot is open, the first stage

@@ -55,12 +55,6 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
     (so a caller may drop what the share's requests hold before the next replica runs).
     """
     check_fresh(requests)
-    for replica in replicas:
-        replica.engine.reset()
-        replica.clear()
-    if handoff is None and getattr(router, "oblivious", False) and not any(r.pipelined for r in replicas):
-        _run_apart(requests, replicas, router, served)
-        return
     entry, decoders, pool = list(replicas), set(), []
     if handoff is not None:
         decoders = set(handoff.decode)
@@ -68,6 +62,12 @@ def run_fleet(requests: list[Request], replicas: Sequence[Replica], router: Rout
         entry = [r for r in replicas if r.index not in decoders]
         for replica in entry:
             replica.engine.fast_forward = False   # they only prefill; finishes are read at commits
+    for replica in replicas:
+        replica.engine.reset()
+        replica.clear()
+    if handoff is None and getattr(router, "oblivious", False) and all(r.pipeline is None for r in replicas):
+        _run_apart(requests, replicas, router, served)
+        return
     pending = sorted(requests, key=arrival_order)
     handed: list[tuple[float, int, Request]] = []   # decode parts on their way: (ready at, index, part)
     ends: list[tuple[float, int, int]] = []         # (end of what is under way, replica, its version)
@@ -130,9 +130,7 @@ def _run_apart(requests: list[Request], replicas: Sequence[Replica], router: Rou
 def _route(request: Request, pool: Sequence[Replica], router: Router, now: float, adopt: bool = False) -> int:
     """Place `request` on a replica of `pool` and return its index (run_fleet then starts it)."""
     replica = pool[router.pick(request, pool, now)]
-    cut_end = replica.cut(now)
-    if cut_end is not None:   # the step under way when the request came: it ends as planned,
-        replica.cut_end = cut_end   # and the replica's start takes it from there
+    replica.cut(now)   # what is under way: applied up to the step under way, which ends as planned
     if adopt:
         replica.engine.adopt(request)
     else:

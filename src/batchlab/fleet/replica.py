@@ -16,7 +16,7 @@ from batchlab.engine import fast_path
 from batchlab.engine import Engine, Pipeline, StepOutput, DecodeRun
 
 # Begins a replica leaves to the general loop after its fast path could not run a step: where the
-# fast keeps failing (memory short), entering it at every step would only add a pass.
+# fast path keeps failing (memory short), entering it at every step would only add a pass.
 FAST_PATH_PAUSE = 8
 
 
@@ -26,35 +26,35 @@ class Replica:
     name: str
     engine: Engine
     in_flight: StepOutput | None = None   # a begun step, committed when its end comes
-    decode_run: DecodeRun | None = None        # a priced run of decode steps, applied at its end
-    busy: bool = False                    # one of the two is under way
+    decode_run: DecodeRun | None = None   # a priced run of decode steps, applied at its end
+    busy: bool = False                    # something is under way (one of the two, a fast path piece)
     version: int = 0                      # bumped when a run is cut: its old end is void
     routed: list[int] = field(default_factory=list)   # input positions of the requests sent here
     pipeline: Pipeline | None = None      # Orca's pipelined iterations (the engine's config), else None
     fast_path: fast_path.FastPath | None = None    # the running set as sums, while the fast path holds
     fast_pause: int = 0                   # begins left to the general loop
-    fast_ok: bool | None = None           # the engine's configuration allows a fast path (None: not asked)
+    fast_ok: bool = False                 # the engine's configuration allows a fast path
     cut_end: float | None = None          # the end of the step under way where `cut` cut, until start
 
     def __post_init__(self) -> None:
         self.clear()
 
-    @property
-    def pipelined(self) -> bool:
-        return self.pipeline is not None
-
     def clear(self) -> None:
+        """Nothing under way, for a run of the engine as it is configured now."""
         self.in_flight, self.decode_run, self.busy, self.version, self.routed = None, None, False, 0, []
         self.pipeline = Pipeline(self.engine) if self.engine.config.max_in_flight > 1 else None
-        self.fast_path, self.fast_pause = None, 0
-        self.fast_ok, self.cut_end = None, None
+        self.fast_path, self.fast_pause, self.cut_end = None, 0, None
+        self.fast_ok = fast_path.applies(self.engine)
 
     def start(self, now: float, horizon: float = -math.inf) -> list[float]:
         """Begin what can begin at `now`, and go on stepping while what is under way ends
         before `horizon`, the first moment anything could reach this replica; the times it
         then needs the clock (none: only when something is routed to it)."""
-        if self.pipeline is not None:
-            return self._start_pipelined(now)
+        pipe = self.pipeline
+        if pipe is not None:   # a batch may enter; it wakes when the batch returns and at the next entry
+            step = pipe.enter(now)
+            entry = pipe.next_entry_wake(now)
+            return [wake for wake in (None if step is None else step.end, entry) if wake is not None]
         end = now
         if self.cut_end is not None:   # a request was routed here: the step under way ends first
             end, self.cut_end = self.cut_end, None
@@ -69,8 +69,8 @@ class Replica:
         return []
 
     def begin(self, now: float, horizon: float = -math.inf) -> float:
-        """Start a fast path step or run, a fast-forwarded decode run, or else one step, at `now`; when
-        it ends. FastPath steps of decodes go on one after another while they end before `horizon`."""
+        """Start a fast path piece, a fast-forwarded decode run, or else one step, at `now`; when
+        it ends. Fast path steps of decodes go on one after another while they end before `horizon`."""
         self.busy = True
         end = self._begin_fast(now, horizon)
         if end is not None:
@@ -82,12 +82,9 @@ class Replica:
         return self.in_flight.end
 
     def _begin_fast(self, now: float, horizon: float) -> float | None:
-        """A fast path run of pure decodes (up to the next finish), fast steps of decodes (up to
-        `horizon`) or a fast path step from `now`; None, with the fast path left, where the general
-        loop must step."""
+        """The fast path's next piece from `now` (FastPath.begin_next); None, with the fast path
+        left, where the general loop must step."""
         if self.fast_path is None:
-            if self.fast_ok is None:
-                self.fast_ok = fast_path.applies(self.engine)
             if self.fast_pause or not self.fast_ok:
                 self.fast_pause = max(0, self.fast_pause - 1)
                 return None
@@ -95,28 +92,16 @@ class Replica:
             if self.fast_path is None:
                 return None
         end = self.fast_path.begin_next(now, horizon)
-        if end is not None:
-            return end
-        self.fast_path.leave()
-        self.fast_path, self.fast_pause = None, FAST_PATH_PAUSE
-        return None
+        if end is None:
+            self.leave()
+            self.fast_pause = FAST_PATH_PAUSE
+        return end
 
     def leave(self) -> None:
         """Leave the fast path (nothing under way): every request as after stepping."""
         if self.fast_path is not None:
             self.fast_path.leave()
             self.fast_path = None
-
-    def _start_pipelined(self, now: float) -> list[float]:
-        """The pipeline at one instant: a batch may enter; the replica wakes when it returns,
-        and at the next entry time if a slot is still open and someone could be scheduled then."""
-        pipe = self.pipeline
-        step = pipe.enter(now)
-        wake = [] if step is None else [step.end]
-        entry = pipe.next_entry_wake(now)
-        if entry is not None:
-            wake.append(entry)
-        return wake
 
     def finish(self, now: float) -> list[StepOutput]:
         """What ended by `now`: committed steps (returned), or the decode run applied."""
@@ -132,33 +117,20 @@ class Replica:
             self.decode_run = None
         return []
 
-    def cut(self, now: float) -> float | None:
-        """Something is routed here at `now`: cut a decode run there. Steps over by `now` are
-        applied, and the one under way ends as planned: its end is returned (None: no step).
-
-        When the step under way is not the run's last, nobody finishes in it, so it is
-        applied at once with the others (one vectorised piece): what a router reads before its
-        end (requests unfinished, KV held during it, the queue, cached prefixes) is the same
-        either way. The last step of a run goes on as a begun step, committed at its end.
-        """
-        end = self.fast_path.cut(now) if self.fast_path is not None else None
-        if end is not None:   # a fast path run: as a decode run, its last step's finishes at its end
+    def cut(self, now: float) -> None:
+        """Something is routed here at `now`, before what is under way ends: a run is cut there
+        (Engine.cut_decode_run, FastPath.cut), and the step under way at `now` ends as planned
+        (`cut_end`, where `start` takes it up)."""
+        if self.fast_path is not None:
+            end = self.fast_path.cut(now)
+        elif self.decode_run is not None:
+            end, self.in_flight = self.engine.cut_decode_run(self.decode_run, now)
+            self.decode_run = None
+        else:
+            return
+        if end is not None:   # None: the fast path had no run under way
             self.version += 1
-            return end
-        run = self.decode_run
-        if run is None:
-            return None
-        done = int(run.ends.searchsorted(now, side="right"))
-        if done + 1 < len(run.ends):
-            end = self.engine.apply_decode_run(run, done + 1)
-            self.decode_run, self.in_flight, self.busy = None, None, True
-            self.version += 1
-            return end
-        step = self.engine.cut_decode_run(run, now)
-        self.decode_run = None
-        self.version += 1
-        self.in_flight, self.busy = step, step is not None
-        return None if step is None else step.end
+            self.cut_end = end
 
     def held_tokens(self, now: float) -> float:
         """KV tokens held at `now`, a decode run under way included."""

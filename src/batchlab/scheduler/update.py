@@ -59,16 +59,7 @@ class OutputUpdate:
                 self.release(r)
         work["swapped_in"] += plan.swap_in_tokens
         finished = step.finished
-        work["decode"] += len(plan.decodes)
-        for r in plan.decodes:   # a decode is always fresh work: nothing below it was discarded
-            computed = r.computed + 1
-            r.computed = r.peak_computed = computed
-            n_emitted = r.emitted + 1
-            r.emitted = n_emitted
-            r.token_times.append(end)
-            if n_emitted == r.output_tokens:
-                self.finish(r)
-                finished.append(r)
+        self._decode(plan.decodes, [end], finished)
         for item in plan.prefills:
             r = item.request
             self._account_work(r, item.n_new)
@@ -86,27 +77,28 @@ class OutputUpdate:
                         self.stop(r.id)
                     step.stopped.append(r)
 
-    def update_from_decode_run(self, ends: list[float], steps: int) -> int:
-        """Apply `steps` pure-decode steps of the whole running set ending at `ends`: every
-        request emits one token per step. The tokens it had computed before (the step log's)."""
-        running = self.running
-        finished = False
-        before = 0
-        for r in running:
-            computed = r.computed
-            before += computed
-            computed += steps
+    def update_from_decode_run(self, ends: list[float]) -> None:
+        """Apply pure-decode steps of the whole running set ending at `ends`: every request
+        emits one token per step."""
+        finished: list[Request] = []
+        self._decode(self.running, ends, finished)
+        if finished:
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
+
+    def _decode(self, requests: list[Request], ends: list[float], finished: list[Request]) -> None:
+        """`requests` decode a token in each step ending at `ends`; those at their output count
+        finish (into `finished`). A decode is always fresh work: nothing below it was discarded."""
+        steps = len(ends)
+        self.work["decode"] += steps * len(requests)
+        for r in requests:
+            computed = r.computed + steps
             r.computed = r.peak_computed = computed
             emitted = r.emitted + steps
             r.emitted = emitted
             r.token_times.extend(ends)
             if emitted == r.output_tokens:
                 self.finish(r)
-                finished = True
-        self.work["decode"] += steps * len(running)
-        if finished:
-            self.running = [r for r in running if r.status is Status.RUNNING]
-        return before
+                finished.append(r)
 
     def finish(self, r: Request) -> None:
         """`r` emitted its last token: finished, its memory freed (the fast path calls it for

@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.memory.base import IntegrityError, MemoryManager
+from batchlab.memory.base import IntegrityError
 from batchlab.memory.block_table import CachedBlockTable
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE, PagedMemory
@@ -49,7 +49,6 @@ HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hi
 
 class PrefixCacheMemory(PagedMemory):
     shared_blocks = True
-    can_admit = MemoryManager.can_admit   # `fits` of its own `need`, which counts its hits
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
@@ -76,6 +75,7 @@ class PrefixCacheMemory(PagedMemory):
         self.history: list[tuple] = []
         self._now = 0.0
         self.copies: list[tuple[int, int]] = []   # (from, to) blocks copied on write by this plan
+        self._refused = False      # `can_admit` last refused: someone waits on the cache's state
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -143,6 +143,11 @@ class PrefixCacheMemory(PagedMemory):
             if b is not None and ref[b]:
                 held += 1
         return self.blocks_for(request.known_tokens) - held
+
+    def can_admit(self, request: Request) -> bool:
+        admits = self.fits(self.room(), self.need(request), bool(self._held))
+        self._refused = not admits
+        return admits
 
     def _take(self, request: Request) -> None:
         hits = self._hit_blocks(request)
@@ -215,6 +220,12 @@ class PrefixCacheMemory(PagedMemory):
         if self._shared and any(r.kv.shared_tail for r in requests):
             return 0, np.empty(0)   # a copy on write comes first: step it
         self._flush()
+        if self._refused:
+            # an eviction changes cached prefixes, and so the queue's order by them (lpm): with
+            # someone waiting, the run ends after the step that evicts first
+            bs = self.block_size
+            extra = self._extra_blocks([len(r.kv.blocks) * bs - r.computed for r in requests], steps)
+            steps = min(steps, int(np.searchsorted(extra, len(self.pool.free), side="right")) + 1)
         if self._keying:
             for r in requests:
                 at = r.kv.next_key_at

@@ -313,12 +313,10 @@ class Engine:
 
     def cut_decode_run(self, run: DecodeRun, now: float) -> tuple[float, StepOutput | None]:
         """Cut a decode run where something arrives at `now`, before its end: the end of the step
-        under way then, and that step as a begun step if it is the run's last.
-
-        The steps up to the one under way are applied at once (one vectorised piece): nobody
-        finishes in them, so what is read before its end (requests unfinished, KV held during
-        it, the queue, cached prefixes) is the same either way. The run's last step, whose
-        finishes come at its end, is left a begun step to commit then, as if stepped."""
+        under way then, and that step as a begun step if it is the run's last (its finishes come at
+        its end, committed then as if stepped). The steps before it are applied at once: nobody
+        finishes in them, so what is read before its end (requests unfinished, KV held, the queue,
+        cached prefixes) is the same either way."""
         done = int(np.searchsorted(run.ends, now, side="right"))   # steps over by `now`
         if done + 1 < len(run.ends):
             return self.apply_decode_run(run, done + 1), None

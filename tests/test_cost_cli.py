@@ -43,7 +43,7 @@ def test_overrides_change_the_price(capsys):
     base = run_json(capsys, "--batch", "8", "--cost", "roofline")
     slower = run_json(capsys, "--batch", "8", "--mbu", "0.4", "--overhead-ms", "1", "--cost", "roofline")
     assert slower["time_s"] == pytest.approx(2 * base["time_s"] + 0.001, rel=1e-12)
-    fewer = run_json(capsys, "--memory-utilization", "0.5", "--reservations", "8192")
+    fewer = run_json(capsys, "--memory-utilization", "0.5", "--reservations", "8192", "--cost", "roofline")
     assert fewer["reservations"] == int((0.5 * 80e9 - 16.06e9) // (8192 * 131072))
 
 

@@ -357,3 +357,17 @@ def test_an_lpm_head_reads_the_blocks_the_last_step_keyed():
     setup = hand(rows, ("prefix", 14, 1, 0.1, 0, None), order=QueueOrder("lpm"))
     stepped, _, _ = check_identity(setup)
     assert stepped.admitted_at.tolist()[4:] == [6.0, 1.0]
+
+
+def test_an_eviction_that_changes_the_lpm_head_ends_a_decode_run():
+    # 12 blocks of 1 token. r0 (conversation 0) finishes at t=1 and r1 (conversation 1) at t=2,
+    # leaving their blocks cached, r0's oldest. a waits, heading the lpm queue by r0's 2 cached
+    # blocks, and cannot fit; b (nothing cached) waits behind it. r2's decodes evict r0's blocks
+    # first: once both are gone b leads by arrival and fits at once (t=9 when stepping), long
+    # before r2's run would have ended.
+    rows = [(0, 2, 1, None, (0, 60, 2)), (0, 3, 2, None, (1, 60, 3)), (0, 1, 10, None, (0, 0, 1)),
+            (0.5, 1, 1, None, (1, 0, 1)), (0.6, 11, 1, None, (0, 60, 11))]
+    setup = hand(rows, ("prefix", 12, 1, 0.0, 0, None), order=QueueOrder("lpm"))
+    stepped, runs, memory = check_identity(setup)
+    assert stepped.admitted_at.tolist()[3:] == [9.0, 10.0]
+    assert memory.cache_stats()["prefix_cache_evictions"] > 0 and runs >= 1

@@ -100,8 +100,9 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens():
             continue
         fp8 = dataclasses.replace(model, kv_cache_dtype="fp8")
         assert fp8.kv_bytes_per_token * 2 == model.kv_bytes_per_token
-        assert kv_capacity_tokens(fp8, gpu) in (2 * kv_capacity_tokens(model, gpu),
-                                                 2 * kv_capacity_tokens(model, gpu) + 1)
+        # twice the tokens, up to the one more block of 16 that the halved page leaves room for
+        extra = kv_capacity_tokens(fp8, gpu) - 2 * kv_capacity_tokens(model, gpu)
+        assert 0 <= extra <= 16
 
 
 def test_moe_shapes_by_hand():

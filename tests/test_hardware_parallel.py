@@ -52,8 +52,9 @@ def test_memory_splits_over_tp_and_pp():
     layout = Layout(4, 2)
     per_token = kv_bytes_per_token_per_gpu(LLAMA70, layout)
     assert per_token == 2 * 2 * 40 * 2 * 128
-    free = 0.9 * 80e9 - 2 * 70_553_706_496 / 8
-    assert kv_capacity_tokens_split(LLAMA70, H100, layout) == math.floor(free / per_token)
+    free = 0.9 * 80e9 - 2 * 70_553_706_496 / 8   # the paper GPU's rule (the roofline)
+    paper = dataclasses.replace(H100, cost_model="roofline")
+    assert kv_capacity_tokens_split(LLAMA70, paper, layout) == math.floor(free / per_token)
     # tp 16 > 8 KV heads: each GPU keeps a whole KV head (vLLM replicates them).
     assert kv_bytes_per_token_per_gpu(LLAMA70, Layout(16, 1)) == 2 * 2 * 80 * 1 * 128
     with pytest.raises(InputError, match="no room for KV"):

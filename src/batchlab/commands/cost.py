@@ -63,10 +63,12 @@ def compute(args) -> dict:
     from batchlab.hardware.opcost import uniform_shape
     from batchlab.hardware.parallel import (
         Layout,
+        follows_vllm,
         kv_bytes_per_token_per_gpu,
         kv_capacity_tokens_split,
         weight_bytes_per_gpu,
     )
+    from batchlab.hardware.vllm_memory import GIB, memory_profile
 
     for flag, value, low in (("--batch", args.batch, 1), ("--context", args.context, 0),
                              ("--new-tokens", args.new_tokens, 1), ("--tp", args.tp, 1),
@@ -128,6 +130,18 @@ def compute(args) -> dict:
         out.update(kv_tokens_every_layer=every_layer, kv_block_size=DEFAULT_BLOCK_SIZE,
                    kv_cache_groups=len(groups.windows), kv_group_layers=groups.group_layers,
                    max_num_batched_tokens=batched)
+    if follows_vllm(gpu):   # vLLM's startup memory profile, as its log prints it
+        profile = memory_profile(model, gpu, layout.tp, layout.gpus)
+        out["vllm_memory_gib"] = {
+            "total": profile.total / GIB, "requested": profile.requested / GIB,
+            "weights": profile.weights / GIB, "activation": profile.activation / GIB,
+            "non_torch": profile.non_torch / GIB, "kv": profile.kv_bytes / GIB}
+        out.update(max_num_batched_tokens=profile.batched_tokens, max_num_seqs=profile.max_num_seqs,
+                   gpu_memory_utilization=gpu.memory_utilization)
+        if groups is None:   # one group of every layer: blocks of 16 tokens on all of them
+            blocks = out["kv_capacity_tokens"] // DEFAULT_BLOCK_SIZE
+            out.update(kv_cache_blocks=blocks, kv_block_size=DEFAULT_BLOCK_SIZE,
+                       max_concurrency=blocks / -(-model.max_context // DEFAULT_BLOCK_SIZE))
     # How many sequences of context + new tokens the KV cache holds at once: a bigger batch is
     # priced all the same, but no server runs it
     held = args.context + args.new_tokens
@@ -185,7 +199,20 @@ def _table(out: dict):
         ("KV per token (bytes)", f"{out['kv_bytes_per_token']:,}"),
         ("KV capacity (tokens)", f"{out['kv_capacity_tokens']:,}"),
     ]
-    if "max_concurrency" in out:   # sliding windows: vLLM's "GPU KV cache size" and concurrency
+    if "vllm_memory_gib" in out:   # vLLM's "Memory profiling results", per GPU
+        gib = out["vllm_memory_gib"]
+        rows += [(f"  vLLM: total {gib['total']:.2f} GiB x {out['gpu_memory_utilization']:g} "
+                  f"requested (GiB)", f"{gib['requested']:.2f}"),
+                 ("    model weights (GiB)", f"{gib['weights']:.2f}"),
+                 (f"    activation peak, {out['max_num_batched_tokens']:,} tokens and "
+                  f"{out['max_num_seqs']:,} sequences (GiB)", f"{gib['activation']:.2f}"),
+                 ("    non-torch memory (GiB)", f"{gib['non_torch']:.2f}"),
+                 ("    available KV cache memory (GiB)", f"{gib['kv']:.2f}")]
+    if "max_concurrency" in out and "kv_cache_groups" not in out:
+        rows += [(f"  KV cache blocks ({out['kv_block_size']} tokens)", f"{out['kv_cache_blocks']:,}"),
+                 (f"  vLLM's max concurrency at {out['max_context']:,} tokens",
+                  f"{out['max_concurrency']:.2f}")]
+    if "kv_cache_groups" in out:   # sliding windows: vLLM's "GPU KV cache size" and concurrency
         rows += [(f"  KV cache blocks ({out['kv_block_size']} tokens x {out['kv_group_layers']} layers)",
                   f"{out['kv_cache_blocks']:,}"),
                  # vLLM's startup figure: requests of max_model_len tokens, each windowed group
@@ -208,7 +235,7 @@ def _table(out: dict):
     if out["exceeds_kv_capacity"]:
         held = out["sequences_in_kv"]
         # windowed layers: once prefilled, each sequence keeps only its window there
-        windowed = " once prefilled (windowed layers keep their window)" if "max_concurrency" in out else ""
+        windowed = " once prefilled (windowed layers keep their window)" if "kv_cache_groups" in out else ""
         notes.append(f"the KV cache holds {held:,} sequence{'' if held == 1 else 's'} of "
                      f"{out['context'] + out['new_tokens']:,} tokens{windowed}, not {out['batch']:,}")
     if notes:

@@ -27,18 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchlab.hardware.specs import GPUSpec, ModelSpec
-
-# vLLM's default max_num_batched_tokens for `vllm serve` (EngineArgs.get_batch_defaults): 8192 on
-# GPUs of at least 70 GiB other than the A100, 2048 on the others.
-LARGE_GPU_BYTES = 70 * 2 ** 30
-SERVE_BATCHED_TOKENS = {True: 8192, False: 2048}
-
-
-def serve_batched_tokens(gpu: GPUSpec) -> int:
-    """vLLM's default token budget per step for `vllm serve` on `gpu`."""
-    large = gpu.memory >= LARGE_GPU_BYTES and "a100" not in gpu.name.casefold()
-    return SERVE_BATCHED_TOKENS[large]
+from batchlab.hardware.specs import ModelSpec
+# vLLM's default token budget per step for `vllm serve`, here for the reported capacity
+from batchlab.hardware.vllm_memory import serve_batched_tokens  # noqa: F401
 
 
 def windowed_layers(model: ModelSpec) -> list[bool]:

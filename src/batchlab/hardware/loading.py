@@ -114,6 +114,9 @@ def _build(path: Path, table: dict, kind: str, cls: type, presets: dict, preset)
             values["n_params"] = None
             if base.head_dim == base.hidden // base.n_heads:
                 values["head_dim"] = None
+        if kind == "gpu" and "memory" in given:
+            # nvidia-smi's total belongs to the base's memory: derive it from the new one
+            values["device_memory"] = None
     values["name"] = path.stem  # a changed preset must not pass under the preset's name
     values.update(given)
     missing = [name for name, f in fields.items()

@@ -144,6 +144,51 @@ def alltoall_s(gpu: GPUSpec, nbytes, ep: int):
 NODE_TPS = (2, 4, 8)
 
 
+def follows_vllm(gpu: GPUSpec) -> bool:
+    """Whether KV capacity is vLLM's profiled one (vllm_memory.py): every calibrated GPU. The
+    seed's paper GPU (the roofline cost) keeps the seed's rule, memory x utilization − weights."""
+    return gpu.cost_model != "roofline"
+
+
+def kv_free_bytes(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> float:
+    """Bytes one GPU of the replica keeps for KV: vLLM's requested memory less weights,
+    profiled activations and non-torch memory, or on the paper GPU memory x utilization −
+    weights."""
+    if follows_vllm(gpu):
+        from batchlab.hardware.vllm_memory import memory_profile
+
+        return memory_profile(model, gpu, layout.tp, layout.gpus).kv_bytes
+    return gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, layout)
+
+
+def _tokens(model: ModelSpec, gpu: GPUSpec, free: float, per_token: int) -> int:
+    """Tokens of KV in `free` bytes: whole blocks as vLLM allocates them, or on the paper GPU
+    floor(free / per token)."""
+    if follows_vllm(gpu):
+        from batchlab.hardware.vllm_memory import block_tokens
+        from batchlab.memory.paged import DEFAULT_BLOCK_SIZE
+
+        return block_tokens(free, per_token, DEFAULT_BLOCK_SIZE)
+    return math.floor(free / per_token)
+
+
+def _no_room(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> str:
+    """What leaves no room for KV, as the rule in force counts it."""
+    weights = weight_bytes_per_gpu(model, layout)
+    if follows_vllm(gpu):
+        from batchlab.hardware.vllm_memory import GIB, memory_profile
+
+        p = memory_profile(model, gpu, layout.tp, layout.gpus)
+        return (f"the weights ({weights / GIB:.2f} GiB per GPU), with activations "
+                f"({p.activation / GIB:.2f} GiB) and non-torch memory ({p.non_torch / GIB:.2f} "
+                f"GiB), fill {gpu.memory_utilization:g} x {p.total / GIB:.2f} GiB and leave no "
+                f"room for KV")
+    if layout.trivial:
+        return (f"the weights ({weights / 1e9:.2f} GB) leave no room for KV in "
+                f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB")
+    return f"the weights ({weights / 1e9:.2f} GB per GPU) leave no room for KV"
+
+
 def tp_that_holds(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -> str:
     """'; tp N holds them' for the smallest tp of one node above the layout's (same pp) whose
     GPUs hold the weights with room for KV, or '' when none does."""
@@ -153,26 +198,24 @@ def tp_that_holds(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU) -
             check_layout(model, bigger)
         except InputError:
             continue
-        free = gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, bigger)
-        if free >= kv_bytes_per_token_per_gpu(model, bigger):
+        if kv_free_bytes(model, gpu, bigger) >= kv_bytes_per_token_per_gpu(model, bigger):
             return f"; tp {tp} holds them"
     return ""
 
 
 def kv_capacity_bytes(model: ModelSpec, gpu: GPUSpec) -> float:
-    """memory * memory_utilization - weight bytes: what is left for the KV cache."""
-    free = gpu.memory * gpu.memory_utilization - model.weight_bytes
+    """What is left for the KV cache on one GPU (kv_free_bytes)."""
+    free = kv_free_bytes(model, gpu)
     if free < model.kv_bytes_per_token:
-        raise InputError(f"model '{model.name}' on gpu '{gpu.name}': the weights "
-                         f"({model.weight_bytes / 1e9:.2f} GB) leave no room for KV in "
-                         f"{gpu.memory_utilization:g} x {gpu.memory / 1e9:g} GB"
-                         f"{tp_that_holds(model, gpu)}")
+        raise InputError(f"model '{model.name}' on gpu '{gpu.name}': "
+                         f"{_no_room(model, gpu, SINGLE_GPU)}{tp_that_holds(model, gpu)}")
     return free
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GPUSpec) -> int:
-    """How many tokens of KV fit: floor(KV capacity bytes / KV bytes per token)."""
-    return math.floor(kv_capacity_bytes(model, gpu) / model.kv_bytes_per_token)
+    """How many tokens of KV fit: whole blocks of KV capacity bytes (on the paper GPU
+    floor(bytes / KV bytes per token))."""
+    return _tokens(model, gpu, kv_capacity_bytes(model, gpu), model.kv_bytes_per_token)
 
 
 def reservations(model: ModelSpec, gpu: GPUSpec, tokens: int) -> int:
@@ -192,10 +235,10 @@ def kv_capacity_tokens_on(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int
 
 def kv_capacity_tokens_split(model: ModelSpec, gpu: GPUSpec, layout: Layout) -> int:
     """Tokens of KV a replica holds: every GPU keeps its share of each token's KV."""
-    free = gpu.memory * gpu.memory_utilization - weight_bytes_per_gpu(model, layout)
+    free = kv_free_bytes(model, gpu, layout)
     per_token = kv_bytes_per_token_per_gpu(model, layout)
     if free < per_token:
         raise InputError(f"model '{model.name}' on gpu '{gpu.name}' with tp={layout.tp} "
-                         f"pp={layout.pp}: the weights ({weight_bytes_per_gpu(model, layout) / 1e9:.2f}"
-                         f" GB per GPU) leave no room for KV{tp_that_holds(model, gpu, layout)}")
-    return math.floor(free / per_token)
+                         f"pp={layout.pp}: {_no_room(model, gpu, layout)}"
+                         f"{tp_that_holds(model, gpu, layout)}")
+    return _tokens(model, gpu, free, per_token)

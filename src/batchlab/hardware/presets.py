@@ -15,6 +15,7 @@ from batchlab.hardware.specs import (
     GPUSpec,
     ModelSpec,
 )
+from batchlab.hardware.vllm_memory import GIB, MIB, RUNTIME_RESERVE
 
 GPT3_HEAD_DIM = 128
 
@@ -208,12 +209,34 @@ VLLM_ENGINE_STEP_S = 1.357e-3
 # by default; `--cost roofline` gives the seed's two-parameter paper GPU instead.
 _CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)
 
+# Device memory as nvidia-smi reports its total, in MiB, where vLLM's KV capacity starts
+# (vllm_memory.py). From public logs: the H100 80GB HBM3's 81,559 MiB (vllm-project/vllm#55169),
+# the A40's 46,068 MiB (guqiong96/Lvllm#35) and the B200's 178.35 GiB as torch reports it
+# (unslothai/unsloth#3411), plus the runtime's reservation. Derived elsewhere: an HBM part shows
+# its nominal GB as GiB (the A100 80GB's 81,920 MiB), a data-centre GDDR6 part with ECC on 15/16
+# of it (the A40's 49,152 x 15/16 = 46,080 MiB, 12 MiB above its log).
+ECC_GDDR_SHARE = 15 / 16
+
+
+def _hbm(nominal_gb: float) -> float:
+    return nominal_gb * 1024 * MIB
+
+
+def _gddr_ecc(nominal_gb: float) -> float:
+    return nominal_gb * 1024 * ECC_GDDR_SHARE * MIB
+
+
+DEVICE_MEMORY = {"H100-SXM": 81_559 * MIB, "A100-40GB": _hbm(40), "A100-80GB": _hbm(80),
+                 "H200": _hbm(141), "B200": 178.35 * GIB + RUNTIME_RESERVE, "MI300X": _hbm(192),
+                 "L40S": _gddr_ecc(48), "A40": 46_068 * MIB, "A10G": _gddr_ecc(24),
+                 "L4": _gddr_ecc(24)}
+
 _GPUS = (
     # NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16 1,979 TFLOPS with sparsity (989.4
     # dense), FP8 3,958 with sparsity (1,979 dense), 3.35 TB/s HBM3, 80 GB; host link PCIe Gen5
     # (128 GB/s both directions). 132 SMs: NVIDIA H100 Tensor Core GPU Architecture whitepaper
     # (2022), H100 SXM5 column.
-    GPUSpec("H100-SXM", **_CALIBRATED, peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
+    GPUSpec("H100-SXM", **_CALIBRATED, device_memory=DEVICE_MEMORY["H100-SXM"], peak_flops=989e12, mem_bandwidth=3.35e12, memory=80e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
             **_H100_FIT),
     # NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB: BF16 312 TFLOPS dense, 1,555 GB/s HBM2;
@@ -221,13 +244,13 @@ _GPUS = (
     # 108 SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1. Links at the
     # datasheet's figure, as the Orca paper's setting prices them (docs/parallel.md). Boost
     # clock 1,410 MHz (whitepaper, table 1), as the 80GB's.
-    GPUSpec("A100-40GB", **_CALIBRATED, peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
+    GPUSpec("A100-40GB", **_CALIBRATED, device_memory=DEVICE_MEMORY["A100-40GB"], peak_flops=312e12, mem_bandwidth=1.555e12, memory=40e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, allreduce_bandwidth=NVLINK3_BYTES_S,
             p2p_bandwidth=NVLINK3_BYTES_S,
             **transfer_fit("A100-80GB", "NVIDIA A100 40GB", chip=Chip(108, 1.41e9, 1.555e12))),
     # Same datasheet, SXM 80GB: 2,039 GB/s HBM2e.
     # The same GA100 chip, 108 SMs (the PCIe card Vidur profiled has them too).
-    GPUSpec("A100-80GB", **_CALIBRATED, peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
+    GPUSpec("A100-80GB", **_CALIBRATED, device_memory=DEVICE_MEMORY["A100-80GB"], peak_flops=312e12, mem_bandwidth=2.039e12, memory=80e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, sm_count=108, **_A100_FIT),
     # NVIDIA H200 Tensor Core GPU datasheet, SXM: same compute as H100 SXM (BF16 989 and FP8
     # 1,979 TFLOPS dense), 4.8 TB/s HBM3e, 141 GB; PCIe Gen5; NVLink 4, 900 GB/s both ways.
@@ -235,28 +258,28 @@ _GPUS = (
     # Its per-token kernels keep the H100's shares of bandwidth: its vLLM run is one of the
     # three vLLM's engine time is fitted on (VLLM_ENGINE_STEP_S), and carried per SM-clock they
     # would move that fit (docs/hardware.md).
-    GPUSpec("H200", **_CALIBRATED, peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
+    GPUSpec("H200", **_CALIBRATED, device_memory=DEVICE_MEMORY["H200"], peak_flops=989e12, mem_bandwidth=4.8e12, memory=141e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=132, fp8_peak_flops=1979e12,
             **transfer_fit("H100-SXM", "NVIDIA H200", NVLINK4_BYTES_S)),
     # NVIDIA HGX B200 specification, per GPU of the eight: FP8 72 and BF16 36 PFLOPS with
     # sparsity for the board (4.5 and 2.25 PFLOPS dense each), 1.44 TB HBM3e (180 GB each),
     # 64 TB/s (8 TB/s each), NVLink 5 1.8 TB/s both ways; PCIe Gen5 host. 148 SMs: NVIDIA
     # Blackwell architecture technical brief (B200).
-    GPUSpec("B200", **_CALIBRATED, peak_flops=2250e12, mem_bandwidth=8e12, memory=180e9,
+    GPUSpec("B200", **_CALIBRATED, device_memory=DEVICE_MEMORY["B200"], peak_flops=2250e12, mem_bandwidth=8e12, memory=180e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=148, fp8_peak_flops=4500e12,
             **transfer_fit("H100-SXM", "NVIDIA HGX B200", NVLINK5_BYTES_S)),
     # AMD Instinct MI300X datasheet: BF16 1,307.4 TFLOPS dense, FP8 2,614.9 TFLOPS dense,
     # 192 GB HBM3 at 5.3 TB/s, 304 compute units (the SMs' counterpart), Infinity Fabric 896 GB/s
     # aggregate, PCIe Gen5 x16 host. Nearest calibrated kernels: the H100's (HBM, dense matrix
     # cores of the same generation).
-    GPUSpec("MI300X", **_CALIBRATED, peak_flops=1307.4e12, mem_bandwidth=5.3e12, memory=192e9,
+    GPUSpec("MI300X", **_CALIBRATED, device_memory=DEVICE_MEMORY["MI300X"], peak_flops=1307.4e12, mem_bandwidth=5.3e12, memory=192e9,
             host_link_bandwidth=PCIE_GEN5_X16_BYTES_S, sm_count=304, fp8_peak_flops=2614.9e12,
             **transfer_fit("H100-SXM", "AMD Instinct MI300X", INFINITY_FABRIC_MI300X_BYTES_S)),
     # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense,
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 and no NVLink. 142 SMs: AD102 as configured for
     # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper);
     # 2,520 MHz boost clock (the datasheet's 91.6 TFLOPS FP32 / (142 x 128 x 2)).
-    GPUSpec("L40S", **_CALIBRATED, peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
+    GPUSpec("L40S", **_CALIBRATED, device_memory=DEVICE_MEMORY["L40S"], peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=142,
             fp8_peak_flops=733e12,
             **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S,
@@ -265,7 +288,7 @@ _GPUS = (
     # 696 GB/s, PCIe Gen4 (an NVLink bridge joins pairs only: collectives go over PCIe), no
     # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM); 1,740 MHz
     # boost clock (the datasheet's 37.4 TFLOPS FP32 / (84 x 128 x 2)).
-    GPUSpec("A40", **_CALIBRATED, peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
+    GPUSpec("A40", **_CALIBRATED, device_memory=DEVICE_MEMORY["A40"], peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=84,
             **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S,
                            Chip(84, 1.74e9, 696e9))),
@@ -273,7 +296,7 @@ _GPUS = (
     # dense (the A10's 125 at lower tensor clocks; AWS G5 documentation), PCIe Gen4, no FP8.
     # No published boost clock: its per-token kernels keep the A100's shares of bandwidth, as
     # the B200's and MI300X's (whose compute units are not SMs) keep the H100's.
-    GPUSpec("A10G", **_CALIBRATED, peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
+    GPUSpec("A10G", **_CALIBRATED, device_memory=DEVICE_MEMORY["A10G"], peak_flops=70e12, mem_bandwidth=600e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=80,
             **transfer_fit("A100-80GB", "AWS A10G", PCIE_GEN4_X16_BYTES_S)),
     # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense), FP8 485
@@ -281,7 +304,7 @@ _GPUS = (
     # over PCIe. 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for
     # the L4 (7,424 CUDA cores, 128 per SM); 2,040 MHz boost clock (the datasheet's 30.3 TFLOPS
     # FP32 / (58 x 128 x 2)).
-    GPUSpec("L4", **_CALIBRATED, peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
+    GPUSpec("L4", **_CALIBRATED, device_memory=DEVICE_MEMORY["L4"], peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
             fp8_peak_flops=242.5e12,
             **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S, Chip(58, 2.04e9, 300e9))),

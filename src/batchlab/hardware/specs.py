@@ -222,6 +222,9 @@ class GPUSpec:
     mbu: float = DEFAULT_MBU                  # share of mem_bandwidth a step reaches
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S  # fixed cost per step (launch, sampling)
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION  # share of memory for weights + KV
+    # Device memory in bytes as nvidia-smi reports its total (binary: 81,559 MiB on an H100
+    # 80GB); vLLM's KV capacity starts from it (vllm_memory.py). None: `memory`'s GB read as GiB.
+    device_memory: float | None = None
     host_link_bandwidth: float = PCIE_GEN5_X16_BYTES_S  # bytes/s to host memory (KV swap)
     # Which cost model prices a step by default: "roofline" (one roofline per step, cost.py)
     # or "operators" (one roofline per operator, opcost.py). `--cost` overrides it.
@@ -361,6 +364,9 @@ class GPUSpec:
             if getattr(self, field) not in allowed:
                 raise InputError(f"{rec}: field '{field}' must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, field)!r}")
+        if self.device_memory is not None:
+            object.__setattr__(self, "device_memory", _positive_float(
+                rec, "device_memory", self.device_memory, at_least=MIN_RATE))
         if self.price_per_hour is not None:
             object.__setattr__(self, "price_per_hour", _positive_float(rec, "price_per_hour", self.price_per_hour))
         if self.fp8_peak_flops is not None:

@@ -80,6 +80,7 @@ class PrefixCacheMemory(PagedMemory):
         self.history: list[tuple] = []
         self._now = 0.0
         self.copies: list[tuple[int, int]] = []   # (from, to) blocks copied on write by this plan
+        self._refused = False      # `can_admit` last refused: someone waits on the cache's state
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -163,7 +164,9 @@ class PrefixCacheMemory(PagedMemory):
 
     def can_admit(self, request: Request) -> bool:
         reserve = self.watermark_blocks if self._held else 0
-        return self.free_blocks() - self.need(request) >= reserve
+        admits = self.free_blocks() - self.need(request) >= reserve
+        self._refused = not admits
+        return admits
 
     def _take(self, request: Request) -> None:
         hits = self._hit_blocks(request)
@@ -245,6 +248,11 @@ class PrefixCacheMemory(PagedMemory):
             return 0   # a copy on write comes first: step it
         self._flush()
         room = super().growth_room(requests, steps)
+        if self._refused and room > 1:
+            # an eviction changes cached prefixes, and so the queue's order by them (lpm): with
+            # someone waiting, the run ends after the step that evicts first
+            extra = self._extra_blocks(self._room(requests), room)
+            room = min(room, int(np.searchsorted(extra, len(self.pool.free), side="right")) + 1)
         if self._keying and room:
             for r in requests:
                 at = r.kv.next_key_at

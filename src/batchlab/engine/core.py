@@ -74,7 +74,7 @@ class Engine:
         self.requests: list[Request] = []
         self._ids: set[str] = set()
         self.steps = StepLog()
-        # an fast path's step ends, and (index, first, stop) of the requests whose token
+        # a fast path's step ends, and (index, first, stop) of the requests whose token
         # times are ends[first:stop]: the trace gathers those in numpy (fast_path.py)
         self.token_slices: list[tuple[np.ndarray, np.ndarray]] = []
         self.rounds: list[RoundRecord] = []
@@ -155,8 +155,7 @@ class Engine:
         return not self.scheduler.running and not self.scheduler.waiting
 
     def step(self, now: float) -> StepOutput:
-        """Plan, execute and commit one step starting at `now` (vLLM's schedule, execute,
-        update_from_output)."""
+        """Plan, execute and commit one step from `now` (vLLM's schedule, execute, update)."""
         return self.commit(self.begin(now))
 
     def begin(self, now: float) -> StepOutput:
@@ -213,9 +212,8 @@ class Engine:
             if run is None:
                 t = self.step(t).end
                 continue
-            # decodes until the first finish, or until an arrival could be admitted: a seat is
-            # free and nobody waits, or the queue order may put the newcomer ahead of a head
-            # that does not fit (every order but fcfs)
+            # decodes until the first finish, or until an arrival could be admitted (a seat is free
+            # and nobody waits, or an order that may put it ahead of a head that does not fit)
             steps = len(run.ends)
             if next_arrival < len(pending) and sched.can_admit_more() \
                     and (not sched.waiting or not sched.waiting.arrivals_go_last):
@@ -315,12 +313,10 @@ class Engine:
 
     def cut_decode_run(self, run: DecodeRun, now: float) -> tuple[float, StepOutput | None]:
         """Cut a decode run where something arrives at `now`, before its end: the end of the step
-        under way then, and that step as a begun step if it is the run's last.
-
-        The steps up to the one under way are applied at once (one vectorised piece): nobody
-        finishes in them, so what is read before its end (requests unfinished, KV held during
-        it, the queue, cached prefixes) is the same either way. The run's last step, whose
-        finishes come at its end, is left a begun step to commit then, as if stepped."""
+        under way then, and that step as a begun step if it is the run's last (its finishes come at
+        its end, committed then as if stepped). The steps before it are applied at once: nobody
+        finishes in them, so what is read before its end (requests unfinished, KV held, the queue,
+        cached prefixes) is the same either way."""
         done = int(np.searchsorted(run.ends, now, side="right"))   # steps over by `now`
         if done + 1 < len(run.ends):
             return self.apply_decode_run(run, done + 1), None

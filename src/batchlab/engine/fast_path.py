@@ -509,13 +509,12 @@ class FastPath:
         """Write a running request's counters and (unless told not to) token times as of the
         steps run."""
         r, step, computed, emitted, _ = entry
-        k = self.s - step
-        r.computed = r.peak_computed = computed + k
-        r.emitted = emitted + k
+        ran = self.s - step   # its steps in this fast path: the last `ran` ends
+        r.computed = r.peak_computed = computed + ran
+        r.emitted = emitted + ran
         if token_times:
-            back = self.s - step   # its steps in this fast path: the last `back` ends
             n = len(self.ends)
-            r.token_times.extend(self.ends[n - back:] if back <= n else self.ends_since(step))
+            r.token_times.extend(self.ends[n - ran:] if ran <= n else self.ends_since(step))
         return r
 
     def ends_since(self, step: int) -> list[float]:

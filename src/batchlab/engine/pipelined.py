@@ -9,13 +9,10 @@ from batchlab.engine.step import StepOutput
 
 
 class Pipeline:
-    """Orca's pipelined iterations over an engine: up to `max_in_flight` batches in the
-    pipeline at once, for any clock (the simulator's, a fleet's).
-
-    A batch enters when the first stage is free (its interval after the last one entered)
-    and a slot is open; it returns, and its tokens are stamped, a full pipeline latency
-    after it entered. Requests of a batch under way are not scheduled again until it returns.
-    """
+    """Up to `max_in_flight` batches of an engine in the pipeline at once. A batch enters when
+    the first stage is free (its interval after the last one entered) and a slot is open; it
+    returns, and its tokens are stamped, a full pipeline latency after it entered. Requests of
+    a batch under way are not scheduled again until it returns."""
 
     def __init__(self, engine) -> None:   # the core it drives
         self.engine = engine

@@ -31,6 +31,7 @@ class MemoryManager(ABC):
     capacity_tokens: int | None = None  # None: unlimited
     may_refuse_growth: bool = False     # True only where `grow` can fail (paged)
     cache_version: int = 0              # changes whenever `cached_tokens` may answer differently
+    ordered_by_cache: bool = False      # its waiting queue ranks by `cached_tokens` (lpm)
     grows_in_blocks: bool = False       # decodes take a block whenever theirs fills (paged)
     held_is_stored: bool = False        # what it holds is what its requests store (unlimited)
     _held: dict[Request, object]        # the requests holding memory, in admission order

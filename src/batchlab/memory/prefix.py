@@ -220,8 +220,8 @@ class PrefixCacheMemory(PagedMemory):
         if self._shared and any(r.kv.shared_tail for r in requests):
             return 0, np.empty(0)   # a copy on write comes first: step it
         self._flush()
-        if self._refused:
-            # an eviction changes cached prefixes, and so the queue's order by them (lpm): with
+        if self._refused and self.ordered_by_cache:
+            # an eviction changes cached prefixes, and so the queue's order by them: with
             # someone waiting, the run ends after the step that evicts first
             bs = self.block_size
             extra = self._extra_blocks([len(r.kv.blocks) * bs - r.computed for r in requests], steps)

@@ -166,6 +166,7 @@ class LpmQueue(WaitingQueue):
     def __init__(self, order: QueueOrder, memory: MemoryManager) -> None:
         super().__init__(order)
         self.memory = memory
+        memory.ordered_by_cache = True    # its cache changes may change the head: see decode runs
         self._changes = 0                 # queue mutations: a cached choice is stale after one
         self._choice: tuple[int, int, int] | None = None   # (cache version, changes, heap slot)
 

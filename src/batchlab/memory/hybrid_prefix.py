@@ -36,14 +36,13 @@ import math
 
 import numpy as np
 
-from batchlab.errors import InputError
 from batchlab.hardware.kv_groups import KVGroups
 from batchlab.memory.base import IntegrityError
 from batchlab.memory.block_pool import BlockPool
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.hybrid import RUN_CELLS, HybridPagedMemory
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE
-from batchlab.memory.prefix import HISTORY_COLUMNS
+from batchlab.memory.prefix_figures import PrefixCacheFigures, check_cache_sizes
 from batchlab.memory.prefix_index import PrefixIndex
 from batchlab.memory.window_hit import longest_hit, window_blocks
 from batchlab.request import Request
@@ -71,19 +70,14 @@ class CachedGroupTables:
         self.loaded = 0                   # KV of them copied from the host tier (tokens, every layer)
 
 
-class HybridPrefixMemory(HybridPagedMemory):
+class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
     shared_blocks = True
 
     def __init__(self, capacity_tokens: int, groups: KVGroups, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
                  cache_tokens: int | None = None, host_cache_tokens: float = 0) -> None:
         super().__init__(capacity_tokens, groups, block_size, watermark, host_capacity_tokens)
-        if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) or not (
-                host_cache_tokens >= 0):
-            raise InputError(f"field 'host_cache_tokens': must be a number >= 0 or inf, got {host_cache_tokens!r}")
-        if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
-                                         or cache_tokens < 0):
-            raise InputError(f"field 'cache_tokens': must be an integer >= 0 or None, got {cache_tokens!r}")
+        check_cache_sizes(cache_tokens, host_cache_tokens)
         self.name = "hybrid-prefix"
         n = self.total_blocks
         self.pool = BlockPool(n, shared=True)
@@ -95,9 +89,7 @@ class HybridPrefixMemory(HybridPagedMemory):
         self.slide_ids = [g for g, w in enumerate(self.windows) if w]
         self.contiguous = window_blocks(self.window, block_size)
         self._extra = [0] * len(self.windows)   # per group: references beyond a block's first
-        self.queries = self.hits = self.recompute_hits = self.evictions = self.host_hits = 0
-        self.history: list[tuple] = []
-        self._now = 0.0
+        self._start_figures()
 
     # -- keys and lookups ------------------------------------------------------------------
 
@@ -304,13 +296,6 @@ class HybridPrefixMemory(HybridPagedMemory):
                 free_list.append(b)
             else:
                 idle[b] = None
-
-    def _extend(self, table: CachedGroupTables, tokens: int) -> None:
-        nb = self.blocks_for(tokens)
-        for t, w in zip(table.tables, self.windows):
-            held = table.skipped + len(t) if w else len(t)
-            if nb > held:
-                t.extend(self._allocate(nb - held))
 
     def _key(self, table: CachedGroupTables, tokens: int) -> None:
         """Key the blocks `tokens` computed tokens fill, where content is known, on each group;
@@ -587,57 +572,12 @@ class HybridPrefixMemory(HybridPagedMemory):
     def observe(self, now: float) -> None:
         self._now = now
 
-    def _sample(self) -> None:
-        """One history row per planning moment with admissions, as `prefix.py` keeps."""
-        row = (self._now, len(self.index.cached), len(self.pool.idle), self.evictions, self.hits, self.queries)
-        if self.history and self.history[-1][0] == self._now:
-            self.history[-1] = row
-        else:
-            self.history.append(row)
-
-    def history_arrays(self) -> dict[str, np.ndarray]:
-        rows = np.array(self.history, dtype=np.float64).reshape(-1, len(HISTORY_COLUMNS))
-        return {name: rows[:, j] for j, name in enumerate(HISTORY_COLUMNS)}
-
-    def mean_cached_share(self) -> float | None:
-        h = self.history_arrays()
-        if not h["time"].size:
-            return None
-        span = h["time"][-1] - h["time"][0]
-        if span <= 0:
-            return float(h["cached_blocks"][-1] / self.total_blocks)
-        return float((h["cached_blocks"][:-1] * np.diff(h["time"])).sum() / (span * self.total_blocks))
-
-    def cache_stats(self) -> dict:
-        return {
-            "prefix_cache_block_size": self.block_size,
-            "prefix_cache_queries": self.queries,
-            "prefix_cache_hits": self.hits,
-            "prefix_cache_hit_rate": self.hits / self.queries if self.queries else None,
-            "prefill_tokens_saved": self.hits,
-            "recompute_tokens_saved": self.recompute_hits,
-            "prefix_cache_evictions": self.evictions,
-            "prefix_cache_capacity_blocks": self.cache_limit,
-            "prefix_cache_host_hits": self.host_hits,
-            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
-            "prefix_cache_mean_cached_share": self.mean_cached_share(),
-        }
-
     # -- integrity -------------------------------------------------------------------------
 
     def check_integrity(self) -> None:
         super().check_integrity()   # the pool's references, each holder's tables, the host memory
-        pool, index = self.pool, self.index
-        key_of = index.key_of
-        if any(key_of[b] is not None for b in pool.free):
-            raise IntegrityError(f"{self.name}: a block on the free list is still cached")
-        if any(key_of[b] is None for b in pool.idle):
-            raise IntegrityError(f"{self.name}: an evictable block is not cached")
-        if len(pool.idle) > self.cache_limit:
-            raise IntegrityError(f"{self.name}: {len(pool.idle)} evictable blocks > cache limit {self.cache_limit}")
-        if sum(1 for k in key_of if k is not None) != len(index.cached) or \
-                any(key_of[b] != k for k, b in index.cached.items()):
-            raise IntegrityError(f"{self.name}: the key map and the blocks' keys disagree")
+        self._check_cache()
+        key_of = self.index.key_of
         extra = [0] * len(self.windows)
         seen: list[set] = [set() for _ in self.windows]
         for r in self._held:
@@ -655,7 +595,3 @@ class HybridPrefixMemory(HybridPagedMemory):
             raise IntegrityError(f"{self.name}: shared references {self._extra} counted, {extra} held")
         if any(seen[g] & seen[h] for g in range(len(seen)) for h in range(g)):
             raise IntegrityError(f"{self.name}: a block is held by two KV cache groups")
-        if len(index.host) > index.host_limit:
-            raise IntegrityError(f"{self.name}: {len(index.host)} host blocks > host limit {index.host_limit}")
-        if not 0 <= self.hits <= self.queries:
-            raise IntegrityError(f"{self.name}: {self.hits} hit tokens of {self.queries} queried")

@@ -36,30 +36,22 @@ import math
 
 import numpy as np
 
-from batchlab.errors import InputError
 from batchlab.memory.base import IntegrityError
 from batchlab.memory.block_table import CachedBlockTable
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE, PagedMemory
+from batchlab.memory.prefix_figures import PrefixCacheFigures, check_cache_sizes
 from batchlab.memory.prefix_index import PrefixIndex
 from batchlab.request import Request
 
-HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hits", "queries")
-
-
-class PrefixCacheMemory(PagedMemory):
+class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
     shared_blocks = True
 
     def __init__(self, capacity_tokens: int, block_size: int = DEFAULT_BLOCK_SIZE,
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
                  cache_tokens: int | None = None, host_cache_tokens: float = 0) -> None:
         super().__init__(capacity_tokens, block_size, watermark, host_capacity_tokens)
-        if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) or not (
-                host_cache_tokens >= 0):
-            raise InputError(f"field 'host_cache_tokens': must be a number >= 0 or inf, got {host_cache_tokens!r}")
-        if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
-                                         or cache_tokens < 0):
-            raise InputError(f"field 'cache_tokens': must be an integer >= 0 or None, got {cache_tokens!r}")
+        check_cache_sizes(cache_tokens, host_cache_tokens)
         self.name = "paged-prefix"
         n = self.total_blocks
         self.cache_limit = n if cache_tokens is None else cache_tokens // block_size
@@ -67,13 +59,7 @@ class PrefixCacheMemory(PagedMemory):
         self._pending: list[Request] = []   # requests whose filled blocks await keying (`_flush`), in growth order
         self._keying = 0           # held requests with blocks still to key (a table's next_key_at)
         self._shared = 0           # held requests whose partial last block a fork shares (shared_tail)
-        self.queries = 0           # prompt tokens looked up at first admissions
-        self.hits = 0              # of those, tokens found in the cache
-        self.recompute_hits = 0    # tokens found again at re-admissions after recompute preemptions
-        self.evictions = 0         # blocks evicted from the GPU cache
-        self.host_hits = 0         # of `hits`, tokens copied back from the host tier
-        self.history: list[tuple] = []
-        self._now = 0.0
+        self._start_figures()
         self.copies: list[tuple[int, int]] = []   # (from, to) blocks copied on write by this plan
         self._refused = False      # `can_admit` last refused: someone waits on the cache's state
 
@@ -409,59 +395,12 @@ class PrefixCacheMemory(PagedMemory):
         self._now = now
         self.copies.clear()   # a new plan begins: the executor has done the last one's copies
 
-    def _sample(self) -> None:
-        """One history row per planning moment with admissions, taken after them. Admissions are
-        the moments that decide hits, and the only ones a fast-forwarded run of decode steps
-        never skips, so the history is the same whether steps are stepped or fast-forwarded."""
-        row = (self._now, len(self.index.cached), len(self.pool.idle), self.evictions, self.hits, self.queries)
-        if self.history and self.history[-1][0] == self._now:
-            self.history[-1] = row
-        else:
-            self.history.append(row)
-
-    def history_arrays(self) -> dict[str, np.ndarray]:
-        rows = np.array(self.history, dtype=np.float64).reshape(-1, len(HISTORY_COLUMNS))
-        return {name: rows[:, j] for j, name in enumerate(HISTORY_COLUMNS)}
-
-    def mean_cached_share(self) -> float | None:
-        """Time-weighted share of blocks holding cached content, over the observed history."""
-        h = self.history_arrays()
-        if not h["time"].size:
-            return None
-        span = h["time"][-1] - h["time"][0]
-        if span <= 0:   # one moment: its share
-            return float(h["cached_blocks"][-1] / self.total_blocks)
-        return float((h["cached_blocks"][:-1] * np.diff(h["time"])).sum() / (span * self.total_blocks))
-
-    def cache_stats(self) -> dict:
-        return {
-            "prefix_cache_block_size": self.block_size,
-            "prefix_cache_queries": self.queries,
-            "prefix_cache_hits": self.hits,
-            "prefix_cache_hit_rate": self.hits / self.queries if self.queries else None,
-            "prefill_tokens_saved": self.hits,
-            "recompute_tokens_saved": self.recompute_hits,
-            "prefix_cache_evictions": self.evictions,
-            "prefix_cache_capacity_blocks": self.cache_limit,
-            "prefix_cache_host_hits": self.host_hits,
-            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
-            "prefix_cache_mean_cached_share": self.mean_cached_share(),
-        }
-
     # -- integrity -------------------------------------------------------------------------
 
     def check_integrity(self) -> None:
         super().check_integrity()   # the pool, each holder's state and blocks, the host tier's use
-        pool, index = self.pool, self.index
-        key_of = index.key_of
-        if any(key_of[b] is not None for b in pool.free):
-            raise IntegrityError("paged-prefix: a block on the free list is still cached")
-        if any(key_of[b] is None for b in pool.idle):
-            raise IntegrityError("paged-prefix: an evictable block is not cached")
-        if len(pool.idle) > self.cache_limit:
-            raise IntegrityError(f"paged-prefix: {len(pool.idle)} evictable blocks > cache limit {self.cache_limit}")
-        if {b: k for k, b in index.cached.items()} != {b: k for b, k in enumerate(key_of) if k is not None}:
-            raise IntegrityError("paged-prefix: the key map and the blocks' keys disagree")
+        self._check_cache()
+        key_of = self.index.key_of
         keying = shared = 0
         for r in self._held:
             table = r.kv
@@ -477,7 +416,3 @@ class PrefixCacheMemory(PagedMemory):
         if (keying, shared) != (self._keying, self._shared):
             raise IntegrityError(f"paged-prefix: {self._keying} requests counted with blocks to key and "
                                  f"{self._shared} with shared tails, {keying} and {shared} held")
-        if len(index.host) > index.host_limit:
-            raise IntegrityError(f"paged-prefix: {len(index.host)} host blocks > host limit {index.host_limit}")
-        if not 0 <= self.host_hits <= self.hits <= self.queries:
-            raise IntegrityError(f"paged-prefix: {self.hits} hit tokens of {self.queries} queried")

@@ -1,0 +1,93 @@
+"""What a prefix cache counts and checks of itself, whichever manager keeps it: the sizes it is
+given, its hits and evictions, a history of its use over time, and the invariants between its
+block pool and its prefix index. The dense cache (`prefix.py`) and the sliding-window one
+(`hybrid_prefix.py`) both mix it in; each needs `pool`, `index`, `cache_limit`, `block_size`,
+`total_blocks`, `name` and `_held`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batchlab.errors import InputError
+from batchlab.memory.base import IntegrityError
+
+HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hits", "queries")
+
+
+def check_cache_sizes(cache_tokens, host_cache_tokens) -> None:
+    """The cap on cached tokens (None: free memory) and the host tier's size (inf: unbounded)."""
+    if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) or not (
+            host_cache_tokens >= 0):
+        raise InputError(f"field 'host_cache_tokens': must be a number >= 0 or inf, got {host_cache_tokens!r}")
+    if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
+                                     or cache_tokens < 0):
+        raise InputError(f"field 'cache_tokens': must be an integer >= 0 or None, got {cache_tokens!r}")
+
+
+class PrefixCacheFigures:
+    def _start_figures(self) -> None:
+        self.queries = 0           # prompt tokens looked up at first admissions
+        self.hits = 0              # of those, tokens found in the cache
+        self.recompute_hits = 0    # tokens found again at re-admissions after recompute preemptions
+        self.evictions = 0         # blocks evicted from the GPU cache
+        self.host_hits = 0         # of `hits`, tokens copied back from the host tier
+        self.history: list[tuple] = []
+        self._now = 0.0
+
+    def _sample(self) -> None:
+        """One history row per planning moment with admissions, taken after them. Admissions are
+        the moments that decide hits, and the only ones a fast-forwarded run of decode steps
+        never skips, so the history is the same whether steps are stepped or fast-forwarded."""
+        row = (self._now, len(self.index.cached), len(self.pool.idle), self.evictions, self.hits, self.queries)
+        if self.history and self.history[-1][0] == self._now:
+            self.history[-1] = row
+        else:
+            self.history.append(row)
+
+    def history_arrays(self) -> dict[str, np.ndarray]:
+        rows = np.array(self.history, dtype=np.float64).reshape(-1, len(HISTORY_COLUMNS))
+        return {name: rows[:, j] for j, name in enumerate(HISTORY_COLUMNS)}
+
+    def mean_cached_share(self) -> float | None:
+        """Time-weighted share of blocks holding cached content, over the observed history."""
+        h = self.history_arrays()
+        if not h["time"].size:
+            return None
+        span = h["time"][-1] - h["time"][0]
+        if span <= 0:   # one moment: its share
+            return float(h["cached_blocks"][-1] / self.total_blocks)
+        return float((h["cached_blocks"][:-1] * np.diff(h["time"])).sum() / (span * self.total_blocks))
+
+    def cache_stats(self) -> dict:
+        return {
+            "prefix_cache_block_size": self.block_size,
+            "prefix_cache_queries": self.queries,
+            "prefix_cache_hits": self.hits,
+            "prefix_cache_hit_rate": self.hits / self.queries if self.queries else None,
+            "prefill_tokens_saved": self.hits,
+            "recompute_tokens_saved": self.recompute_hits,
+            "prefix_cache_evictions": self.evictions,
+            "prefix_cache_capacity_blocks": self.cache_limit,
+            "prefix_cache_host_hits": self.host_hits,
+            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
+            "prefix_cache_mean_cached_share": self.mean_cached_share(),
+        }
+
+    def _check_cache(self) -> None:
+        """The pool and the index agree: free blocks hold no key, evictable ones do, within the
+        cache's cap; every key names its block; the host tier and the counts stay in bounds."""
+        pool, index, name = self.pool, self.index, self.name
+        key_of = index.key_of
+        if any(key_of[b] is not None for b in pool.free):
+            raise IntegrityError(f"{name}: a block on the free list is still cached")
+        if any(key_of[b] is None for b in pool.idle):
+            raise IntegrityError(f"{name}: an evictable block is not cached")
+        if len(pool.idle) > self.cache_limit:
+            raise IntegrityError(f"{name}: {len(pool.idle)} evictable blocks > cache limit {self.cache_limit}")
+        if sum(1 for k in key_of if k is not None) != len(index.cached) or \
+                any(key_of[b] != k for k, b in index.cached.items()):
+            raise IntegrityError(f"{name}: the key map and the blocks' keys disagree")
+        if len(index.host) > index.host_limit:
+            raise IntegrityError(f"{name}: {len(index.host)} host blocks > host limit {index.host_limit}")
+        if not 0 <= self.host_hits <= self.hits <= self.queries:
+            raise IntegrityError(f"{name}: {self.hits} hit tokens of {self.queries} queried")

@@ -17,16 +17,19 @@ conftest), never from one another or from conftest.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import Phase
 
+from batchlab.engine import fast_path
 from batchlab.hardware import resolve_gpu, resolve_model
 from batchlab.trace import Trace
 
@@ -44,6 +47,20 @@ def need(available: bool, reason: str) -> None:
         if REQUIRE_ALL:
             pytest.fail(f"{reason} (BATCHLAB_REQUIRE_ALL=1: .ci/run should have installed it)")
         pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def fast_path_runs():
+    """The steps of each decode run the fast path applies while the block runs, in order."""
+    runs: list[int] = []
+    apply_run = fast_path.FastPath.apply_run
+
+    def recording(path, run, steps):
+        runs.append(steps)
+        return apply_run(path, run, steps)
+
+    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
+        yield runs
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -33,7 +33,7 @@ from batchlab.request import Request
 from batchlab.scheduler import QueueOrder, SchedulerConfig
 from batchlab.trace import BlockGrowth, StepLog, Trace
 
-from helpers import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace
+from helpers import MODEL, PROFILE, ROOFLINE_STEP_S, assert_same, assert_same_trace, fast_path_runs
 
 GPU = resolve_gpu("A100-80GB")
 
@@ -232,14 +232,7 @@ def test_the_whole_of_vidurs_run_is_in_the_fast_path(fast_path_steps):
 def test_long_decode_runs_are_priced_in_one_piece_with_the_same_blocks(fast_path_steps):
     # sparse arrivals and long outputs: most steps are pure decodes far from any event
     rows = [(0.0, 40, 300), (5 * STEP, 3, 90), (400 * STEP, 100, 250), (401 * STEP, 17, 1)]
-    runs = []
-    apply_run = fast_path.FastPath.apply_run
-
-    def recording(path, run, steps):
-        runs.append(steps)
-        return apply_run(path, run, steps)
-
-    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
+    with fast_path_runs() as runs:
         trace, engine = check(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0))
     assert fast_path_steps[0] == trace.n_steps and sum(runs) > trace.n_steps // 2
     stepped_engine = run(rows, SchedulerConfig(), ("paged", 4096, 4, 0.0), fast=False)[2]
@@ -283,15 +276,8 @@ def test_every_seat_taken_with_a_queue_runs_decodes_in_one_piece(fast_path_steps
     # one seat, long outputs and a queue from the start (a sequential server): between finishes
     # nobody can be admitted, so the decodes run in priced pieces, not as steps planned one by one
     rows = [(0.0, 30 + 7 * k, 120 + 11 * k) for k in range(6)]
-    runs = []
-    apply_run = fast_path.FastPath.apply_run
-
-    def recording(path, run, steps):
-        runs.append(steps)
-        return apply_run(path, run, steps)
-
     priced = lambda: make_executor(MODEL, GPU, cost=kind)
-    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
+    with fast_path_runs() as runs:
         trace, _ = check(rows, SchedulerConfig(max_active=1), AMPLE, executor=priced)
     assert fast_path_steps[0] == trace.n_steps and sum(runs) > trace.n_steps * 3 // 4
     # each request is admitted at the step after the previous one's last token

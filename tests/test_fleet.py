@@ -27,6 +27,8 @@ from batchlab.experiments.systems import parse_system
 from batchlab.trace import StepLog, Trace
 from batchlab.workload import make_workload
 
+from helpers import fast_path_runs
+
 # The seed's paper GPU: the roofline, whose decode runs a fleet's fast paths price at once.
 MODEL, GPU = resolve_model("Llama-3-8B"), dataclasses.replace(resolve_gpu("H100-SXM"), cost_model="roofline")
 
@@ -447,14 +449,7 @@ def test_replicas_with_every_seat_taken_run_their_decodes_in_priced_pieces(cost)
     gpu = dataclasses.replace(GPU, cost_model=cost)
     workload = make_workload("chat", 40, 20.0, 3)
     replicas = [ReplicaSpec(parse_system("paged:max_bs=1"), MODEL, gpu)] * 2
-    runs = []
-    apply_run = fast_path.FastPath.apply_run
-
-    def recording(path, run, steps):
-        runs.append(steps)
-        return apply_run(path, run, steps)
-
-    with mock.patch.object(fast_path.FastPath, "apply_run", recording):
+    with fast_path_runs() as runs:
         fleet = simulate_fleet(workload, replicas, "least-outstanding")
     with mock.patch.object(fast_path.FastPath, "enter", classmethod(lambda cls, engine: None)):
         stepped = simulate_fleet(workload, replicas, "least-outstanding")

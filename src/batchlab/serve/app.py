@@ -32,13 +32,12 @@ import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol, served_log
-from batchlab.serve.responses import error_response
-from batchlab.serve.responses import read_body
+from batchlab.serve.responses import EventStream, error_response, read_body
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
 from batchlab.serve.output import ChoiceText, prompt_entries
@@ -256,7 +255,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
     if gen.stream:
         stream = (_stream(st, job, created, prompt_lps) if shared is None
                   else _stream_samples(st, job, shared, created, prompt_lps))
-        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return EventStream(stream, headers={"Cache-Control": "no-cache"})
     return await _complete(request, st, job, shared or job.tokens, created, prompt_lps)
 
 
@@ -317,14 +316,15 @@ async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
                 if choice.finished:
                     done = True
                     break
+            if done:   # the stream's end goes out with its last events, in one write
+                if gen.include_usage:
+                    events.append(protocol.usage_chunk(job.id, created, st.limits.model, gen.chat,
+                                                       len(gen.prompt), choice.count, job.cached_tokens))
+                events.append(protocol.DONE)
             yield "".join(events)
             if not written and choice.count:   # resumed once the first token's event is sent
                 written = True
                 st.metrics.first_write.observe(st.loop.now() - job.request.token_times[0])
-        if gen.include_usage:
-            yield protocol.usage_chunk(job.id, created, st.limits.model, gen.chat, len(gen.prompt),
-                                       choice.count, job.cached_tokens)
-        yield protocol.DONE
     finally:
         st.active -= 1
         st.inflight.pop(job.id, None)

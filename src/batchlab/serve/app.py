@@ -38,6 +38,7 @@ from starlette.routing import Route
 from batchlab.request import Request
 from batchlab.serve import info, protocol, served_log
 from batchlab.serve.responses import EventStream, error_response, read_body
+from batchlab.serve.seeds import seed_state
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
 from batchlab.serve.output import ChoiceText, prompt_entries
@@ -77,7 +78,7 @@ class ServeState:
 
     def default_seed(self, n: int) -> int:
         """A request without a seed samples from (server seed, its arrival number)."""
-        return int(np.random.SeedSequence([self.seed, n]).generate_state(1, dtype=np.uint64)[0] >> 1)
+        return seed_state([self.seed, n]) >> 1   # numpy's SeedSequence's, without its arrays
 
     @property
     def sampling_fields(self) -> frozenset:

@@ -28,7 +28,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest

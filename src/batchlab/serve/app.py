@@ -85,7 +85,7 @@ class ServeState:
         return getattr(self.loop.executor, "sampling_fields", frozenset())
 
 
-def create_app(state: ServeState) -> Starlette:
+def create_app(state: ServeState) -> ServeApp:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         state.wake = asyncio.Event()
@@ -98,7 +98,7 @@ def create_app(state: ServeState) -> Starlette:
         if pump is not None:
             pump.cancel()
 
-    app = Starlette(routes=[
+    app = ServeApp(routes=[
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
@@ -109,6 +109,28 @@ def create_app(state: ServeState) -> Starlette:
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.serve = state
     return app
+
+
+class ServeApp(Starlette):
+    """Starlette, with the two generation routes taken straight to their handler: every
+    request's way to the engine skips the middleware stack and the route table (the handler
+    catches its own ApiErrors; an unexpected exception is answered as Starlette's error
+    middleware answers it, with the 500 error object, and raised on for the server to log).
+    Every other path, method and scope is Starlette's."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        chat = GENERATION_PATHS.get(scope.get("path")) if scope["type"] == "http" else None
+        if chat is None or scope["method"] != "POST" or scope.get("root_path"):
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        request = HttpRequest(scope, receive)
+        try:
+            response = await _generate(request, chat)
+        except Exception as exc:   # nothing was sent yet: the 500 error object, then the traceback
+            await (await _server_error(request, exc))(scope, receive, send)
+            raise
+        await response(scope, receive, send)   # a failure once it has begun ends it, logged
 
 
 async def _http_error(request: HttpRequest, exc: HTTPException) -> Response:
@@ -167,6 +189,9 @@ async def drain(st: ServeState, timeout_s: float) -> int:
 def _failure(item) -> ApiError:
     """What ended a request early, as an error object: a cut, or the engine's failure."""
     return item if isinstance(item, ApiError) else ApiError(500, item, kind="server_error")
+
+
+GENERATION_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}   # path -> chat
 
 
 async def completions(request: HttpRequest) -> Response:

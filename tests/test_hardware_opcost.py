@@ -342,10 +342,17 @@ def test_a_plain_mlps_activation_runs_pytorchs_flat_elementwise_kernel():
     assert op_class("act", plain) == "add" and op_class("act", LLAMA3) == "act"
     params = class_params(A100)["add"]
     assert params.flat and params.row_rate == 0.0
-    # A flat kernel takes its launch floor or its stream, the longer, whatever the row's width.
-    few, many = uniform_shape(1, 0, 4), uniform_shape(1, 0, 4096)
+    # A flat kernel's time is its launch floor and its stream of bytes combined (the smooth
+    # maximum of order FLAT_ROOFLINE_P): a few tokens are all floor, whatever the row's width;
+    # thousands all stream.
+    from batchlab.hardware.opcost import FLAT_ROOFLINE_P, roofline
+
+    few, many = uniform_shape(1, 0, 1), uniform_shape(1, 0, 4096)
+    rate = A100.mem_bandwidth * A100.add_mbu
     for model in (plain, dataclasses.replace(plain, ffn=4 * plain.ffn)):
         dims = Dims.of(model, 1)
-        assert op_time(params, *op_work("act", dims, few)) == A100.add_floor_s
+        work = op_work("act", dims, few)
+        assert op_time(params, *work) == roofline(A100.add_floor_s, work[1] / rate, FLAT_ROOFLINE_P)
+        assert op_time(params, *work) < 1.1 * A100.add_floor_s
         work = op_work("act", dims, many)
-        assert op_time(params, *work) == pytest.approx(work[1] / (A100.mem_bandwidth * A100.add_mbu))
+        assert op_time(params, *work) == pytest.approx(work[1] / rate, rel=0.01)

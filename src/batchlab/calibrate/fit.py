@@ -34,6 +34,7 @@ from batchlab.calibrate.profiles import ProfilePoint
 from batchlab.errors import InputError
 from batchlab.io_checks import brief
 from batchlab.hardware.opcost import (
+    FLAT_ROOFLINE_P,
     OP_CLASS,
     ClassParams,
     Dims,
@@ -257,8 +258,8 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
             memory = nbytes / (bw * mbu)
             if waves is not None:
                 memory = np.maximum(memory, waves * cols / (v[f"{group}_row_bandwidth"] * GB))
-            if group in FLAT_KERNELS:   # the launch floor or the stream, the longer (opcost)
-                return np.maximum(np.maximum(compute, memory), floor * US)
+            if group in FLAT_KERNELS:   # the launch floor and the stream (opcost.op_time)
+                return roofline(floor * US, np.maximum(compute, memory), FLAT_ROOFLINE_P)
             compute_floor = v.get("matmul_compute_floor_s")   # the floor by regime, when fitted
             fixed = kernel_floor(floor * US, None if compute_floor is None else compute_floor * US,
                                  compute, memory)

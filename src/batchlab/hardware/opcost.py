@@ -7,6 +7,9 @@ o (output projection), add, norm, up (gate and up, fused), act, down, add; and t
 the step's activations when tp > 1. The first stage adds the embedding gather, the last the final
 norm and the LM head over the sequences that emit. Vidur (Agrawal et al., MLSys 2024) splits a
 step into the same operators; its profiles (`batchlab calibrate`) are what the parameters come from.
+The norms and adds follow the model's config as vLLM composes them (`layer_ops`): a sequential
+RMSNorm block fuses each add into the next norm (add_norm), a parallel block runs one norm and
+two adds.
 
 Each operator of class c with FLOPs F, bytes B and R rows (tokens, or sequences for attention)
 costs
@@ -53,7 +56,7 @@ Two refinements of a GPU's products (calibrated presets; None leaves the formula
   2.1 us and the second at 9.7 us; with one floor for both, the products of a one-token
   TP 8 layer were priced 11-77% above their measured 4-12 us (docs/fidelity.md).
 
-Per-token kernels (norm, rope, kv_write, add, act, embedding) run one thread block per token.
+Per-token kernels (norm, add_norm, rope, kv_write, act, embedding) run one thread block per token.
 With `<kernel>_rows_per_sm` and `<kernel>_row_bandwidth` a block streams its row's bytes at
 the row bandwidth, rows_per_sm * sm_count rows at a time, so the memory term is
 
@@ -61,7 +64,9 @@ the row bandwidth, rows_per_sm * sm_count rows at a time, so the memory term is
 
 A decode's few rows take one row's time, however few: the profiled norm takes 4 us from 1 to
 264 tokens on an H100 (two rows per SM, 132 SMs) and 7 us from 272, and an activation's time
-follows its row width, which tp divides. The parameters describe the GPU's
+follows its row width, which tp divides. PyTorch's residual add (and a plain MLP's activation,
+`op_class`) is instead a flat kernel over the whole tensor: its floor and its stream combined
+smoothly (`FLAT_ROOFLINE_P`), whatever the rows' width. The parameters describe the GPU's
 kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPERATOR_FIELDS) and
 a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
 up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,

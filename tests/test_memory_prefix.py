@@ -247,6 +247,19 @@ def test_integrity_catches_the_pool_and_the_keys_disagreeing():
     with pytest.raises(AssertionError, match="keys disagree"):
         m.check_integrity()
 
+
+def test_integrity_catches_a_held_block_cached_under_other_content():
+    m = PrefixCacheMemory(64, block_size=4)
+    a = request("a", range(9))
+    admit(m, a)
+    m.observe(0.0)                                # its full blocks are keyed
+    first = m.block_table(a)[0]
+    del m.index.cached[m.index.key_of[first]]
+    m.index.cached[999] = first                   # the index and the block agree, the content not
+    m.index.key_of[first] = 999
+    with pytest.raises(AssertionError, match="a block 0 holds other content"):
+        m.check_integrity()
+
 # --- through the engine ---------------------------------------------------------------------------
 
 def run(rows, memory, **config):

@@ -32,6 +32,7 @@ class BlockPool:
         # Cached blocks no one holds, oldest first: free, but evicted only when the plain free
         # list is empty (an OrderedDict: a plain dict's iteration slows after deletes at its front).
         self.idle: OrderedDict[int, None] = OrderedDict()
+        self._every_block: list[int] = []   # 0 .. total-1, made at the first check
 
     def available(self) -> int:
         """Blocks an allocation can take now: plain free ones and idle cached ones."""
@@ -74,17 +75,23 @@ class BlockPool:
         free, idle and held blocks, each counted once, are the pool's blocks exactly, and each
         held block's references are its holders. False sends `_find_fault` to name the fault."""
         held = list(chain.from_iterable(tables))
-        counts = Counter(held)
-        if self.extra_refs != len(held) - len(counts) or (not self.ref and len(counts) != len(held)):
+        if self.ref:
+            counts = Counter(held)
+            if self.extra_refs != len(held) - len(counts):
+                return False
+            held = list(counts)
+        elif self.extra_refs:
             return False
-        blocks = [*self.free, *self.idle, *counts]
+        blocks = self.free + [*self.idle, *held]
         blocks.sort()   # the free list is mostly one descending run, each table an ascending one
-        if blocks != list(range(self.total)):
+        if len(self._every_block) != self.total:
+            self._every_block = list(range(self.total))
+        if blocks != self._every_block:   # a block missing, twice, or not the pool's
             return False
         if not self.ref:
             return True
         ref = self.ref.__getitem__
-        return list(map(ref, counts)) == list(counts.values()) and not any(map(ref, self.free)) \
+        return list(map(ref, held)) == list(counts.values()) and not any(map(ref, self.free)) \
             and not any(map(ref, self.idle))
 
     def _find_fault(self, tables: list[list[int]], name: str) -> None:

@@ -12,7 +12,8 @@ conftest), never from one another or from conftest.
 - `ARRIVAL`, `OFFSETS`, `TIMES`, `SERVED`: a hand-made trace of four requests;
 - `small_sweep`: a four-point sweep config;
 - `count_colours`: distinct colours of a rendered figure;
-- `imported_modules`: every module a source file imports;
+- `source_tree`: a source file's syntax tree, parsed once a run; `imported_modules`: every
+  module a source file imports;
 - `main_within`: the CLI's exit code, or a failure if it hangs.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -202,12 +204,18 @@ def count_colours(img) -> int:
     return len(np.unique(packed))
 
 
+@functools.cache
+def source_tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once for every test that scans the source (read it only)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imported_modules(path: Path, root: Path = SRC.parent) -> set[str]:
     """Every module a file imports, at the top or inside functions, relative imports resolved
     (`root` holds the top-level package)."""
     package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(source_tree(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -9,7 +9,7 @@ costs the same, bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -130,6 +130,11 @@ class RooflinePrice:
     memory_rate: float
     overhead: float
     expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
+    # a decode step's FLOPs per sequence and per cached token, bytes per sequence (decode_totals)
+    per_decode: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_decode", (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be))
 
     @classmethod
     def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
@@ -159,28 +164,37 @@ class RooflinePrice:
         """One step of `batch` decodes over `cached` tokens in all."""
         return self.seconds(*self.decode_totals(batch, cached)[:2])
 
-    def decode_steps(self, batch: int, cached: int):
-        """The times of decode steps of `batch` sequences from `cached` tokens on, one after
-        another without end (every sequence one token longer each step), for a caller that runs
-        them one at a time: the integer sums grow by what one step adds (the same integers, so
-        the same floats as `decode`)."""
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+        """The times of up to `steps` decode steps of `batch` sequences from `cached` tokens on
+        (every sequence one token longer each step), run back to back from `start`, up to the
+        first that ends at or after `until`: for a caller that runs them one at a time. The
+        integer sums grow by what one step adds (the same integers, so the same floats as
+        `decode`), as doubles where every one is below FLOAT_EXACT: doubles add them exactly."""
         flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
-        while True:
-            compute_s = float(flops) / compute_rate
-            memory_s = float(nbytes) / memory_rate
-            yield (compute_s if compute_s > memory_s else memory_s) + overhead
+        if flops + more_flops * steps <= FLOAT_EXACT and nbytes + more_bytes * steps <= FLOAT_EXACT:
+            flops, nbytes, more_flops, more_bytes = float(flops), float(nbytes), float(more_flops), float(more_bytes)
+        times = []
+        for _ in range(steps):
+            compute_s = flops / compute_rate   # an int over a float is the int as a double over it
+            memory_s = nbytes / memory_rate
+            duration = (compute_s if compute_s > memory_s else memory_s) + overhead
+            times.append(duration)
+            start += duration
+            if start >= until:
+                break
             flops += more_flops
             nbytes += more_bytes
+        return times
 
     def decode_totals(self, batch: int, cached: int) -> tuple[int, int, int, int]:
         """A step of `batch` decodes over `cached` tokens in all: its (FLOPs, bytes) and what
         each grows by per step of a run (every sequence one token longer)."""
-        per_batch_f, per_cached_f = self.fn + self.fe + 2 * self.fa, 2 * self.fa
-        flops = per_batch_f * batch + per_cached_f * cached
+        per_batch_f, per_cached_f, per_batch_b = self.per_decode
         weights = self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(batch)
-        nbytes = weights + (self.bn + self.be) * batch + self.bp * cached
-        return flops, nbytes, per_cached_f * batch, self.bp * batch
+        bp = self.bp
+        return (per_batch_f * batch + per_cached_f * cached, weights + per_batch_b * batch + bp * cached,
+                per_cached_f * batch, bp * batch)
 
     def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:
         """Times of `steps` decode steps of `batch` sequences over `cached` tokens at the first

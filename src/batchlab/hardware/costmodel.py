@@ -14,8 +14,6 @@ With tp = pp = 1 it is cost.step_time itself, with its exact integer FLOPs and b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from itertools import islice
 from typing import Protocol
 
 import numpy as np
@@ -111,8 +109,8 @@ class CostModel:
             return self._ops.decode_run_sums(batch, past, steps)
         if self.layout.trivial:   # past int64's safe range (None), each step alone from exact integers
             durations = self.sums_price.decode_run(batch, past, steps)
-            return durations if durations is not None else np.fromiter(
-                islice(self.sums_price.decode_steps(batch, past), steps), np.float64, steps)
+            return durations if durations is not None else np.array(
+                self.sums_price.decode_times(batch, past, steps, 0.0, math.inf), dtype=np.float64)
         j = np.arange(steps, dtype=np.int64)
         shape = Shape(float(batch), float(batch), float(batch), float(batch),
                       (past + batch * j).astype(np.float64), 0.0, 0.0, 0.0, 0.0)
@@ -145,9 +143,9 @@ class SumsPrice(Protocol):
     sum n_new * (2 n_past + n_new + 1), the sequences that emit a token, and those that carried
     on from the step before (`carried`: only a host's CPU time reads it, executor/host.py).
     A pure-decode step of `batch` sequences over `cached` tokens in all is `decode`; the steps
-    of a run of them (every sequence one token longer each step) come one at a time, each
-    priced when it is asked for (`decode_steps`), or as an array (`decode_run`), all equal to
-    `step` bit for bit.
+    of a run of them (every sequence one token longer each step) come as a list, up to the
+    first that ends at a given time, for a caller that runs them one at a time (`decode_times`),
+    or as an array (`decode_run`), all equal to `step` bit for bit.
     `run_min`: the steps below which pricing a run as an array costs more than one at a time.
     """
 
@@ -158,7 +156,7 @@ class SumsPrice(Protocol):
 
     def decode(self, batch: int, cached: int) -> float: ...
 
-    def decode_steps(self, batch: int, cached: int) -> Iterator[float]: ...
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]: ...
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:
@@ -166,12 +164,15 @@ class SumsPrice(Protocol):
         slot comes first holding it, so that np.add.accumulate of the array gives their ends."""
 
 
-def decode_steps(decode, batch: int, cached: int) -> Iterator[float]:
-    """SumsPrice.decode_steps from a price of one decode step (`decode`): each step priced
-    alone, when it is asked for."""
-    while True:
-        yield decode(batch, cached)
-        cached += batch
+def decode_times(decode, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+    """SumsPrice.decode_times from a price of one decode step (`decode`): each step priced alone."""
+    times = []
+    for j in range(steps):
+        times.append(decode(batch, cached + batch * j))
+        start += times[-1]
+        if start >= until:
+            break
+    return times
 
 
 class ShapePrice:
@@ -195,8 +196,8 @@ class ShapePrice:
     def decode(self, batch: int, cached: int) -> float:
         return self.step(batch, cached, 0, 0, 0, 0, batch)
 
-    def decode_steps(self, batch: int, cached: int) -> Iterator[float]:
-        return decode_steps(self.decode, batch, cached)
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+        return decode_times(self.decode, batch, cached, steps, start, until)
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:

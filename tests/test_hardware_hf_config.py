@@ -40,6 +40,7 @@ PUBLISHED = {
     "google__gemma-3-1b-it": 1.0e9,                 # safetensors: 1.0B
     "google__gemma-3-27b-it": 27.4e9,               # safetensors: 27.4B (vision tower included)
     "microsoft__Phi-3-mini-4k-instruct": 3.82e9,    # model card: 3.8B; safetensors 3.82B
+    "microsoft__phi-2": 2.78e9,                     # safetensors: 2.78B (model card: 2.7B)
 }
 # Activated parameters where published: the experts a token reaches and the vocabulary
 # matrices each publisher counts (Mistral and Qwen the embedding and the LM head, OpenAI and

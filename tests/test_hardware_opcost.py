@@ -14,11 +14,14 @@ from batchlab.executor.costed import RooflineExecutor
 from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, step_cost
 from batchlab.hardware.costmodel import CostModel, max_batch_under_cost
 from batchlab.hardware.opcost import (
-    LAYER_OPS,
+    ATTENTION_OPS,
+    DENSE_MLP_OPS,
     OP_CLASS,
     Dims,
     OperatorCost,
     class_params,
+    layer_ops,
+    op_class,
     op_time,
     op_work,
     shape_of,
@@ -152,10 +155,9 @@ def test_step_time_is_the_layers_plus_the_ends_plus_cpu():
     cost = OperatorCost(LLAMA3, gpu)
     shape = shape_of(MIXED)
     params = class_params(gpu)
-    from batchlab.hardware.opcost import OP_CLASS
-
     layer = sum(count * op_time(params[OP_CLASS[n]], *op_work(n, cost.dims, shape))
-                for n, count in LAYER_OPS if op_work(n, cost.dims, shape) is not None)
+                for n, count in layer_ops(LLAMA3, ATTENTION_OPS, DENSE_MLP_OPS)
+                if op_work(n, cost.dims, shape) is not None)
     ends = sum(op_time(params[OP_CLASS[n]], *op_work(n, cost.dims, shape))
                for n in ("embedding", "final_norm", "lm_head"))
     # the preset's engine time per step (vLLM's) is CPU time too
@@ -267,3 +269,90 @@ def test_one_row_products_take_the_matrix_vector_regime_when_the_spec_has_one():
     run = cost.decode_run([100], 3)
     for j in range(3):
         assert run[j] == cost.step_time(uniform_shape(1, 100 + j, 1))
+
+
+def _norms_and_adds(model):
+    ops = dict.fromkeys(("norm", "add_norm", "add"), 0)
+    for name, count in layer_ops(model, ATTENTION_OPS, DENSE_MLP_OPS):
+        if name in ops:
+            ops[name] += count
+    return ops
+
+
+def test_a_layer_is_composed_as_vllm_composes_the_models_block():
+    # Llama (vLLM's llama.py): the residual goes into each RMSNorm, fused_add_rms_norm adds and
+    # normalises in one kernel: two of them, no add of its own.
+    assert _norms_and_adds(LLAMA3) == {"norm": 0, "add_norm": 2, "add": 0}
+    # Gemma 2/3 (gemma2.py): two fused pre-norms and two plain post-norms.
+    gemma = dataclasses.replace(LLAMA3, post_norms=True)
+    assert _norms_and_adds(gemma) == {"norm": 2, "add_norm": 2, "add": 0}
+    # phi-2 (phi.py): attention and MLP off one LayerNorm, summed with the residual: two adds.
+    phi = dataclasses.replace(LLAMA3, norm="layer", parallel_block=True, mlp_matrices=2)
+    assert _norms_and_adds(phi) == {"norm": 1, "add_norm": 0, "add": 2}
+    # OPT (opt.py): LayerNorm before attention and before the MLP, PyTorch's adds.
+    opt = dataclasses.replace(LLAMA3, norm="layer", mlp_matrices=2)
+    assert _norms_and_adds(opt) == {"norm": 2, "add_norm": 0, "add": 2}
+    # An engine that does not fuse (batchlab's numpy model, Vidur's profiles) says so.
+    assert _norms_and_adds(dataclasses.replace(LLAMA3, fused_add_norm=False)) == {
+        "norm": 2, "add_norm": 0, "add": 2}
+    # The products and attention are the same in every composition, in order.
+    for model in (LLAMA3, gemma, phi, opt):
+        names = [n for n, _ in layer_ops(model, ATTENTION_OPS, DENSE_MLP_OPS)]
+        assert [n for n in names if n not in ("norm", "add_norm", "add")] == [
+            "qkv", "rope", "kv_write", "attn_prefill", "attn_decode", "o", "up", "act", "down"]
+
+
+def test_the_fused_add_norm_moves_both_arrays_and_a_layer_norm_its_bias():
+    dims, shape = Dims.of(LLAMA3, 1), uniform_shape(1, 0, 100)
+    norm, fused = op_work("norm", dims, shape), op_work("add_norm", dims, shape)
+    h = 4096
+    # RMSNorm: read and write T x H, read the gain; fused: read x and the residual, write both.
+    assert norm[1] == 2 * (2 * 100 * h + h) and fused[1] == 2 * (4 * 100 * h + h)
+    assert fused[3] == 2 * 5 * h and norm[3] == 2 * 3 * h
+    layer = Dims.of(dataclasses.replace(LLAMA3, norm="layer", parallel_block=True), 1)
+    assert op_work("norm", layer, shape)[1] == 2 * (2 * 100 * h + 2 * h)
+
+
+def test_every_layer_of_a_step_carries_its_composition():
+    """A Llama step is its fused add-norms where the unfused step had norms and adds."""
+    shape = shape_of(MIXED)
+    fused, plain = OperatorCost(LLAMA3, A100), OperatorCost(
+        dataclasses.replace(LLAMA3, fused_add_norm=False), A100)
+    one = {name: op_time(class_params(A100)[OP_CLASS[name]], *op_work(name, fused.dims, shape))
+           for name in ("norm", "add_norm", "add")}
+    gap = 32 * (2 * one["norm"] + 2 * one["add"] - 2 * one["add_norm"])
+    assert plain.step_time(shape) - fused.step_time(shape) == pytest.approx(gap, rel=1e-9)
+    rows = {r.op: r for r in fused.breakdown(shape)}
+    assert rows["add_norm"].count == 64 and "add" not in rows
+    assert sum(r.time_s for r in rows.values()) == pytest.approx(fused.step_time(shape), rel=1e-12)
+
+
+def test_an_moe_layer_has_both_norms():
+    from batchlab.hardware import resolve_model
+
+    cost = OperatorCost(resolve_model("mistralai/Mixtral-8x7B-v0.1"), H100)
+    assert any(moe for _, moe, _, _ in cost.kinds)
+    for ops, _, _, _ in cost.kinds:
+        names = [n for n, _ in ops]
+        assert names.count("add_norm") == 2 and names.count("norm") == 0
+
+
+def test_a_plain_mlps_activation_runs_pytorchs_flat_elementwise_kernel():
+    plain = dataclasses.replace(LLAMA3, mlp_matrices=2)
+    assert op_class("act", plain) == "add" and op_class("act", LLAMA3) == "act"
+    params = class_params(A100)["add"]
+    assert params.flat and params.row_rate == 0.0
+    # A flat kernel's time is its launch floor and its stream of bytes combined (the smooth
+    # maximum of order FLAT_ROOFLINE_P): a few tokens are all floor, whatever the row's width;
+    # thousands all stream.
+    from batchlab.hardware.opcost import FLAT_ROOFLINE_P, roofline
+
+    few, many = uniform_shape(1, 0, 1), uniform_shape(1, 0, 4096)
+    rate = A100.mem_bandwidth * A100.add_mbu
+    for model in (plain, dataclasses.replace(plain, ffn=4 * plain.ffn)):
+        dims = Dims.of(model, 1)
+        work = op_work("act", dims, few)
+        assert op_time(params, *work) == roofline(A100.add_floor_s, work[1] / rate, FLAT_ROOFLINE_P)
+        assert op_time(params, *work) < 1.1 * A100.add_floor_s
+        work = op_work("act", dims, many)
+        assert op_time(params, *work) == pytest.approx(work[1] / rate, rel=0.01)

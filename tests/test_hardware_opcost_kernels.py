@@ -202,3 +202,31 @@ def test_the_shortest_tile_is_checked():
         dataclasses.replace(SMOOTH, matmul_tile_rows=128, matmul_min_tile_rows=0)
     with pytest.raises(InputError, match="matmul_min_tile_rows"):
         dataclasses.replace(SMOOTH, matmul_tile_rows=128, matmul_min_tile_rows=1.5)
+
+
+def test_the_flat_add_is_fitted_without_rows_and_transfers_across_widths():
+    """PyTorch's add spreads a tensor over the GPU: the fit offers it no rows per SM, recovers
+    its floor and efficiency, and its time at a few tokens is the same for any hidden width
+    (where a per-row kernel's grows with the row)."""
+    from batchlab.hardware.opcost import FLAT_ROOFLINE_P, roofline
+
+    true = dataclasses.replace(BARE, add_mbu=0.9, add_floor_s=2e-6)
+    points = []
+    for tokens in (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096):
+        for tp in (1, 2):
+            point = ProfilePoint("synthetic", 0, "add", tokens, 1, 0, tp, 1.0, LLAMA2)
+            point.ms = predict_ms(point, true)
+            points.append(point)
+    gpu = fit(points, BARE).gpu
+    assert (gpu.add_rows_per_sm, gpu.add_row_bandwidth) == (None, None)
+    assert gpu.add_mbu == pytest.approx(0.9, rel=1e-4) and gpu.add_floor_s == pytest.approx(2e-6, rel=1e-4)
+    wide = dataclasses.replace(LLAMA2, hidden=8192, n_heads=64, n_kv_heads=64)
+    params = class_params(gpu)["add"]
+    for model in (LLAMA2, wide):
+        work = op_work("add", Dims.of(model, 1), uniform_shape(1, 0, 2))
+        memory = work[1] / (gpu.mem_bandwidth * gpu.add_mbu)
+        assert op_time(params, *work) == roofline(2e-6 * (gpu.add_floor_s / 2e-6), memory,
+                                                  FLAT_ROOFLINE_P)
+    small = [op_time(params, *op_work("add", Dims.of(m, 1), uniform_shape(1, 0, 2)))
+             for m in (LLAMA2, wide)]
+    assert small[1] / small[0] < 1.01   # the launch's latency, not the row's bytes

@@ -34,6 +34,7 @@ from batchlab.calibrate.profiles import ProfilePoint
 from batchlab.errors import InputError
 from batchlab.io_checks import brief
 from batchlab.hardware.opcost import (
+    FLAT_ROOFLINE_P,
     OP_CLASS,
     ClassParams,
     Dims,
@@ -41,6 +42,7 @@ from batchlab.hardware.opcost import (
     class_params,
     MIN_TILE_ROWS,
     kernel_floor,
+    op_class,
     op_time,
     op_work,
     paid_rows,
@@ -49,7 +51,7 @@ from batchlab.hardware.opcost import (
     uniform_shape,
 )
 from batchlab.hardware.parallel import Layout, allreduce_s, send_s
-from batchlab.hardware.specs import ROW_KERNELS, GPUSpec
+from batchlab.hardware.specs import FLAT_KERNELS, ROW_KERNELS, GPUSpec
 
 US = 1e-6
 GB = 1e9
@@ -78,7 +80,7 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[Param, ...]]] = {
         # products of a few query rows) the efficiency has no gradient at the first.
         Param("attn_decode_mbu", 1.0, *EFF, (0.7, 0.1)),
         Param("attn_decode_floor_s", US, 0.0, 1e5, (5.0,)))),
-    "norm": (("norm", "final_norm"), (
+    "norm": (("norm", "final_norm", "add_norm"), (
         Param("norm_mbu", 1.0, *EFF, (0.5,)), Param("norm_floor_s", US, 0.0, 1e5, (2.0,)))),
     "elementwise": (("kv_write",), (
         Param("elementwise_mbu", 1.0, *EFF, (0.5,)),
@@ -126,6 +128,16 @@ HOLD_OUT_FIELDS = ("op", "tp", "tokens", "batch", "context", "source")
 SEARCH_POINTS = 5_000
 
 
+def group_of(point: ProfilePoint) -> str:
+    """The parameter group a point is fitted in: its operator's, or where the model runs the
+    operator on another class's kernel (a plain MLP's activation, `op_class`) that class's."""
+    if point.model is not None and point.op in OP_CLASS:
+        kind = op_class(point.op, point.model)
+        if kind != OP_CLASS[point.op] and kind in GROUPS:
+            return kind
+    return GROUP_OF[point.op]
+
+
 def predict_ms(point: ProfilePoint, gpu: GPUSpec) -> float:
     """What the operators model says the point should take, in ms."""
     if point.op == "all_reduce":
@@ -136,7 +148,8 @@ def predict_ms(point: ProfilePoint, gpu: GPUSpec) -> float:
     if point.op == "step":
         return float(OperatorCost(point.model, gpu, Layout(tp=point.tp)).step_time(shape)) * 1e3
     work = op_work(point.op, Dims.of(point.model, point.tp), shape)
-    return point.instances * float(op_time(class_params(gpu)[OP_CLASS[point.op]], *work)) * 1e3
+    return point.instances * float(op_time(class_params(gpu)[op_class(point.op, point.model)],
+                                           *work)) * 1e3
 
 
 def group_params(group: str, gpu: GPUSpec) -> tuple[Param, ...]:
@@ -189,10 +202,13 @@ def matmul_candidates(gpu: GPUSpec) -> list[dict]:
 
 def row_candidates(group: str, gpu: GPUSpec) -> list[dict]:
     """The rows per SM a per-token kernel's fit tries: on a GPU base none and ROWS_PER_SM, the
-    profiles choosing; on any other base its own."""
+    profiles choosing; on any other base its own. PyTorch's flat elementwise kernels
+    (FLAT_KERNELS) spread all of a tensor's elements over the GPU, whatever its rows: none."""
     if group not in ROW_KERNELS:
         return [{}]
     field = f"{group}_rows_per_sm"
+    if group in FLAT_KERNELS:
+        return [{field: None}]
     if gpu.sm_count is None:
         return [{field: getattr(gpu, field)}]
     return [{field: None}] + [{field: n} for n in ROWS_PER_SM]
@@ -242,6 +258,8 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
             memory = nbytes / (bw * mbu)
             if waves is not None:
                 memory = np.maximum(memory, waves * cols / (v[f"{group}_row_bandwidth"] * GB))
+            if group in FLAT_KERNELS:   # the launch floor and the stream (opcost.op_time)
+                return roofline(floor * US, np.maximum(compute, memory), FLAT_ROOFLINE_P)
             compute_floor = v.get("matmul_compute_floor_s")   # the floor by regime, when fitted
             fixed = kernel_floor(floor * US, None if compute_floor is None else compute_floor * US,
                                  compute, memory)
@@ -380,7 +398,7 @@ def fit(points: list[ProfilePoint], base: GPUSpec, hold_out=(), name: str | None
     fitted: dict[str, int] = {}
     by_group: dict[str, list[ProfilePoint]] = {}
     for p in train:
-        by_group.setdefault(GROUP_OF[p.op], []).append(p)
+        by_group.setdefault(group_of(p), []).append(p)
     for group in GROUPS:  # in order: attn_decode reads attn_prefill's fitted mfu
         if group in by_group:
             gpu = dataclasses.replace(gpu, **_fit_group(group, by_group[group], gpu))

@@ -6,7 +6,8 @@ Formats, told apart by their columns:
 - Vidur `mlp.csv` (microsoft/vidur, data/profiling/compute/<gpu>/<model>/mlp.csv): one row per
   (num_tokens, num_tensor_parallel_workers), `time_stats.<op>.median` in ms for one layer, and
   the model's shape (n_head, n_kv_head, n_embd, n_expanded_embd, vocab_size, use_gated_mlp).
-  A file without post_attention_layernorm profiles a parallel block (phi-2): its add is two.
+  A file without post_attention_layernorm profiles a parallel block (phi-2) with PyTorch's
+  LayerNorm: its add is two; a plain MLP's activation is PyTorch's GELU (opcost.op_class).
 - Vidur `attention.csv`: `time_stats.attn_prefill.median`, `time_stats.attn_decode.median`,
   `time_stats.attn_kv_cache_save.median` with batch_size, prefill_chunk_size, kv_cache_size,
   is_prefill, n_embd, n_q_head, n_kv_head, num_tensor_parallel_workers.
@@ -169,7 +170,7 @@ def _require(path: Path, header: list[str], columns, fmt: str) -> None:
                          f"(needs {', '.join(columns)})")
 
 
-def _vidur_model(path: Path, line: int, row: dict, heads: str) -> ModelSpec:
+def _vidur_model(path: Path, line: int, row: dict, heads: str, parallel: bool = False) -> ModelSpec:
     hidden = _int(path, line, "n_embd", row["n_embd"], 1)
     n_heads = _int(path, line, heads, row[heads], 1)
     n_kv = _int(path, line, "n_kv_head", row["n_kv_head"], 1)
@@ -181,7 +182,11 @@ def _vidur_model(path: Path, line: int, row: dict, heads: str) -> ModelSpec:
     try:
         return ModelSpec(f"{path.stem}", n_layers=1, hidden=hidden, n_heads=n_heads,
                          n_kv_heads=n_kv, ffn=ffn, vocab=vocab, max_context=_ANY_CONTEXT,
-                         mlp_matrices=GATED_MLP_MATRICES if gated else PLAIN_MLP_MATRICES)
+                         mlp_matrices=GATED_MLP_MATRICES if gated else PLAIN_MLP_MATRICES,
+                         # Vidur runs PyTorch's adds, and LayerNorm for its parallel blocks
+                         # (its GPTBlock allows LayerNorm only without a post-attention norm).
+                         norm="layer" if parallel else "rms", parallel_block=parallel,
+                         fused_add_norm=False)
     except InputError as exc:
         raise InputError(f"{path.name}: row {line}: {exc}") from None
 
@@ -202,10 +207,11 @@ def _vidur_mlp(path, header, rows, medians) -> list[ProfilePoint]:
                             "n_embd", "n_expanded_embd"), "Vidur mlp.csv")
     # Vidur profiles a model without a post-attention norm (phi-2: attention and MLP in parallel
     # off one norm) as one block whose timed add is attention + MLP + residual: two adds.
-    adds = 1 if "time_stats.post_attention_layernorm.median" in header else PARALLEL_BLOCK_ADDS
+    parallel = "time_stats.post_attention_layernorm.median" not in header
+    adds = PARALLEL_BLOCK_ADDS if parallel else 1
     points = []
     for line, row in enumerate(rows, start=2):
-        model = _vidur_model(path, line, row, "n_head")
+        model = _vidur_model(path, line, row, "n_head", parallel)
         tokens = _int(path, line, "num_tokens", row["num_tokens"], 1)
         tp = _int(path, line, "num_tensor_parallel_workers", row["num_tensor_parallel_workers"], 1)
         for column, op in medians:

@@ -1,11 +1,9 @@
 """The cost-model executor: each step priced by `CostModel` (either model, any TP/PP layout).
 
-Every step is priced from the plan's sums by the cost model's one price of a step
-(`CostModel.sums_price`: the roofline on one GPU from exact integers, any other model and layout
-through the plan's `Shape`), the price the fast path and fleets use too; only the operators
-model's sliding windows, which cap each request's keys, price the plan's `Shape` with them.
-`make_executor` returns the roofline on one GPU as a RooflineExecutor. A pipelined scheduler reads `stage_time(plan)` (the beat of the pipeline)
-beside `run(plan)` (one batch end to end).
+A step is priced from the plan's sums by `CostModel.sums_price`, as the fast path and fleets
+price it; only the operators model's sliding windows, which cap each request's keys, price the
+plan's `Shape`. A pipelined scheduler reads `stage_time(plan)` (the beat of the pipeline) beside
+`run(plan)` (one batch end to end).
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from batchlab.scheduler.plan import StepPlan
 
 
 def plan_shape(plan: StepPlan, window: int = 0) -> Shape:
-    """The sums of a plan's work: its decodes, then its prefill chunks (opcost.shape_with, the
-    sums shape_of takes of SeqWorks); with a sliding window, also as windowed layers see it."""
+    """The sums of a plan's decodes and prefill chunks (opcost.shape_with); with a sliding
+    window, also as windowed layers see it."""
     if window:
         return shape_with(plan.prefills, len(plan.decodes), sum(r.computed for r in plan.decodes),
                           window, sum(min(r.computed + 1, window) for r in plan.decodes))
@@ -98,9 +96,8 @@ class CostExecutor:
 
 
 class RooflineExecutor(CostExecutor):
-    """The seed's two-parameter roofline on one GPU: every step priced from the plan's integer
-    sums (`RooflinePrice`), exactly; KV swapped to or from host memory is added at the GPU's
-    host-link bandwidth, serialised with the step (no overlap: pessimistic but simple)."""
+    """The seed's roofline on one GPU, from the plan's integer sums (`RooflinePrice`); swapped KV
+    is added at the host link's bandwidth, serialised with the step (pessimistic but simple)."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec) -> None:
         super().__init__(model, gpu, cost="roofline")

@@ -72,10 +72,8 @@ def step_coefficients(model: ModelSpec) -> tuple[int, int, int, int, int, int, i
 
 def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
             attn_units: int) -> tuple[int, int]:
-    """FLOPs and bytes of a step from its sums; attn_units = sum n_new*(2*n_past + n_new + 1).
-
-    Works on Python ints (exact) and on int64 arrays alike.
-    """
+    """FLOPs and bytes of a step from its sums (Python ints, exact, or int64 arrays);
+    attn_units = sum n_new*(2*n_past + n_new + 1)."""
     fn, fe, fa, b0, bn, bp, be = step_coefficients(model)
     reads = expert_reads(model)
     if reads is not None:
@@ -84,11 +82,8 @@ def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
 
 
 def step_time(gpu: GPUSpec, flops, nbytes):
-    """max(flops / (peak*mfu), bytes / (bandwidth*mbu)) + overhead, for scalars or arrays.
-
-    The scalar and the array paths do the same IEEE operations in the same order (int to
-    float64, divide, max, add), so an array element equals the scalar result bit for bit.
-    """
+    """max(flops / (peak*mfu), bytes / (bandwidth*mbu)) + overhead, for scalars or arrays: both
+    do the same IEEE operations in the same order, so an array element equals the scalar bit for bit."""
     if isinstance(flops, np.ndarray) or isinstance(nbytes, np.ndarray):
         compute_s = np.asarray(flops).astype(np.float64) / gpu.compute_rate
         memory_s = np.asarray(nbytes).astype(np.float64) / gpu.memory_rate
@@ -110,11 +105,10 @@ DOMINATES = 1 - 1e-9
 
 @dataclass(frozen=True, slots=True)
 class RooflinePrice:
-    """The roofline of one GPU as the price of a step from its sums, or of a run of decode
-    steps as an array (each step's FLOPs and bytes are affine in its index): `step_coefficients`
-    and `step_time` with the GPU's rates read once. Prices equal `step_time(step_totals(...))`
-    bit for bit, as ints and floats (the array path does the same IEEE operations). It is the
-    roofline's SumsPrice (costmodel.py)."""
+    """The roofline of one GPU as the roofline's SumsPrice (costmodel.py): `step_coefficients`
+    and `step_time` with the GPU's rates read once, equal to `step_time(step_totals(...))` bit
+    for bit; a run of decode steps is priced as an array (its FLOPs and bytes are affine in
+    the step), with the same IEEE operations."""
 
     # numpy's set-up of a run's arrays costs about as much as this many steps priced in Python
     run_min = 24
@@ -141,16 +135,9 @@ class RooflinePrice:
         return cls(*step_coefficients(model), gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s,
                    expert_reads(model))
 
-    def seconds(self, flops: int, nbytes: int) -> float:
-        """step_time of one step's FLOPs and bytes."""
-        compute_s = float(flops) / self.compute_rate
-        memory_s = float(nbytes) / self.memory_rate
-        return (compute_s if compute_s > memory_s else memory_s) + self.overhead
-
     def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
              prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
-        """One step's time from its sums (`SumsPrice.step`): step_totals' sums, with `seconds`
-        inline (the fast path calls it at every step that admits)."""
+        """step_totals and step_time, inline (the fast path calls it at every step that admits)."""
         sum_new = decodes + prefill_tokens
         # a decode is SeqWork(1, n_past): attention units 1*(2*n_past + 2)
         attn_units = prefill_units + 2 * decode_past + 2 * decodes
@@ -161,8 +148,7 @@ class RooflinePrice:
         return (compute_s if compute_s > memory_s else memory_s) + self.overhead
 
     def decode(self, batch: int, cached: int) -> float:
-        """One step of `batch` decodes over `cached` tokens in all."""
-        return self.seconds(*self.decode_totals(batch, cached)[:2])
+        return self.step(batch, cached, 0, 0, 0, 0, batch)
 
     def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
         """The times of up to `steps` decode steps of `batch` sequences from `cached` tokens on
@@ -188,8 +174,7 @@ class RooflinePrice:
         return times
 
     def decode_totals(self, batch: int, cached: int) -> tuple[int, int, int, int]:
-        """A step of `batch` decodes over `cached` tokens in all: its (FLOPs, bytes) and what
-        each grows by per step of a run (every sequence one token longer)."""
+        """(FLOPs, bytes) of `batch` decodes over `cached` tokens, and what each grows by a step."""
         per_batch_f, per_cached_f, per_batch_b = self.per_decode
         weights = self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(batch)
         bp = self.bp
@@ -197,9 +182,7 @@ class RooflinePrice:
                 per_cached_f * batch, bp * batch)
 
     def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:
-        """Times of `steps` decode steps of `batch` sequences over `cached` tokens at the first
-        (None if the run's integers pass int64's safe range). With `start`, one more slot
-        comes first holding it, so that np.add.accumulate of the array gives the steps' ends."""
+        """SumsPrice.decode_run: None if the run's integers pass int64's safe range."""
         flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         if max(flops + more_flops * steps, nbytes + more_bytes * steps) > INT64_SAFE:
             return None
@@ -210,23 +193,16 @@ class RooflinePrice:
         lead = 0 if start is None else 1
         f_first, b_first, n = flops - more_flops * lead, nbytes - more_bytes * lead, steps + lead
         if memory0 * DOMINATES > compute0 and memory1 * DOMINATES > compute1:   # memory-bound throughout
-            out = _seconds(b_first, more_bytes, n, self.memory_rate)
+            out = affine_range(b_first, more_bytes, n) / self.memory_rate
         elif compute0 * DOMINATES > memory0 and compute1 * DOMINATES > memory1:   # compute-bound throughout
-            out = _seconds(f_first, more_flops, n, self.compute_rate)
+            out = affine_range(f_first, more_flops, n) / self.compute_rate
         else:
-            out = _seconds(f_first, more_flops, n, self.compute_rate)
-            np.maximum(out, _seconds(b_first, more_bytes, n, self.memory_rate), out=out)
+            out = affine_range(f_first, more_flops, n) / self.compute_rate
+            np.maximum(out, affine_range(b_first, more_bytes, n) / self.memory_rate, out=out)
         out += self.overhead
         if lead:
             out[0] = start
         return out
-
-
-def _seconds(first: int, step: int, n: int, rate: float) -> np.ndarray:
-    """An affine range of flops or bytes (affine_range) over the rate that does them."""
-    out = affine_range(first, step, n)
-    out /= rate
-    return out
 
 
 def affine_range(first: int, step: int, n: int) -> np.ndarray:
@@ -247,8 +223,7 @@ def _priced(gpu: GPUSpec, flops: int, nbytes: int) -> StepCost:
 
 
 def check_works(works, caller: str) -> None:
-    """InputError, prefixed by `caller`, unless `works` is a non-empty list of SeqWork with
-    n_new >= 1 and n_past >= 0."""
+    """InputError, prefixed by `caller`, unless `works` is a non-empty list of valid SeqWork."""
     if not works:
         raise InputError(f"{caller}: field 'works' is empty; a step runs at least one SeqWork")
     for i, work in enumerate(works):

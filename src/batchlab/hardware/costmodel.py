@@ -45,9 +45,8 @@ class CostModel:
         self.model, self.gpu, self.layout, self.kind = model, gpu, layout, kind
         self._ops = OperatorCost(model, gpu, layout) if kind == "operators" else None
         self._stage_layers = stage_layers(model.n_layers, layout.pp)[0]
-        # the price of a step from its sums (SumsPrice): the roofline on one GPU from exact
-        # integers, any other model and layout through its Shape; none where a step's price
-        # needs more than its sums (the operators model's sliding windows cap each request's keys)
+        # SumsPrice: none where a step's price needs more than its sums (the operators model's
+        # sliding windows cap each request's keys)
         if kind == "roofline" and layout.trivial:
             self.sums_price: SumsPrice | None = RooflinePrice.of(model, gpu)
         elif kind == "operators" and model.sliding_window:
@@ -97,24 +96,15 @@ class CostModel:
         return self.price(shape).stage_s
 
     def decode_run(self, n_past, steps: int) -> np.ndarray:
-        """`steps` consecutive decode steps priced at once, equal to pricing each alone."""
+        """`steps` decode steps priced at once, equal to pricing each alone."""
         if self._ops is not None:
             return self._ops.decode_run(n_past, steps)
-        return self.decode_run_sums(len(n_past), sum(int(p) for p in n_past), steps)
-
-    def decode_run_sums(self, batch: int, past: int, steps: int) -> np.ndarray:
-        """`decode_run` of `batch` sequences over `past` cached tokens in all (no sliding window
-        under the operators model: its windowed layers need each sequence's tokens)."""
-        if self._ops is not None:
-            return self._ops.decode_run_sums(batch, past, steps)
-        if self.layout.trivial:   # past int64's safe range (None), each step alone from exact integers
-            durations = self.sums_price.decode_run(batch, past, steps)
-            return durations if durations is not None else np.array(
-                self.sums_price.decode_times(batch, past, steps, 0.0, math.inf), dtype=np.float64)
-        j = np.arange(steps, dtype=np.int64)
-        shape = Shape(float(batch), float(batch), float(batch), float(batch),
-                      (past + batch * j).astype(np.float64), 0.0, 0.0, 0.0, 0.0)
-        return np.asarray(self.step_time(shape), dtype=np.float64) * np.ones(steps)
+        batch, past = len(n_past), sum(int(p) for p in n_past)
+        price = self.sums_price
+        durations = price.decode_run(batch, past, steps)
+        if durations is None:   # past int64's safe range: each step alone from exact integers
+            durations = np.array(price.decode_times(batch, past, steps, 0.0, math.inf), dtype=np.float64)
+        return durations
 
     def breakdown(self, shape: Shape) -> list[OpRow]:
         """The operators model's per-operator table (the roofline has one row: the step)."""
@@ -135,18 +125,17 @@ class CostModel:
 
 
 class SumsPrice(Protocol):
-    """The price of a step from its sums: the one interface the executor, the fast path and
-    fleets price steps through, whichever cost model and layout (`CostModel.sums_price`).
+    """The price of a step from its sums, through which the executor, the fast path and fleets
+    price steps, whichever cost model and layout (`CostModel.sums_price`).
 
-    A step's sums: its one-token sequences (`decodes`, the decode kernel's) and their cached
-    tokens, its longer chunks (`prefills`) with their new and cached tokens and causal units
-    sum n_new * (2 n_past + n_new + 1), the sequences that emit a token, and those that carried
-    on from the step before (`carried`: only a host's CPU time reads it, executor/host.py).
-    A pure-decode step of `batch` sequences over `cached` tokens in all is `decode`; the steps
-    of a run of them (every sequence one token longer each step) come as a list, up to the
-    first that ends at a given time, for a caller that runs them one at a time (`decode_times`),
-    or as an array (`decode_run`), all equal to `step` bit for bit.
-    `run_min`: the steps below which pricing a run as an array costs more than one at a time.
+    A step's sums: its one-token sequences (`decodes`) and their cached tokens, its longer
+    chunks (`prefills`) with their new and cached tokens and causal units
+    sum n_new * (2 n_past + n_new + 1), the sequences that emit, and those carried on from the
+    step before (read only by a host's CPU time, executor/host.py). `decode` is a step of
+    `batch` decodes over `cached` tokens; a run of them (each one token longer a step) is priced
+    as a list up to a step count or the first step that ends at a given time, for a caller that
+    runs them one at a time (`decode_times`), or as an array (`decode_run`), all equal to `step`
+    bit for bit, the array being cheaper from `run_min` steps on.
     """
 
     run_min: int
@@ -160,8 +149,8 @@ class SumsPrice(Protocol):
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:
-        """`steps` steps' times (None: too large to price as an array); with `start`, one more
-        slot comes first holding it, so that np.add.accumulate of the array gives their ends."""
+        """`steps` steps' times (None: too large for an array); with `start` in a first slot,
+        so that np.add.accumulate of the array gives their ends."""
 
 
 def decode_times(decode, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
@@ -176,9 +165,8 @@ def decode_times(decode, batch: int, cached: int, steps: int, start: float, unti
 
 
 class ShapePrice:
-    """SumsPrice of a CostModel through its Shape: the operators model, or the roofline on a
-    tp/pp/ep layout. The Shape is the one `shape_with` takes of the same step's items, so a
-    step costs what the executor's plan of it costs, bit for bit."""
+    """SumsPrice of a CostModel through the Shape `shape_with` takes of the same step (the
+    operators model, or the roofline on a tp/pp/ep layout): what the executor's plan costs."""
 
     # one array price of a run costs about as much as this many steps priced one at a time
     run_min = 6
@@ -201,15 +189,20 @@ class ShapePrice:
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:
-        durations = self.cost.decode_run_sums(batch, cached, steps)
+        cost = self.cost
+        if cost._ops is not None:
+            durations = cost._ops.decode_run_sums(batch, cached, steps)
+        else:   # the roofline on a layout
+            j = np.arange(steps, dtype=np.int64)
+            shape = Shape(float(batch), float(batch), float(batch), float(batch),
+                          (cached + batch * j).astype(np.float64), 0.0, 0.0, 0.0, 0.0)
+            durations = np.asarray(cost.step_time(shape), dtype=np.float64) * np.ones(steps)
         return durations if start is None else np.concatenate(([start], durations))
 
 
 def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_tokens: int = 1) -> int:
-    """Largest B whose step of B x (context, new_tokens) takes <= limit_s under `cost` (0: none).
-
-    Step time grows with B under both models, so double until the limit breaks, then bisect.
-    """
+    """Largest B whose step of B x (context, new_tokens) takes <= limit_s under `cost` (0: none):
+    step time grows with B under both models, so double until the limit breaks, then bisect."""
     def fits(batch: int) -> bool:
         return float(cost.step_time(uniform_shape(batch, context, new_tokens,
                                                   window=cost.model.sliding_window))) <= limit_s
@@ -229,8 +222,7 @@ def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_toke
 
 
 def max_batch_under(model: ModelSpec, gpu: GPUSpec, limit_s: float, context: int, new_tokens: int = 1) -> int:
-    """Largest B whose step of B works SeqWork(new_tokens, context) costs <= limit_s on the seed's
-    roofline, one GPU (0 if none): `max_batch_under_cost`, its arguments checked first."""
+    """`max_batch_under_cost` on the seed's roofline, one GPU, its arguments checked first."""
     if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not limit_s > 0 \
             or not math.isfinite(limit_s):
         raise InputError(f"field 'limit_s' must be a finite number > 0, got {limit_s!r}")

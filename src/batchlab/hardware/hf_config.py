@@ -8,7 +8,7 @@ layer, a quantization method without a known weight width), a missing field.
 
 Architectures: Llama (2, 3, 3.1, 3.2, 3.3), Mistral, Mixtral, Qwen2 / Qwen2.5, Qwen2-MoE,
 Qwen3, Qwen3-MoE, DeepSeek-V2 / V3 / R1, gpt-oss, Gemma 2, Gemma 3 (text, and the multimodal
-checkpoint's text model with its vision tower's weights), Phi-3.
+checkpoint's text model with its vision tower's weights), Phi-3, phi-2 (a parallel block).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from batchlab.errors import InputError
 from batchlab.hardware.hf_quantization import weight_widths
-from batchlab.hardware.specs import GATED_MLP_MATRICES, ModelSpec
+from batchlab.hardware.specs import GATED_MLP_MATRICES, PLAIN_MLP_MATRICES, ModelSpec
 
 CONFIG_NAME = "config.json"
 # Activation dtypes a checkpoint declares (torch_dtype, or dtype in newer transformers): bf16
@@ -248,6 +248,7 @@ def _gpt_oss(c: _Config, name: str) -> dict:
 def _gemma2(c: _Config, name: str) -> dict:
     fields = _base(c, name)
     fields["tied_embeddings"] = c.bool("tie_word_embeddings", True)
+    fields["post_norms"] = True   # post_attention_ and post_feedforward_layernorm (gemma2.py)
     _even_layers_slide(c, fields)   # transformers' Gemma2: layer i slides when i is even
     return fields
 
@@ -255,6 +256,7 @@ def _gemma2(c: _Config, name: str) -> dict:
 def _gemma3_text(c: _Config, name: str) -> dict:
     fields = _base(c, name)
     fields["tied_embeddings"] = c.bool("tie_word_embeddings", True)
+    fields["post_norms"] = True   # as Gemma 2 (gemma3.py)
     windowed = _layer_types(c, fields["n_layers"])
     if windowed is None:
         # transformers' Gemma3: every sliding_window_pattern-th layer is global (default 6)
@@ -304,6 +306,16 @@ def _phi3(c: _Config, name: str) -> dict:
     return fields
 
 
+def _phi(c: _Config, name: str) -> dict:
+    """phi-2 (transformers' PhiConfig): a parallel block off one LayerNorm, attention and a
+    plain GELU MLP (fc1, fc2) summed with the residual (vLLM's phi.py); biases everywhere."""
+    fields = _base(c, name)
+    c.require("qk_layernorm", False, "norms on the queries and keys")
+    fields.update(mlp_matrices=PLAIN_MLP_MATRICES, norm="layer", parallel_block=True,
+                  qkv_bias=True)
+    return fields
+
+
 READERS = {
     "LlamaForCausalLM": _llama, "MistralForCausalLM": _mistral,
     "MixtralForCausalLM": _mixtral, "Qwen2ForCausalLM": _qwen2,
@@ -312,6 +324,7 @@ READERS = {
     "DeepseekV3ForCausalLM": _deepseek, "GptOssForCausalLM": _gpt_oss,
     "Gemma2ForCausalLM": _gemma2, "Gemma3ForCausalLM": _gemma3_text,
     "Gemma3ForConditionalGeneration": _gemma3, "Phi3ForCausalLM": _phi3,
+    "PhiForCausalLM": _phi,
 }
 
 

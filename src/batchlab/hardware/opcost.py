@@ -7,6 +7,9 @@ o (output projection), add, norm, up (gate and up, fused), act, down, add; and t
 the step's activations when tp > 1. The first stage adds the embedding gather, the last the final
 norm and the LM head over the sequences that emit. Vidur (Agrawal et al., MLSys 2024) splits a
 step into the same operators; its profiles (`batchlab calibrate`) are what the parameters come from.
+The norms and adds follow the model's config as vLLM composes them (`layer_ops`): a sequential
+RMSNorm block fuses each add into the next norm (add_norm), a parallel block runs one norm and
+two adds.
 
 Each operator of class c with FLOPs F, bytes B and R rows (tokens, or sequences for attention)
 costs
@@ -53,7 +56,7 @@ Two refinements of a GPU's products (calibrated presets; None leaves the formula
   2.1 us and the second at 9.7 us; with one floor for both, the products of a one-token
   TP 8 layer were priced 11-77% above their measured 4-12 us (docs/fidelity.md).
 
-Per-token kernels (norm, rope, kv_write, add, act, embedding) run one thread block per token.
+Per-token kernels (norm, add_norm, rope, kv_write, act, embedding) run one thread block per token.
 With `<kernel>_rows_per_sm` and `<kernel>_row_bandwidth` a block streams its row's bytes at
 the row bandwidth, rows_per_sm * sm_count rows at a time, so the memory term is
 
@@ -61,7 +64,9 @@ the row bandwidth, rows_per_sm * sm_count rows at a time, so the memory term is
 
 A decode's few rows take one row's time, however few: the profiled norm takes 4 us from 1 to
 264 tokens on an H100 (two rows per SM, 132 SMs) and 7 us from 272, and an activation's time
-follows its row width, which tp divides. The parameters describe the GPU's
+follows its row width, which tp divides. PyTorch's residual add (and a plain MLP's activation,
+`op_class`) is instead a flat kernel over the whole tensor: its floor and its stream combined
+smoothly (`FLAT_ROOFLINE_P`), whatever the rows' width. The parameters describe the GPU's
 kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPERATOR_FIELDS) and
 a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
 up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,
@@ -104,11 +109,17 @@ from batchlab.hardware.parallel import (
     stage_layers,
 )
 from batchlab.hardware.shapes import WEIGHT_BITS, experts_touched_skewed, kv_value_bytes
-from batchlab.hardware.specs import ROW_KERNELS, GPUSpec, ModelSpec
+from batchlab.hardware.specs import (
+    FLAT_KERNELS,
+    PLAIN_MLP_MATRICES,
+    ROW_KERNELS,
+    GPUSpec,
+    ModelSpec,
+)
 
-# Operators and their classes; the order is the order of a layer (then once per step).
+# Operators and their classes.
 OP_CLASS = {
-    "norm": "norm", "qkv": "matmul", "rope": "rope", "kv_write": "elementwise",
+    "norm": "norm", "add_norm": "norm", "qkv": "matmul", "rope": "rope", "kv_write": "elementwise",
     "attn_prefill": "attn_prefill", "attn_decode": "attn_decode", "o": "matmul",
     "add": "add", "up": "matmul", "act": "act", "down": "matmul",
     "embedding": "embedding", "final_norm": "norm", "lm_head": "matmul",
@@ -118,20 +129,21 @@ OP_CLASS = {
     "router": "matmul", "expert_up": "matmul", "expert_act": "act", "expert_down": "matmul",
     "shared_up": "matmul", "shared_act": "act", "shared_down": "matmul", "kv_up": "matmul",
 }
-# (operator, instances per layer).
-LAYER_OPS = (("norm", 2), ("qkv", 1), ("rope", 1), ("kv_write", 1), ("attn_prefill", 1),
-             ("attn_decode", 1), ("o", 1), ("add", 2), ("up", 1), ("act", 1), ("down", 1))
-_ATTENTION_OPS = LAYER_OPS[:7]
-MLA_OPS = (("norm", 2), ("qkv", 1), ("kv_up", 1), ("rope", 1), ("kv_write", 1),
-           ("attn_prefill", 1), ("attn_decode", 1), ("o", 1), ("add", 2))
+# A layer's operators between its norms and adds (operator, instances per layer); `layer_ops`
+# composes a layer from them and the model's config.
+ATTENTION_OPS = (("qkv", 1), ("rope", 1), ("kv_write", 1), ("attn_prefill", 1),
+                 ("attn_decode", 1), ("o", 1))
+MLA_ATTENTION_OPS = (("qkv", 1), ("kv_up", 1), ("rope", 1), ("kv_write", 1),
+                     ("attn_prefill", 1), ("attn_decode", 1), ("o", 1))
+DENSE_MLP_OPS = (("up", 1), ("act", 1), ("down", 1))
 MOE_OPS = (("router", 1), ("expert_up", 1), ("expert_act", 1), ("expert_down", 1),
            ("shared_up", 1), ("shared_act", 1), ("shared_down", 1))
-DENSE_MLP_OPS = LAYER_OPS[8:]
 MOE_NAMES = frozenset(name for name, _ in MOE_OPS)
+ACT_OPS = frozenset({"act", "expert_act", "shared_act"})
 # Operators whose work is a function of the step's new tokens alone (op_work reads s.tokens
 # and the model's widths only): MLA's kv_up and the attention kernels read more.
-TOKEN_ONLY_OPS = frozenset({"norm", "qkv", "rope", "kv_write", "o", "add", "up", "act", "down",
-                            "embedding", *MOE_NAMES})
+TOKEN_ONLY_OPS = frozenset({"norm", "add_norm", "qkv", "rope", "kv_write", "o", "add", "up",
+                            "act", "down", "embedding", *MOE_NAMES})
 # Operators whose work is a function of the sequences that emit alone (the LM head's rows).
 EMIT_ONLY_OPS = frozenset({"final_norm", "lm_head"})
 # Products whose weights are quantized (the embedding, the LM head and the router stay bf16).
@@ -140,6 +152,32 @@ EXPERT_OPS = frozenset({"expert_up", "expert_down"})
 FIRST_STAGE_OPS = ("embedding",)
 LAST_STAGE_OPS = ("final_norm", "lm_head")
 ALLREDUCES_PER_LAYER = 2  # after o and after down (Megatron-LM, section 3)
+
+
+def layer_ops(model: ModelSpec, attention: tuple, mlp: tuple) -> tuple:
+    """One layer's operators in order, composed as vLLM's model files compose the config's
+    block (vllm/model_executor/models/): a sequential RMSNorm block (llama.py and the families
+    that copy it) passes the residual to each RMSNorm, whose fused_add_rms_norm kernel adds and
+    normalises in one pass, so no add runs on its own; Gemma 2/3 (gemma2.py) also normalise
+    attention's and the MLP's outputs with plain RMSNorms; a sequential LayerNorm block (OPT)
+    runs two norms and two adds; a parallel block (phi.py, gpt_j.py: attention and MLP off one
+    norm, summed with the residual) one norm and two adds."""
+    if model.parallel_block:
+        return (("norm", 1), *attention, *mlp, ("add", 2))
+    if model.adds_fused:
+        post = (("norm", 1),) if model.post_norms else ()
+        return (("add_norm", 1), *attention, *post, ("add_norm", 1), *mlp, *post)
+    post = (("norm", 1),) if model.post_norms else ()
+    return (("norm", 1), *attention, *post, ("add", 1), ("norm", 1), *mlp, *post, ("add", 1))
+
+
+def op_class(name: str, model: ModelSpec | None) -> str:
+    """The kernel class an operator of `model` runs. A plain MLP's activation (GELU, ReLU) is
+    PyTorch's flat elementwise kernel, the residual add's class; a gated one (SiLU-and-multiply)
+    a kernel of one thread block per token."""
+    if name in ACT_OPS and model is not None and model.mlp_matrices == PLAIN_MLP_MATRICES:
+        return "add"
+    return OP_CLASS[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +197,8 @@ class ClassParams:
     row_rate: float = 0.0     # bytes/s one thread block streams of its row (0: no row term)
     row_slots: float = 0.0    # rows in flight on the whole GPU: rows_per_sm * sm_count
     min_tile_rows: float = 64.0  # the shortest tile a product of few rows runs (MIN_TILE_ROWS)
+    flat: bool = False        # a flat elementwise kernel: its floor and its stream, smoothly
+    #                           the longer (FLAT_ROOFLINE_P)
 
 
 def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
@@ -181,7 +221,8 @@ def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
                                    p("attn_decode_floor_s")),
         **{kind: ClassParams(gpu.peak_flops * gpu.mfu, gpu.mem_bandwidth * p(f"{kind}_mbu"), 0.0,
                              p(f"{kind}_floor_s"), row_rate=p(f"{kind}_row_bandwidth"),
-                             row_slots=float(p(f"{kind}_rows_per_sm") * p("sm_count")))
+                             row_slots=float(p(f"{kind}_rows_per_sm") * p("sm_count")),
+                             flat=kind in FLAT_KERNELS)
            for kind in ROW_KERNELS},
     }
 
@@ -207,6 +248,8 @@ class Dims:
     up_width: float    # (matrices - 1) * I/tp: gate and up, or up alone
     act_arrays: float  # arrays of I/tp the activation reads and writes (3 gated, 2 plain)
     b: float           # bytes per value (activations; weights and KV unless given below)
+    norm_weights: float = 1.0  # vectors of H a norm reads besides its input: RMSNorm's gain;
+    #                            LayerNorm's gain and bias
     wb: float | None = None    # bytes per weight of the quantized products (None: b)
     kvb: float | None = None   # bytes per cached value (None: b)
     # Mixture of experts, on one GPU: routed experts held (E, or E/ep), top-k, one expert's
@@ -233,7 +276,8 @@ class Dims:
         dims = cls(hidden=float(model.hidden), q_width=float(model.n_heads // tp * model.head_dim),
                    kv_width=float(kv_heads_per_gpu(model, tp) * model.head_dim), ffn=ffn,
                    vocab=model.vocab / tp, up_width=(model.mlp_matrices - 1) * ffn,
-                   act_arrays=float(model.mlp_matrices), b=float(model.bytes_per_value))
+                   act_arrays=float(model.mlp_matrices), b=float(model.bytes_per_value),
+                   norm_weights=2.0 if model.norm == "layer" else 1.0)
         extra: dict = {}
         if model.weight_dtype:
             extra["wb"] = float(WEIGHT_BITS[model.weight_dtype]) / 8.0
@@ -459,12 +503,17 @@ def op_work(name: str, d: Dims, s: Shape):
         return _matmul(t, d.ffn, d.hidden, d.b, d.wb)
     if name == "lm_head":
         return _matmul(s.emits, d.hidden, d.vocab, d.b) if s.emits > 0 else None
-    # Every block of a norm reads the gain too (from cache: HBM sees it once per kernel).
+    # Every block of a norm reads the gain (and a LayerNorm's bias) too (from cache: HBM sees
+    # them once per kernel).
     if name == "norm":  # read and write T x H, read the gain
-        return 0.0, d.b * (2.0 * t * d.hidden + d.hidden), t, d.b * 3.0 * d.hidden
+        w = d.norm_weights
+        return 0.0, d.b * (2.0 * t * d.hidden + w * d.hidden), t, d.b * (2.0 + w) * d.hidden
+    if name == "add_norm":  # read the input and the residual, write both, read the gain
+        return 0.0, d.b * (4.0 * t * d.hidden + d.hidden), t, d.b * 5.0 * d.hidden
     if name == "final_norm":
-        return (0.0, d.b * (2.0 * s.emits * d.hidden + d.hidden), s.emits,
-                d.b * 3.0 * d.hidden) if s.emits > 0 else None
+        w = d.norm_weights
+        return (0.0, d.b * (2.0 * s.emits * d.hidden + w * d.hidden), s.emits,
+                d.b * (2.0 + w) * d.hidden) if s.emits > 0 else None
     if name == "rope":  # read and write the new tokens' Q and K
         row = d.b * 2.0 * (d.q_width + d.kv_width)
         return 0.0, t * row, t, row
@@ -507,6 +556,14 @@ def _max(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.maximum(a, b)
     return a if a > b else b
+
+
+# A flat elementwise kernel's time: its launch floor f and its stream m combined as
+# (f^p + m^p)^(1/p), a tensor of a few tokens all latency, a large one all stream, in between
+# partly overlapped. p = 2 (fitting p too gave 2.0 and 1.8 on the A100's and H100's profiles,
+# no better than 2); a hard maximum priced Llama-2-7B's adds 11.5% and 11.0% off on average,
+# the sum of the two 12.9% and 13.0%, this 10.1% and 9.4%.
+FLAT_ROOFLINE_P = 1.5
 
 
 # The shortest tile a GPU GEMM kernel runs unless the spec says otherwise
@@ -606,6 +663,8 @@ def op_time(p: ClassParams, flops, nbytes, rows, width=None):
     per-token kernel's bytes per row."""
     compute = _compute(p, flops, rows, width)
     memory = _memory(p, nbytes, rows, width)
+    if p.flat:   # the launch's latency and the stream, smoothly the longer (FLAT_ROOFLINE_P)
+        return roofline(p.floor, _max(compute, memory), FLAT_ROOFLINE_P)
     time = (roofline(compute, memory, p.roofline_p)
             + kernel_floor(p.floor, p.compute_floor, compute, memory))
     if p.vector_rate > 0:
@@ -659,12 +718,13 @@ def layer_kinds(model: ModelSpec, stages: list[int]) -> list[tuple[tuple, bool, 
     window): dense layers (all of a dense model, the leading ones of DeepSeek's), then MoE
     layers; MLA or GQA attention. A model's windowed layers are taken as spread evenly over its
     layers (gpt-oss and Gemma alternate), so each stage holds its share of them."""
-    attention = MLA_OPS if model.is_mla else LAYER_OPS[:8]
-    dense_ops = LAYER_OPS if not model.is_mla else MLA_OPS + DENSE_MLP_OPS
+    attention = MLA_ATTENTION_OPS if model.is_mla else ATTENTION_OPS
+    dense_ops = layer_ops(model, attention, DENSE_MLP_OPS)
+    moe_ops = layer_ops(model, attention, MOE_OPS)
     n_dense = model.dense_layers if model.is_moe else model.n_layers
     kinds = []
     for ops, moe, first, last in ((dense_ops, False, 0, n_dense),
-                                  (attention + MOE_OPS, True, n_dense, model.n_layers)):
+                                  (moe_ops, True, n_dense, model.n_layers)):
         full, windowed, start = [], [], 0
         for n in stages:
             lo, hi = max(first, start), min(last, start + n)
@@ -713,7 +773,7 @@ class OperatorCost:
         self._terms: dict = {}   # (id of a layer's operators, tokens) -> _token_terms
         self.op_params = {name: fp8 if (name in QUANTIZED_OPS and model.weight_dtype == "fp8"
                                         or name in EXPERT_OPS and expert_fp8)
-                          else self.params[OP_CLASS[name]] for name in OP_CLASS}
+                          else self.params[op_class(name, model)] for name in OP_CLASS}
 
     def _ops(self, names, shape: Shape):
         for name in names:
@@ -866,7 +926,7 @@ class OperatorCost:
                 if work is not None:
                     p = self.op_params[name]
                     n = count * kind_layers
-                    add(name, OP_CLASS[name], n, n * work[0], n * work[1],
+                    add(name, op_class(name, self.model), n, n * work[0], n * work[1],
                         kind_layers * (count * op_time(p, *work)), op_bound(p, *work))
         for name, work in self._ops(FIRST_STAGE_OPS + LAST_STAGE_OPS, shape):
             p = self.params[OP_CLASS[name]]

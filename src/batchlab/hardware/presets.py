@@ -22,11 +22,12 @@ GPT3_HEAD_DIM = 128
 
 def _gpt3(name: str, n_layers: int, hidden: int) -> ModelSpec:
     """A GPT-3-shaped model (see the GPT-3 rows of _MODELS): multi-head attention in heads of
-    128, d_ff = 4 d_model, a plain MLP and a tied LM head."""
+    128, d_ff = 4 d_model, a plain MLP, LayerNorm before attention and the MLP (GPT-2's
+    pre-norm block) and a tied LM head."""
     heads = hidden // GPT3_HEAD_DIM
     return ModelSpec(name, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=heads,
                      ffn=4 * hidden, vocab=50257, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
-                     tied_embeddings=True)
+                     tied_embeddings=True, norm="layer")
 
 
 _MODELS = (
@@ -61,10 +62,11 @@ _MODELS = (
     ModelSpec("Mistral-7B", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn=14336,
               vocab=32000, max_context=32768, n_params=7_240_000_000),
     # facebook/opt-13b config.json (Zhang et al. 2022, "OPT", Table 1): plain 2-matrix MLP,
-    # LM head tied to the embedding; 12.85B parameters.
+    # LayerNorm (vLLM's opt.py adds the residuals with PyTorch), LM head tied to the embedding;
+    # 12.85B parameters.
     ModelSpec("OPT-13B", n_layers=40, hidden=5120, n_heads=40, n_kv_heads=40, ffn=20480,
               vocab=50272, max_context=2048, mlp_matrices=PLAIN_MLP_MATRICES,
-              tied_embeddings=True, n_params=12_850_000_000),
+              tied_embeddings=True, n_params=12_850_000_000, norm="layer"),
     # meta-llama/Meta-Llama-3-70B config.json: the shapes of Llama-3.1-70B with an 8192-token
     # context; 70,553,706,496 parameters in the checkpoint.
     ModelSpec("Llama-3-70B", n_layers=80, hidden=8192, n_heads=64, n_kv_heads=8, ffn=28672,
@@ -109,7 +111,7 @@ _A100_FIT = dict(
     norm_mbu=0.3804, norm_floor_s=5.654e-07, norm_row_bandwidth=6.506e9, norm_rows_per_sm=2,
     rope_mbu=0.4792, rope_floor_s=1.855e-06, rope_row_bandwidth=7.669e9, rope_rows_per_sm=2,
     act_mbu=0.475, act_floor_s=1.557e-06, act_row_bandwidth=10.38e9, act_rows_per_sm=2,
-    add_mbu=0.9925, add_floor_s=3.457e-07, add_row_bandwidth=12.89e9, add_rows_per_sm=2,
+    add_mbu=1.0, add_floor_s=1.873e-06,
     embedding_mbu=0.1544, embedding_floor_s=2.219e-06, embedding_row_bandwidth=9.001e9,
     embedding_rows_per_sm=1,
     allreduce_bandwidth=153.9e9, allreduce_latency_s=3.359e-05,
@@ -123,7 +125,7 @@ _H100_FIT = dict(
     norm_mbu=0.3842, norm_floor_s=9.804e-07, norm_row_bandwidth=8.615e9, norm_rows_per_sm=2,
     rope_mbu=0.5257, rope_floor_s=1.517e-06, rope_row_bandwidth=15.16e9, rope_rows_per_sm=1,
     act_mbu=0.5461, act_floor_s=1.163e-06, act_row_bandwidth=16.94e9, act_rows_per_sm=1,
-    add_mbu=1.0, add_floor_s=3.393e-07, add_row_bandwidth=28.92e9, add_rows_per_sm=1,
+    add_mbu=1.0, add_floor_s=1.193e-06,
     embedding_mbu=0.185, embedding_floor_s=2.509e-06,
     allreduce_bandwidth=323.8e9, allreduce_latency_s=2.259e-05,
     p2p_bandwidth=357.5e9, p2p_latency_s=7.591e-06,
@@ -204,7 +206,7 @@ def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
 # latency runs on the A100-80GB, H100 and H200 (calibrate/vllm_runs.py; refit with
 # `python -c "from batchlab.calibrate.vllm_runs import fit_engine_overhead as f; print(f())"`,
 # each run's error with it in docs/fidelity.md), rounded to 4 digits.
-VLLM_ENGINE_STEP_S = 1.357e-3
+VLLM_ENGINE_STEP_S = 1.321e-3
 # Every preset prices steps with its operators (fitted or transferred) and vLLM's engine time
 # by default; `--cost roofline` gives the seed's two-parameter paper GPU instead.
 _CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)

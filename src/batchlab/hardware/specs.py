@@ -49,6 +49,10 @@ COST_MODELS = ("roofline", "operators")
 INTERCONNECTS = ("nvlink", "pcie")
 # Per-token kernels: one thread block per token (row), see opcost.py.
 ROW_KERNELS = ("norm", "elementwise", "rope", "act", "add", "embedding")
+# Kernels that instead spread a tensor's elements over the whole GPU, a few per thread
+# (PyTorch's TensorIterator loops: the residual add, a plain MLP's GELU): a small tensor takes
+# the launch's latency whatever its rows' width (opcost.py).
+FLAT_KERNELS = ("add",)
 # The operators model's GPU parameters, by operator class (see opcost.py).
 OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_floor_s",
                    "matmul_compute_floor_s", "matmul_roofline_p",
@@ -74,6 +78,24 @@ def _positive_int(record: str, field: str, value: object, minimum: int = 1) -> i
     if value < minimum:
         raise InputError(f"{record}: field '{field}' must be >= {minimum}, got {value}")
     return value
+
+
+NORMS = ("rms", "layer")
+
+
+def _check_composition(m: ModelSpec, rec: str) -> None:
+    if m.norm not in NORMS:
+        raise InputError(f"{rec}: field 'norm' must be one of {', '.join(NORMS)}, got {m.norm!r}")
+    for field in ("parallel_block", "post_norms"):
+        if not isinstance(getattr(m, field), bool):
+            raise InputError(f"{rec}: field '{field}' must be true or false, "
+                             f"got {getattr(m, field)!r}")
+    if m.fused_add_norm is not None and not isinstance(m.fused_add_norm, bool):
+        raise InputError(f"{rec}: field 'fused_add_norm' must be true, false or null, "
+                         f"got {m.fused_add_norm!r}")
+    if m.fused_add_norm and (m.norm != "rms" or m.parallel_block):
+        raise InputError(f"{rec}: field 'fused_add_norm' needs norm 'rms' and a sequential block "
+                         f"(parallel_block false): the add is fused into an RMSNorm")
 
 
 # Below these a step's time overflows to infinity: no real device is that slow or that small.
@@ -135,6 +157,13 @@ class ModelSpec:
     expert_dtype: str = ""        # the routed experts' weights; "" follows weight_dtype
     kv_cache_dtype: str = ""      # bf16, fp16 or fp8
     extra_params: int = 0         # weights held but not run per token (a vision tower)
+    # How a layer is composed (the kernels it runs between its products, opcost.layer_ops).
+    norm: str = "rms"             # "rms" (RMSNorm) or "layer" (LayerNorm: a mean and a bias too)
+    parallel_block: bool = False  # attention and MLP side by side off one norm (phi-2, GPT-J)
+    post_norms: bool = False      # norms after attention and after the MLP too (Gemma 2/3)
+    # The residual add fused into the next RMSNorm, as vLLM's models run it (fused_add_rms_norm);
+    # None: fused where the block is sequential and the norm RMSNorm.
+    fused_add_norm: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -160,9 +189,17 @@ class ModelSpec:
             raise InputError(f"{rec}: field 'tied_embeddings' must be true or false, "
                              f"got {self.tied_embeddings!r}")
         check_variants(self, rec)
+        _check_composition(self, rec)
         if self.n_params is None:
             object.__setattr__(self, "n_params", self.derived_params)
         _positive_int(rec, "n_params", self.n_params)
+
+    @property
+    def adds_fused(self) -> bool:
+        """Whether the residual adds run inside the norms (`fused_add_norm`, None resolved)."""
+        if self.fused_add_norm is not None:
+            return self.fused_add_norm
+        return self.norm == "rms" and not self.parallel_block
 
     @property
     def n_linear(self) -> int:

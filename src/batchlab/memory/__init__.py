@@ -1,11 +1,7 @@
 """Memory managers: unlimited, reservation (Orca), paged (vLLM), paged with a prefix cache, and
-paged over KV cache groups for models with sliding-window layers (`hybrid.py`, vLLM's hybrid
-KV cache manager; a windowed model's reservations count the window too).
-
-The paged managers are composed of small parts: a block pool (`block_pool.py`: free list,
-reference counts, idle cached blocks), a prefix index (`prefix_index.py`: key -> block, host
-tier) and a block table kept on each request (`block_table.py`). Every manager answers the
-questions of `base.MemoryManager`; code outside this package asks nothing else.
+paged over KV cache groups for models with sliding-window layers (`hybrid.py`, vLLM's hybrid KV
+cache manager). The paged ones compose a block pool, a prefix index and a block table kept on
+each request. Code outside this package asks only the questions of `base.MemoryManager`.
 """
 
 from batchlab.memory.base import IntegrityError, MemoryManager

@@ -5,12 +5,8 @@ allocated) and what it actually stores (`stored`: tokens computed so far). Check
 nano-vllm's block manager: `try_admit` and `grow` either succeed and account, or fail and change
 nothing. `check_integrity` proves the accounting balances at any moment (mini-sglang's kvcache base).
 
-Every manager answers the same small questions, and nothing outside `memory/` reads more:
-`room()` (what admissions can take now), `need(request)` (what its admission takes),
-`fits(room, need, holding)` (whether it may take it) and `held_tokens()`. `can_admit` is
-`fits(room(), need(r), holding())`; the decode fast path asks the parts to admit a queue's head
-and the ones behind it in one step (subtracting each need from the room), and, on a manager
-whose decodes take blocks (`grows_in_blocks`), a request's `block_table` and `append_blocks`.
+`can_admit` is `fits(room(), need(r), holding())`, asked in parts so that the decode fast path
+can admit a queue's head and the ones behind it in one step, subtracting each need from the room.
 """
 
 from __future__ import annotations
@@ -36,35 +32,31 @@ class MemoryManager(ABC):
     held_is_stored: bool = False        # what it holds is what its requests store (unlimited)
     _held: dict[Request, object]        # the requests holding memory, in admission order
 
-    @abstractmethod
     def reject_reason(self, request: Request) -> str | None:
         """Why `request` can never run here, or None if it can (asked once, at arrival)."""
+        return None
 
-    # -- the common questions -------------------------------------------------------------
+    # -- the common questions (the defaults: no limit) -------------------------------------
 
-    @abstractmethod
     def room(self) -> int:
         """What admissions can take now, in the unit of `need` (blocks, or tokens)."""
+        return 0
 
-    @abstractmethod
     def need(self, request: Request) -> int:
         """What admitting `request` takes from the room now."""
+        return 0
 
     def fits(self, room: int, need: int, holding: bool) -> bool:
-        """Whether an admission that needs `need` may take it from `room` (`holding`: some
-        request holds memory already)."""
+        """Whether an admission may take `need` from `room` (`holding`: someone holds memory)."""
         return need <= room
 
     def holding(self) -> bool:
-        """Whether any request holds memory now."""
         return bool(self._held)
 
     def holders(self) -> list[Request]:
-        """The requests holding memory now, in admission order."""
         return list(self._held)
 
     def can_admit(self, request: Request) -> bool:
-        """Whether `try_admit(request)` would succeed now; changes nothing."""
         return self.fits(self.room(), self.need(request), bool(self._held))
 
     def try_admit(self, request: Request) -> bool:
@@ -95,9 +87,9 @@ class MemoryManager(ABC):
         """A prefix cache's figures (flat snake_case keys), None for managers without one."""
         return None
 
-    @abstractmethod
     def _take(self, request: Request) -> None:
         """Account the admission of `request`, already known to fit."""
+        self._held[request] = None
 
     def fork(self, parent: Request, child: Request) -> bool:
         """Parallel sampling: `child` continues from `parent`'s computed tokens. Without shared
@@ -105,29 +97,30 @@ class MemoryManager(ABC):
         counts shares them instead); False and no change if there is no room."""
         return self.try_admit(child)
 
-    @abstractmethod
     def grow(self, request: Request, n_tokens: int) -> bool:
-        """Room for `n_tokens` more computed tokens; False and no change if there is none."""
+        """Room for `n_tokens` more computed tokens; False and no change if there is none
+        (only where `may_refuse_growth`)."""
+        return True
 
     def grow_each(self, requests: list[Request]) -> bool:
         """Room for one more token for every request, all or nothing; False and no change if not."""
         return all(self.grow(r, 1) for r in requests) if self.may_refuse_growth else True
 
     def grow_run(self, requests: list[Request], n_tokens: int) -> None:
-        """Grow every request by `n_tokens` (a fast-forwarded decode run, within its growth room)."""
+        """Grow every request by `n_tokens` (a decode run, within its `decode_run_room`)."""
         for r in requests:
             self.grow(r, n_tokens)
 
-    @abstractmethod
     def free(self, request: Request) -> None:
         """Release everything `request` holds (finished, or preempted by recompute)."""
+        self._held.pop(request, None)
 
     @abstractmethod
     def held_tokens(self) -> int:
         """Tokens of KV capacity held by running requests (reserved or allocated)."""
 
     def stored_tokens(self) -> int:
-        """Tokens of KV actually written: the sum of `computed` over the requests held."""
+        """Tokens of KV actually written."""
         return sum(r.computed for r in self.holders())
 
     def shared_tokens(self) -> int:
@@ -142,10 +135,9 @@ class MemoryManager(ABC):
         return None
 
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
-        """How many consecutive decode steps (one token each, at most `steps`) `requests` can all
-        grow by, k, and the tokens held during each of those k steps; called before the growth
-        is accounted. Used by the engine to fast-forward runs of identical decode steps. Here
-        growth never fails and what is held does not change while requests grow (reservations)."""
+        """How many decode steps (at most `steps`) `requests` can all grow by one token each, k,
+        and the tokens held during each of those k steps; called before the growth. Here growth
+        never fails and what is held does not change while requests grow (reservations)."""
         return steps, np.full(steps, float(self.held_tokens()))
 
     def block_table(self, request: Request) -> list[int]:
@@ -153,9 +145,8 @@ class MemoryManager(ABC):
         raise TypeError(f"{self.name} memory has no blocks")
 
     def append_blocks(self, tables: list[list[int]]) -> int:
-        """One more block at the end of each of `tables` (block tables of running requests, in
-        the order a step grows them); the tokens held after, or -1 and no change if too few
-        blocks are free. For the decode fast path, on managers that `grows_in_blocks`."""
+        """One more block at the end of each of `tables`, in the order a step grows them; the
+        tokens held after, or -1 and no change if too few are free (`grows_in_blocks`)."""
         raise TypeError(f"{self.name} memory has no blocks")
 
     def check_integrity(self) -> None:

@@ -2,14 +2,13 @@
 
 As vLLM's `block_pool.py`: free blocks wait on a free list, and a block may be held by several
 requests at once (a prefix cache's hit, a fork), counted by its reference count. A cached block
-that nobody holds any more is free too, but it keeps its content until it is needed: it waits
-in `idle`, least recently freed first, and an allocation takes it (evicting its content) only
-when no plain free block is left. So the free blocks double as the cache's LRU.
+nobody holds is free too, but keeps its content: it waits in `idle`, least recently freed
+first, and an allocation evicts it only when no plain free block is left. So the free blocks
+double as the cache's LRU.
 
-The plain free list is a stack (the block freed last is taken first), and a released table's
-blocks are pushed tail first, so a request admitted after another's release gets its blocks in
-the same order; `take_free` hands out blocks in the order a table lists them. (The managers
-push and pop the free list inline where every admission or step passes.)
+The plain free list is a stack, and a released table's blocks are pushed tail first, so a
+request admitted after another's release gets its blocks in the same order. (The managers push
+and pop the free list inline where every admission or step passes.)
 """
 
 from __future__ import annotations
@@ -38,11 +37,10 @@ class BlockPool:
         return len(self.free) + len(self.idle)
 
     def used(self) -> int:
-        """Blocks held by requests."""
         return self.total - len(self.free) - len(self.idle)
 
     def take_free(self, n: int) -> list[int]:
-        """n plain free blocks, in the order they were freed last first (n ≤ len(free))."""
+        """n plain free blocks (n ≤ len(free)), the last freed first, in a table's order."""
         if n <= 0:
             return []
         free = self.free

@@ -1,17 +1,14 @@
-"""What a paged manager keeps for one request, kept on the request itself (`Request.kv`).
-
-As mini-sglang keeps a cache handle on its `Req`: the request carries its block table from its
-admission to its release, so a manager needs no per-request dictionaries, and nothing keyed by
-`id(request)` can outlive the request. A prefix cache keeps the request's block keys here too,
-from its first lookup (it may wait before it is admitted) until it finishes.
+"""What a paged manager keeps for one request, on the request itself (`Request.kv`), as
+mini-sglang keeps a cache handle on its `Req`: a manager needs no per-request dictionaries, and
+nothing keyed by `id(request)` can outlive the request. A prefix cache keeps the request's block
+keys here too, from its first lookup (it may wait before it is admitted) until it finishes.
 """
 
 from __future__ import annotations
 
 
 class BlockTable:
-    """A request's blocks in a paged manager. A plain class with slots: one is made per admitted
-    request, and its making should cost no more than the dictionary entries it replaces."""
+    """A request's blocks in a paged manager (slots: one is made per admitted request)."""
 
     __slots__ = ("blocks",)
 

@@ -1,12 +1,12 @@
 """Paged KV memory (vLLM's PagedAttention, SOSP'23): fixed-size blocks allocated on demand.
 
 Each running request owns a block table, kept on the request (`block_table.py`); free blocks sit
-on the block pool's free list (`block_pool.py`). Admission allocates the
-blocks for the tokens a request must compute before its next output (its prompt, plus its
-outputs after a preemption), as nano-vllm's `can_allocate`/`allocate`; every step then grows it
-token by token, a new block whenever one fills (`can_append`/`may_append`). When a request
-cannot grow the scheduler preempts a victim: `free` (recompute later) or `swap_out` (blocks
-copied to host memory, within a host capacity, and back at re-admission).
+on the block pool's free list (`block_pool.py`). Admission allocates the blocks for the tokens a
+request must compute before its next output (its prompt, plus its outputs after a preemption),
+as nano-vllm's `can_allocate`/`allocate`; every step then grows it token by token, a new block
+whenever one fills (`can_append`/`may_append`). When a request cannot grow the scheduler
+preempts a victim: `free` (recompute later) or `swap_out` (blocks copied to host memory, within
+a host capacity, and back at re-admission).
 
 An optional watermark keeps a share of blocks free at admission, so running requests have room
 to grow (vLLM's `watermark`); it is waived when nothing else holds memory, so a lone request
@@ -56,7 +56,7 @@ class PagedMemory(MemoryManager):
         self.host_used = 0                       # blocks of swapped KV in host memory
         self._k_split = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
         if not self.shared_blocks:   # a prefix cache evicts to allocate, and keys blocks as they grow
-            self._allocate = self.pool.take_free   # n blocks for a table (a bound method: no call between)
+            self._allocate = self.pool.take_free   # a bound method: no call between
             self.append_blocks = self._block_appender()
 
     def blocks_for(self, tokens: int) -> int:
@@ -117,8 +117,8 @@ class PagedMemory(MemoryManager):
         return request.kv.blocks
 
     def _block_appender(self):
-        """`append_blocks` as a closure over the free list (which is never rebound): the decode
-        fast path calls it at most every step, where a method's lookups measured slower."""
+        """`append_blocks` as a closure over the free list (never rebound): the fast path calls it
+        at most every step, where a method's lookups measured slower."""
         free_list, total, bs = self.pool.free, self.total_blocks, self.block_size
 
         def append_blocks(tables: list[list[int]]) -> int:
@@ -130,7 +130,7 @@ class PagedMemory(MemoryManager):
         return append_blocks
 
     def free(self, request: Request) -> None:
-        """Release the blocks `request` holds, and its host copy if it was swapped out (aborted)."""
+        """Release `request`'s blocks, and its host copy if it was swapped out (aborted)."""
         table = request.kv
         if table is not None and table.blocks is not None:
             del self._held[request]
@@ -161,8 +161,7 @@ class PagedMemory(MemoryManager):
         Request i needs a new block at its (room_i + 1)-th token and every block_size tokens
         after. With every room below a block (on-demand allocation keeps it there), that is
         n·(k // bs) + #{i: room_i < k % bs} blocks for k tokens: O(n + steps), no [n, steps]
-        matrix. The counts over a few dozen rooms are cheaper in plain Python than in numpy.
-        """
+        matrix; the counts over a few dozen rooms are cheaper in plain Python than in numpy."""
         bs = self.block_size
         if room and (min(room) < 0 or max(room) >= bs):
             k = np.arange(1, steps + 1, dtype=np.int64)
@@ -179,9 +178,8 @@ class PagedMemory(MemoryManager):
         return len(room) * quot[:steps] + below[rem[:steps]]
 
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
-        """The largest k <= steps such that every request can grow by k tokens; the blocks added
-        over k steps do not depend on the steps after k, so one count over `steps` serves both
-        k and the held tokens of its first k steps."""
+        """The blocks added over k steps do not depend on the steps after k, so one count over
+        `steps` serves both k and the held tokens of its first k steps."""
         bs = self.block_size   # tokens each request can still add before it needs a new block:
         extra = self._extra_blocks([len(r.kv.blocks) * bs - r.computed for r in requests], steps)
         free = self.room()

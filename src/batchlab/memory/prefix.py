@@ -1,21 +1,18 @@
 """Paged memory with a prefix cache: vLLM's automatic prefix caching on top of PagedAttention.
 
 A full block whose tokens are known gets a key chained through its prefix (`hashing.py`); the
-prefix index maps keys to blocks (`prefix_index.py`). The block pool's blocks carry reference
-counts (`block_pool.py`), and each request's blocks and keys live on the request (`block_table.py`): a block shared by several running
-requests is stored once. When the last holder lets go, a cached block is not freed but kept,
-unreferenced, in an LRU queue (vLLM's `block_pool.py`: its free queue doubles as the LRU of
-cached blocks); it is evicted only when an allocation finds no plain free block, least
-recently freed first, and a request's blocks are queued tail first so a prefix outlives its
-continuations. At admission the longest run of leading blocks found in the cache is reused
-(vLLM's `get_computed_blocks`), capped so that at least one token is always computed (the
-step must produce logits); only the rest is prefilled. Blocks are keyed when the step that
-fills them is planned (prompt and generated tokens alike, wherever the content is known: a
-chat session's generator writes its answers), and unkeyed again if a preemption cancels that
-step before it runs. Keying waits for the next look at the cache (`_flush`: the next plan,
-lookup or release), after the step's allocations; a fast-forwarded run of decode steps ends at
-the step that fills a keyable block (`decode_run_room`), so it keys and evicts the same blocks as
-stepping.
+prefix index maps keys to blocks (`prefix_index.py`). The pool's blocks carry reference counts,
+so a block shared by several running requests is stored once, and a cached block its last
+holder lets go waits, evictable, among the free ones (`block_pool.py`); a request's blocks are
+released tail first so a prefix outlives its continuations. At admission the longest run of
+leading blocks found in the cache is reused (vLLM's `get_computed_blocks`), capped so that at
+least one token is always computed (the step must produce logits); only the rest is prefilled.
+Blocks are keyed when the step that fills them is planned (prompt and generated tokens alike,
+wherever the content is known: a chat session's generator writes its answers), and unkeyed again
+if a preemption cancels that step before it runs. Keying waits for the next look at the cache
+(`_flush`: the next plan, lookup or release), after the step's allocations; a fast-forwarded
+run of decode steps ends at the step that fills a keyable block (`decode_run_room`), so it keys
+and evicts the same blocks as stepping.
 
 Parallel samples of one prompt (`fork`) reference the prompt's blocks, the partial last one
 included; a sample about to write into a block others still hold copies it first (`copies`
@@ -23,13 +20,9 @@ lists this plan's copies for an executor that moves real KV).
 
 `cache_tokens` bounds the unreferenced cached blocks kept (LRU beyond it), to study hit rate
 against cache capacity; None keeps as many as free memory holds, as vLLM does.
-
-`host_cache_tokens` adds a second tier in host memory (Mooncake's KV pool in CPU DRAM, vLLM's
-CPU offloading): a block evicted from the GPU is kept there, LRU, up to that many tokens (inf:
-unlimited), and a prefix found there is copied back into new GPU blocks at admission instead
-of being prefilled; the copy is priced as swap-in traffic over the host link.
+`host_cache_tokens` adds the index's host tier (inf: unlimited): a prefix found there is copied
+back into new GPU blocks at admission instead of being prefilled, priced as swap-in traffic.
 """
-
 from __future__ import annotations
 
 import math
@@ -66,9 +59,8 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
     # -- lookups ---------------------------------------------------------------------------
 
     def keys_of(self, request: Request) -> list[int]:
-        """The chained key of each full block of `request`'s known content (none without content),
-        kept on its table, made at its first lookup (it may wait before it is admitted); one a
-        plain paged manager made (a fleet's other replica) is replaced before it holds blocks."""
+        """The chained key of each full block of `request`'s known content, kept on its table from
+        its first lookup; a plain paged manager's table (a fleet's other replica's) is replaced."""
         table = request.kv
         if type(table) is not CachedBlockTable:
             fresh = CachedBlockTable()
@@ -98,8 +90,7 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
 
     @property
     def cache_version(self) -> int:
-        """Changes whenever `cached_tokens` may answer differently: read after keying what growth
-        has filled (`_flush`), so that a reader holding an answer sees the change a lookup would."""
+        """Read after keying what growth has filled (`_flush`), as a lookup would be."""
         self._flush()
         return self.index.version
 
@@ -118,8 +109,8 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
         return self.pool.available()
 
     def need(self, request: Request) -> int:
-        """Blocks its admission takes out of the free ones: all but the hits in blocks others
-        hold already (host hits need new blocks, and idle cached ones leave the evictable pool)."""
+        """All its blocks but the hits others hold already (host hits need new blocks, and idle
+        cached ones leave the free ones)."""
         hits = self._hit_blocks(request)
         keys = self.keys_of(request)
         cached, ref = self.index.cached, self.pool.ref
@@ -201,23 +192,25 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
         return True
 
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
-        """As paged memory, but a run of decode steps ends at the first step that fills a
-        keyable block: its key may let a waiting request in, and keys must be taken in step order."""
+        """As paged memory, but a run ends at the first step that fills a keyable block: its key
+        may let a waiting request in, and keys must be taken in step order."""
         if self._shared and any(r.kv.shared_tail for r in requests):
             return 0, np.empty(0)   # a copy on write comes first: step it
         self._flush()
-        if self._refused and self.ordered_by_cache:
-            # an eviction changes cached prefixes, and so the queue's order by them: with
-            # someone waiting, the run ends after the step that evicts first
-            bs = self.block_size
-            extra = self._extra_blocks([len(r.kv.blocks) * bs - r.computed for r in requests], steps)
-            steps = min(steps, int(np.searchsorted(extra, len(self.pool.free), side="right")) + 1)
         if self._keying:
             for r in requests:
                 at = r.kv.next_key_at
                 if at:   # blocks filled before (a swapped-in request's) key at the first step
                     steps = min(steps, max(1, at - r.computed))
-        return super().decode_run_room(requests, steps)
+        room, held = super().decode_run_room(requests, steps)
+        if room and self._refused and self.ordered_by_cache:
+            # an eviction changes cached prefixes, and so the queue's order by them: with
+            # someone waiting, the run ends after the step that evicts first (holds more than
+            # all but the idle cached blocks)
+            room = min(room, int(np.searchsorted(held, (self.total_blocks - len(self.pool.idle))
+                                                 * self.block_size, side="right")) + 1)
+            held = held[:room]
+        return room, held
 
     def free(self, request: Request) -> None:
         self._flush()
@@ -258,9 +251,8 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
             request.kv = None
 
     def shared_tokens(self) -> int:
-        """Tokens of KV counted more than once when every holder's computed tokens are summed:
-        a block held by r requests is one block, counted r times. Shared blocks are full but for
-        a fork's partial last block, which holds only the tokens written before the fork."""
+        """A block held by r requests is counted r times; shared blocks are full but for a fork's
+        partial last block, which holds only the tokens written before the fork."""
         bs = self.block_size
         tokens = self.pool.extra_refs * bs
         if not self._shared:
@@ -277,9 +269,8 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
         return tokens
 
     def swap_out(self, request: Request) -> bool:
-        """As paged memory, but a request preempted before computing anything since its admission
-        (all its KV prefix-cache hits) is not swapped: its blocks stay cached, so the scheduler
-        preempts it by recompute and its re-admission finds them again, at no copy's cost."""
+        """Refused for a request that computed nothing since its admission (all its KV is cache
+        hits): preempted by recompute, its re-admission finds its blocks again at no copy's cost."""
         if 0 < request.computed <= self.reused_tokens(request):
             return False
         return super().swap_out(request)
@@ -287,11 +278,10 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
     # -- parallel sampling: a fork shares blocks, copied on write -----------------------------
 
     def fork(self, parent: Request, child: Request) -> bool:
-        """`child` starts on `parent`'s computed tokens by referencing the same blocks, the
-        partial last one included, which each copies when it first writes into it while others
-        still hold it (vLLM's block manager for parallel sampling): n samples of a P-token
-        prompt hold its blocks once plus at most n − 1 copies of the partial one. Only the
-        prompt is the child's content: its outputs are its own. Always succeeds."""
+        """`child` references `parent`'s blocks, the partial last one included, which each copies
+        when it first writes into it while others still hold it (vLLM's block manager for
+        parallel sampling): n samples of a prompt hold its blocks once plus at most n − 1 copies
+        of the partial one. Only the prompt is the child's content. Always succeeds."""
         self._flush()
         ptable = parent.kv
         blocks = ptable.blocks[:self.blocks_for(parent.computed)]
@@ -347,10 +337,9 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
         table.pending = tokens
 
     def _flush(self) -> None:
-        """Key the blocks that growth has filled since the last look at the cache, in the order
-        the requests grew. Deferred to here so that keying always follows the step's (or a
-        fast-forwarded run's) allocations and evictions: stepping and fast-forwarding then key
-        the same blocks."""
+        """Key the blocks growth has filled since the last look at the cache, in the order the
+        requests grew: after the step's (or a run's) allocations and evictions, so that stepping
+        and fast-forwarding key the same blocks."""
         if self._pending:
             pending, self._pending = self._pending, []
             for request in pending:
@@ -375,8 +364,7 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
         return taken
 
     def _evict(self, n: int) -> list[int]:
-        """Take the n oldest unreferenced cached blocks out of the cache (their keys move to the
-        host tier, if there is one)."""
+        """The n oldest idle cached blocks, out of the cache (their keys go to the host tier)."""
         out = self.pool.evict_oldest(n)
         self.index.evicted(out)
         self.evictions += n

@@ -1,8 +1,6 @@
-"""What a prefix cache counts and checks of itself, whichever manager keeps it: the sizes it is
-given, its hits and evictions, a history of its use over time, and the invariants between its
-block pool and its prefix index. The dense cache (`prefix.py`) and the sliding-window one
-(`hybrid_prefix.py`) both mix it in; each needs `pool`, `index`, `cache_limit`, `block_size`,
-`total_blocks`, `name` and `_held`."""
+"""What a prefix cache counts and checks of itself, in the dense cache (`prefix.py`) and the
+sliding-window one (`hybrid_prefix.py`) alike: the sizes it is given, its hits and evictions, a
+history of its use, and the invariants between its block pool and its prefix index."""
 
 from __future__ import annotations
 

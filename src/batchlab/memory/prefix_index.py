@@ -1,11 +1,10 @@
 """Where a prefix cache finds a block by its content: key → block on the GPU, and a host tier.
 
-A full block's key is chained through its prefix (`hashing.py`), so equal keys mean equal
-prefixes and a request's hit is the longest run of its leading keys found here (vLLM's
-`get_computed_blocks`). A block evicted from the GPU may keep its key in host memory (Mooncake's
-KV pool in CPU DRAM, vLLM's CPU offloading), least recently used first, up to `host_limit`
-blocks; a key found there is copied back into a new GPU block. `version` changes whenever a
-lookup may answer differently.
+Keys are chained through their prefix (`hashing.py`), so a request's hit is the longest run of
+its leading keys found here (vLLM's `get_computed_blocks`). A block evicted from the GPU may keep
+its key in host memory (Mooncake's KV pool in CPU DRAM, vLLM's CPU offloading), LRU, up to
+`host_limit` blocks; a key found there is copied back into a new GPU block. `version` changes
+whenever a lookup may answer differently.
 """
 
 from __future__ import annotations

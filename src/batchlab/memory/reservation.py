@@ -4,7 +4,8 @@ Orca (OSDI'22 §4.3) reserves `max_tokens` slots per request so an admitted requ
 finish; vLLM's paper (SOSP'23 §6) re-implemented it three ways, which are our policies:
 `max` (the model's maximum context), `pow2` (the prompt plus the output rounded up to a power of
 two, capped at the maximum context: over-reserving the output by at most 2×, "if the true output
-length is 25, it reserves 32 positions") and `oracle` (prompt + true output).
+length is 25, it reserves 32 positions") and `oracle` (prompt + true output). Growth never
+fails: the reservation covers every token the request will ever compute.
 """
 
 from __future__ import annotations
@@ -58,9 +59,6 @@ class ReservationMemory(MemoryManager):
         size = self.need(request)
         self._held[request] = size
         self._used += size
-
-    def grow(self, request: Request, n_tokens: int) -> bool:
-        return True  # the reservation covers every token the request will ever compute
 
     def free(self, request: Request) -> None:
         self._used -= self._held.pop(request, 0)

@@ -15,24 +15,6 @@ class UnlimitedMemory(MemoryManager):
     def __init__(self) -> None:
         self._held: dict[Request, None] = {}
 
-    def reject_reason(self, request: Request) -> str | None:
-        return None
-
-    def room(self) -> int:
-        return 0
-
-    def need(self, request: Request) -> int:
-        return 0
-
-    def _take(self, request: Request) -> None:
-        self._held[request] = None
-
-    def grow(self, request: Request, n_tokens: int) -> bool:
-        return True
-
-    def free(self, request: Request) -> None:
-        self._held.pop(request, None)
-
     def held_tokens(self) -> int:
         return self.stored_tokens()
 

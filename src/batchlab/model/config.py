@@ -79,14 +79,16 @@ class MiniConfig:
         return self.n_linear + norms + 2 * self.vocab * self.hidden
 
     def to_model_spec(self, name: str = "mini"):
-        """The paper GPU's `ModelSpec` of this model, float32, with the exact parameter count."""
+        """The paper GPU's `ModelSpec` of this model, float32, with the exact parameter count; its
+        forward adds each residual on its own, beside the RMSNorm (`fused_add_norm` false)."""
         from batchlab.hardware import ModelSpec
 
         return ModelSpec(name=name, n_layers=self.n_layers, hidden=self.hidden,
                          n_heads=self.n_heads, n_kv_heads=self.n_kv_heads,
                          head_dim=self.head_dim, ffn=self.ffn, vocab=self.vocab,
                          bytes_per_value=FLOAT32_BYTES, max_context=self.max_context,
-                         mlp_matrices=SWIGLU_MATRICES, n_params=self.n_params)
+                         mlp_matrices=SWIGLU_MATRICES, n_params=self.n_params,
+                         fused_add_norm=False)
 
 
 def tiny_config(seed: int = 0) -> MiniConfig:

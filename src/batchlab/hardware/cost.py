@@ -126,9 +126,15 @@ class RooflinePrice:
     expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
     # a decode step's FLOPs per sequence and per cached token, bytes per sequence (decode_totals)
     per_decode: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+    # those, the weights' bytes and the bytes per cached token as doubles (decode_times), where
+    # the weights read do not depend on the batch
+    doubles: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "per_decode", (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be))
+        per_decode = (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be)
+        object.__setattr__(self, "per_decode", per_decode)
+        object.__setattr__(self, "doubles", None if self.expert_reads is not None or max(*per_decode, self.b0, self.bp)
+                           >= FLOAT_EXACT else tuple(map(float, (*per_decode, self.b0, self.bp))))
 
     @classmethod
     def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
@@ -153,13 +159,19 @@ class RooflinePrice:
     def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
         """The times of up to `steps` decode steps of `batch` sequences from `cached` tokens on
         (every sequence one token longer each step), run back to back from `start`, up to the
-        first that ends at or after `until`: for a caller that runs them one at a time. The
-        integer sums grow by what one step adds (the same integers, so the same floats as
-        `decode`), as doubles where every one is below FLOAT_EXACT: doubles add them exactly."""
-        flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
+        first that ends at or after `until`: for a caller that runs them one at a time, often
+        one or two between events. The sums grow by what one step adds (the same integers, so
+        the same floats as `decode`), taken in doubles where the last step's are below
+        FLOAT_EXACT: every sum and product on the way is then an exact integer, as below."""
+        if self.doubles is not None:
+            per_batch_f, per_cached_f, per_batch_b, b0, bp = self.doubles
+            flops, more_flops = per_batch_f * batch + per_cached_f * cached, per_cached_f * batch
+            nbytes, more_bytes = b0 + per_batch_b * batch + bp * cached, bp * batch
+        # (a double at or past FLOAT_EXACT may be rounded: then the integers; a rounded product
+        # or sum would have been at least FLOAT_EXACT, and so would the last step's)
+        if self.doubles is None or max(flops + more_flops * steps, nbytes + more_bytes * steps) >= FLOAT_EXACT:
+            flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
-        if flops + more_flops * steps <= FLOAT_EXACT and nbytes + more_bytes * steps <= FLOAT_EXACT:
-            flops, nbytes, more_flops, more_bytes = float(flops), float(nbytes), float(more_flops), float(more_bytes)
         times = []
         for _ in range(steps):
             compute_s = flops / compute_rate   # an int over a float is the int as a double over it

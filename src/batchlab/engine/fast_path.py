@@ -310,18 +310,15 @@ class FastPath:
         live, finishing, crossings = self.live, self.finishing, self.crossings
         price, run_min, bs = self.price, self.run_min, self.bs
         stored_held, budget, ends = self.stored_held, self.budget, self.ends
-        s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
-        decoded = 0   # into self.decoded on the way out
+        s, batch, computed, held, end, decoded = self.s, len(live), self.computed, self.held, None, 0
         # the decodes' new blocks, taken in one call (in step, then running order) up to the
         # next finish, which frees blocks; `free` counts what is left meanwhile (paged memory)
-        grown: list[list[int]] = []
-        free = self.memory.room() if self.grows else 0
+        grown, free = [], self.memory.room() if self.grows else 0
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             if len(self.rows) >= FLUSH_ROWS:   # to the step log as a matrix: long runs have many
                 self.flush_rows()
             rows = self.rows
-            # begin's price of the steps up to the next finish or the first that ends at or
-            # after `until`, in one call (the batch stands until a finish)
+            # begin's price of the steps to the next finish or past `until`, at once (the batch stands till then)
             for duration in price.decode_times(batch, computed, self.next_finish() - s + 1, t, until):
                 grow = crossings.pop(s, None)
                 if grow is not None:   # paged: these take a block each, in running order

@@ -27,6 +27,8 @@ BODY_LIMIT = 64 * 1024  # bytes of an error response read to find its message
 # could make the client buffer (and re-scan) gigabytes.
 EVENT_LIMIT = 1024 * 1024
 COMPLETIONS, CHAT = "completions", "chat"
+TAIL_BYTES = 64 * 1024   # bytes read after [DONE] to reach the body's end (a server sends 5)
+TAIL_S = 1.0             # how long the body's end may take to come after [DONE]
 
 
 @dataclass(slots=True)
@@ -190,6 +192,20 @@ class _Stream:
         return True
 
 
+async def _finish_body(content: aiohttp.StreamReader) -> None:
+    """Read what follows `[DONE]`, the body's closing chunk, so the connection goes back to the
+    pool: a response left unread is closed, and the next request would pay a new connection
+    (its connect and the server's accept) between its send time and its send. At most
+    `TAIL_BYTES` within `TAIL_S`; a server that sends more, or nothing, has its connection
+    closed as before."""
+    got = 0
+    try:
+        while not content.at_eof() and got <= TAIL_BYTES:
+            got += len(await asyncio.wait_for(content.readany(), TAIL_S))
+    except (asyncio.TimeoutError, aiohttp.ClientError, OSError):
+        pass
+
+
 async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, result: RequestResult,
                          chat: bool, max_chunks: int, origin: float) -> RequestResult:
     """POST `body` to `url`, read the SSE stream, fill `result`. Never raises (but on cancel)."""
@@ -222,6 +238,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                 now = time.perf_counter() - origin
                 for data in parser.finish():
                     stream.event(data, now)
+            elif stream.done:
+                await _finish_body(response.content)
     except asyncio.TimeoutError:
         result.error = "timeout: no complete response within --request-timeout"
     except (aiohttp.ClientError, OSError) as exc:

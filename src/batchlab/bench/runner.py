@@ -77,8 +77,9 @@ async def run_requests(config: RunConfig, arrival: np.ndarray, bodies: list[byte
         tasks = []
         for i in range(n):
             wait = float(arrival[i]) - (time.perf_counter() - origin)
-            if wait > 0:
+            while wait > 0:   # a loop's timer may round to the millisecond, and wake early
                 await asyncio.sleep(wait)
+                wait = float(arrival[i]) - (time.perf_counter() - origin)
             tasks.append(asyncio.create_task(one(i, time.perf_counter() - origin)))
         results = list(await asyncio.gather(*tasks))
         duration = time.perf_counter() - origin

@@ -37,6 +37,7 @@ class StubConfig:
     max_prompt: int | None = None  # longer prompts get 400
     error_every: int | None = None  # every k-th request (1-based count) gets 500
     send_usage: bool = True  # honour stream_options.include_usage
+    tail_ms: float = 0.0  # between `data: [DONE]` and the body's end (its own write, as uvicorn's)
 
 
 @dataclass(slots=True)
@@ -46,6 +47,7 @@ class StubStats:
     max_open_streams: int = 0
     prompt_lens: list[int] = field(default_factory=list)
     bodies: list[dict] = field(default_factory=list)
+    peers: set = field(default_factory=set)  # the clients' (host, port): one per connection
 
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
@@ -73,6 +75,7 @@ def make_app(config: StubConfig, stats: StubStats) -> web.Application:
             return _error(400, "malformed JSON body")
         stats.requests += 1
         stats.bodies.append(body)
+        stats.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
         if body.get("model") != MODEL:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "model")
         max_tokens = body.get("max_tokens")
@@ -115,6 +118,8 @@ def make_app(config: StubConfig, stats: StubStats) -> web.Application:
                 await response.write(_event({"model": MODEL, "choices": [], "usage": {
                     "prompt_tokens": prompt_len, "completion_tokens": n, "total_tokens": prompt_len + n}}))
             await response.write(b"data: [DONE]\n\n")
+            if config.tail_ms:
+                await asyncio.sleep(config.tail_ms / MS_PER_S)
             await response.write_eof()
         finally:
             stats.open_streams -= 1

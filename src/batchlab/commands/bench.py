@@ -214,10 +214,10 @@ def _offered_rate(rate: float | None, workload) -> float | str:
 
 
 def _run_with_progress(make, total: int, disabled: bool):
-    import asyncio
+    from batchlab import event_loop
 
     if disabled:
-        return asyncio.run(make(None))
+        return event_loop.run(make(None))
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from batchlab.display import console
@@ -225,7 +225,7 @@ def _run_with_progress(make, total: int, disabled: bool):
     with Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console(stderr=True), transient=True) as bar:
         task = bar.add_task("requests", total=total)
-        return asyncio.run(make(lambda _result: bar.advance(task)))
+        return event_loop.run(make(lambda _result: bar.advance(task)))
 
 
 def _check(args: argparse.Namespace) -> dict:

@@ -103,8 +103,7 @@ class RooflineExecutor(CostExecutor):
         super().__init__(model, gpu, cost="roofline")
 
 
-def make_executor(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
-                  cost: str | None = None):
+def make_executor(model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU, cost: str | None = None):
     """The executor for this model, GPU, layout and cost model (None: the GPU's cost_model)."""
     kind = gpu.cost_model if cost is None else cost
     if kind == "roofline" and layout.trivial:

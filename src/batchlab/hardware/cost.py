@@ -124,17 +124,14 @@ class RooflinePrice:
     memory_rate: float
     overhead: float
     expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
-    # a decode step's FLOPs per sequence and per cached token, bytes per sequence (decode_totals)
-    per_decode: tuple[int, int, int] = field(init=False, repr=False, compare=False)
-    # those, the weights' bytes and the bytes per cached token as doubles (decode_times), where
-    # the weights read do not depend on the batch
+    # a dense model's decode coefficients as doubles (decode_times): FLOPs per sequence and per
+    # cached token, bytes per sequence, of the weights and per cached token (None: experts)
     doubles: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        per_decode = (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be)
-        object.__setattr__(self, "per_decode", per_decode)
-        object.__setattr__(self, "doubles", None if self.expert_reads is not None or max(*per_decode, self.b0, self.bp)
-                           >= FLOAT_EXACT else tuple(map(float, (*per_decode, self.b0, self.bp))))
+        ints = (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be, self.b0, self.bp)
+        object.__setattr__(self, "doubles", None if self.expert_reads is not None or max(ints) >= FLOAT_EXACT
+                           else tuple(map(float, ints)))
 
     @classmethod
     def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
@@ -157,18 +154,15 @@ class RooflinePrice:
         return self.step(batch, cached, 0, 0, 0, 0, batch)
 
     def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
-        """The times of up to `steps` decode steps of `batch` sequences from `cached` tokens on
-        (every sequence one token longer each step), run back to back from `start`, up to the
-        first that ends at or after `until`: for a caller that runs them one at a time, often
-        one or two between events. The sums grow by what one step adds (the same integers, so
-        the same floats as `decode`), taken in doubles where the last step's are below
-        FLOAT_EXACT: every sum and product on the way is then an exact integer, as below."""
+        """`decode`'s times of up to `steps` steps of a run (each sequence one token longer a step)
+        from `start`, up to the first that ends at or after `until`, for a caller that runs them
+        one at a time (often one or two between events): the sums grow by what a step adds."""
         if self.doubles is not None:
             per_batch_f, per_cached_f, per_batch_b, b0, bp = self.doubles
             flops, more_flops = per_batch_f * batch + per_cached_f * cached, per_cached_f * batch
             nbytes, more_bytes = b0 + per_batch_b * batch + bp * cached, bp * batch
-        # (a double at or past FLOAT_EXACT may be rounded: then the integers; a rounded product
-        # or sum would have been at least FLOAT_EXACT, and so would the last step's)
+        # exact integers in doubles unless the last step's reach FLOAT_EXACT (a rounded product or
+        # sum on the way would reach it, and so would they): then the integers
         if self.doubles is None or max(flops + more_flops * steps, nbytes + more_bytes * steps) >= FLOAT_EXACT:
             flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
@@ -187,11 +181,11 @@ class RooflinePrice:
 
     def decode_totals(self, batch: int, cached: int) -> tuple[int, int, int, int]:
         """(FLOPs, bytes) of `batch` decodes over `cached` tokens, and what each grows by a step."""
-        per_batch_f, per_cached_f, per_batch_b = self.per_decode
+        per_batch_f, per_cached_f = self.fn + self.fe + 2 * self.fa, 2 * self.fa
+        flops = per_batch_f * batch + per_cached_f * cached
         weights = self.b0 if self.expert_reads is None else self.b0 + self.expert_reads(batch)
-        bp = self.bp
-        return (per_batch_f * batch + per_cached_f * cached, weights + per_batch_b * batch + bp * cached,
-                per_cached_f * batch, bp * batch)
+        nbytes = weights + (self.bn + self.be) * batch + self.bp * cached
+        return flops, nbytes, per_cached_f * batch, self.bp * batch
 
     def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:
         """SumsPrice.decode_run: None if the run's integers pass int64's safe range."""

@@ -22,14 +22,7 @@ from batchlab.errors import InputError
 from batchlab.hardware.cost import step_time as roofline_time
 from batchlab.hardware.cost import RooflinePrice, check_uniform, step_totals
 from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, shape_of, uniform_shape
-from batchlab.hardware.parallel import (
-    SINGLE_GPU,
-    Layout,
-    allreduce_s,
-    check_layout,
-    send_s,
-    stage_layers,
-)
+from batchlab.hardware.parallel import SINGLE_GPU, Layout, allreduce_s, check_layout, send_s, stage_layers
 from batchlab.hardware.specs import COST_MODELS, GPUSpec, ModelSpec
 
 
@@ -126,17 +119,14 @@ class CostModel:
 
 class SumsPrice(Protocol):
     """The price of a step from its sums, through which the executor, the fast path and fleets
-    price steps, whichever cost model and layout (`CostModel.sums_price`).
-
-    A step's sums: its one-token sequences (`decodes`) and their cached tokens, its longer
-    chunks (`prefills`) with their new and cached tokens and causal units
-    sum n_new * (2 n_past + n_new + 1), the sequences that emit, and those carried on from the
-    step before (read only by a host's CPU time, executor/host.py). `decode` is a step of
-    `batch` decodes over `cached` tokens; a run of them (each one token longer a step) is priced
-    as a list up to a step count or the first step that ends at a given time, for a caller that
-    runs them one at a time (`decode_times`), or as an array (`decode_run`), all equal to `step`
-    bit for bit, the array being cheaper from `run_min` steps on.
-    """
+    price steps, whichever cost model and layout (`CostModel.sums_price`). A step's sums: its
+    one-token sequences (`decodes`) and their cached tokens, its longer chunks (`prefills`) with
+    their new and cached tokens and causal units sum n_new * (2 n_past + n_new + 1), the
+    sequences that emit, and those carried on from the step before (read only by a host's CPU
+    time, executor/host.py). `decode` is a step of `batch` decodes over `cached` tokens; a run of
+    them (each one token longer a step) is priced as a list up to the first step that ends at a
+    given time (`decode_times`) or as an array (`decode_run`, cheaper from `run_min` steps on),
+    all equal to `step` bit for bit."""
 
     run_min: int
 

@@ -28,17 +28,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol, served_log
-from batchlab.serve.responses import error_response
-from batchlab.serve.responses import read_body
+from batchlab.serve.responses import EventStream, error_response, read_body
+from batchlab.serve.seeds import seed_state
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
 from batchlab.serve.metrics import CONTENT_TYPE, ServerMetrics
 from batchlab.serve.output import ChoiceText, prompt_entries
@@ -78,7 +77,7 @@ class ServeState:
 
     def default_seed(self, n: int) -> int:
         """A request without a seed samples from (server seed, its arrival number)."""
-        return int(np.random.SeedSequence([self.seed, n]).generate_state(1, dtype=np.uint64)[0] >> 1)
+        return seed_state([self.seed, n]) >> 1   # numpy's SeedSequence's, without its arrays
 
     @property
     def sampling_fields(self) -> frozenset:
@@ -86,7 +85,7 @@ class ServeState:
         return getattr(self.loop.executor, "sampling_fields", frozenset())
 
 
-def create_app(state: ServeState) -> Starlette:
+def create_app(state: ServeState) -> ServeApp:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         state.wake = asyncio.Event()
@@ -99,7 +98,7 @@ def create_app(state: ServeState) -> Starlette:
         if pump is not None:
             pump.cancel()
 
-    app = Starlette(routes=[
+    app = ServeApp(routes=[
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
@@ -110,6 +109,28 @@ def create_app(state: ServeState) -> Starlette:
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.serve = state
     return app
+
+
+class ServeApp(Starlette):
+    """Starlette, with the two generation routes taken straight to their handler: every
+    request's way to the engine skips the middleware stack and the route table (the handler
+    catches its own ApiErrors; an unexpected exception is answered as Starlette's error
+    middleware answers it, with the 500 error object, and raised on for the server to log).
+    Every other path, method and scope is Starlette's."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        chat = GENERATION_PATHS.get(scope.get("path")) if scope["type"] == "http" else None
+        if chat is None or scope["method"] != "POST" or scope.get("root_path"):
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        request = HttpRequest(scope, receive)
+        try:
+            response = await _generate(request, chat)
+        except Exception as exc:   # nothing was sent yet: the 500 error object, then the traceback
+            await (await _server_error(request, exc))(scope, receive, send)
+            raise
+        await response(scope, receive, send)   # a failure once it has begun ends it, logged
 
 
 async def _http_error(request: HttpRequest, exc: HTTPException) -> Response:
@@ -168,6 +189,9 @@ async def drain(st: ServeState, timeout_s: float) -> int:
 def _failure(item) -> ApiError:
     """What ended a request early, as an error object: a cut, or the engine's failure."""
     return item if isinstance(item, ApiError) else ApiError(500, item, kind="server_error")
+
+
+GENERATION_PATHS = {"/v1/completions": False, "/v1/chat/completions": True}   # path -> chat
 
 
 async def completions(request: HttpRequest) -> Response:
@@ -256,7 +280,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
     if gen.stream:
         stream = (_stream(st, job, created, prompt_lps) if shared is None
                   else _stream_samples(st, job, shared, created, prompt_lps))
-        return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return EventStream(stream, headers={"Cache-Control": "no-cache"})
     return await _complete(request, st, job, shared or job.tokens, created, prompt_lps)
 
 
@@ -317,14 +341,15 @@ async def _stream(st: ServeState, job: Job, created: int, prompt_lps):
                 if choice.finished:
                     done = True
                     break
+            if done:   # the stream's end goes out with its last events, in one write
+                if gen.include_usage:
+                    events.append(protocol.usage_chunk(job.id, created, st.limits.model, gen.chat,
+                                                       len(gen.prompt), choice.count, job.cached_tokens))
+                events.append(protocol.DONE)
             yield "".join(events)
             if not written and choice.count:   # resumed once the first token's event is sent
                 written = True
                 st.metrics.first_write.observe(st.loop.now() - job.request.token_times[0])
-        if gen.include_usage:
-            yield protocol.usage_chunk(job.id, created, st.limits.model, gen.chat, len(gen.prompt),
-                                       choice.count, job.cached_tokens)
-        yield protocol.DONE
     finally:
         st.active -= 1
         st.inflight.pop(job.id, None)

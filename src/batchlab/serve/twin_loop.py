@@ -3,10 +3,11 @@
 The real server computes a step in a thread; a twin only prices it (microseconds), so its steps
 run on the event loop itself, and one process can host many twins (`--replicas`) with no thread
 per engine. Each step: arrivals up to its start join the queue, the plan is priced
-(`TwinExecutor`), the loop sleeps until the step's end on the wall clock (start + price: the CPU
-time spent planning is part of the step, not added to it), then the step is committed and its
-tokens go to their clients, whose streams write them out before the next step is planned while
-the loop keeps up.
+(`TwinExecutor`), the loop sleeps until just before the step's end on the wall clock (start +
+price: the CPU time spent planning is part of the step, not added to it), commits the step and
+hands its tokens off, then at the step's end (a timerfd wakes the loop: `wake.py`) releases them
+to their clients, whose streams write them out before the next step is planned while the loop
+keeps up. No token is seen before its step's end; the bookkeeping is not on its way out.
 
 While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
 idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay
@@ -23,67 +24,18 @@ handing tokens off, stops, metrics, KV bookkeeping.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import math
-import threading
 import time
 
 from batchlab.serve.loop import EngineLoop, Job, deliver
+from batchlab.serve.wake import step_timer
 
 log = logging.getLogger("batchlab.serve")
 CHAIN_LATE_S = 0.05   # how far behind a step's end the loop may wake and still chain the next
-
-
-class WallTimer:
-    """Wakes event-loop sleepers at their deadlines (`time.perf_counter`), from one thread.
-
-    An event loop's own timers wake up to a millisecond late (epoll's timeout is in whole
-    milliseconds, rounded up); a step of 6 ms would show clients 10-20% of jitter. A thread
-    sleeping on a condition wakes within tens of microseconds and hands the wake-up to the event
-    loop through its self-pipe. One thread serves every twin of the process."""
-
-    def __init__(self) -> None:
-        self._heap: list = []
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._count = 0
-
-    def sleep_until(self, deadline: float) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        with self._cond:
-            heapq.heappush(self._heap, (deadline, self._count, loop, future))
-            self._count += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="batchlab-twin-timer", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-        return future
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                if not self._heap:
-                    self._cond.wait()
-                    continue
-                wait = self._heap[0][0] - time.perf_counter()
-                if wait > 0:
-                    self._cond.wait(wait)
-                    continue
-                _, _, loop, future = heapq.heappop(self._heap)
-                try:
-                    loop.call_soon_threadsafe(_wake, future)
-                except RuntimeError:   # its event loop has closed
-                    pass
-
-
-def _wake(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-TIMER = WallTimer()
+# A step is committed and handed off this long before its end: twice what the last one's took,
+# plus the timer's wake-up jitter, so that its tokens are ready to go at the end itself.
+LEAD_MARGIN, LEAD_FLOOR_S, LEAD_MAX_S = 2.0, 0.0003, 0.005
 
 
 class TwinLoop(EngineLoop):
@@ -101,6 +53,8 @@ class TwinLoop(EngineLoop):
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
+        self._timer = None   # wakes the loop at a step's end (`wake.step_timer`)
+        self._lead = LEAD_FLOOR_S   # how long before a step's end its bookkeeping starts
         self.late_steps = 0
         self.chain_late_s = CHAIN_LATE_S
 
@@ -110,6 +64,7 @@ class TwinLoop(EngineLoop):
         self._aloop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._timer = step_timer(self._aloop)
         self._task = self._aloop.create_task(self._run_async())
 
     def stop(self) -> None:
@@ -120,7 +75,10 @@ class TwinLoop(EngineLoop):
         asyncio.run_coroutine_threadsafe(self._join(), self._aloop).result()
 
     async def _join(self) -> None:
-        await asyncio.shield(self._task)
+        try:
+            await asyncio.shield(self._task)
+        finally:
+            self._timer.close()
 
     def submit(self, job: Job) -> None:
         super().submit(job)
@@ -205,12 +163,19 @@ class TwinLoop(EngineLoop):
                 self.twin_metrics.late_steps.inc()
             try:
                 out = engine.begin(start)
+                end = self.t0 + out.end
                 on_time = out.end > self.now()
-                if on_time:
-                    await TIMER.sleep_until(self.t0 + out.end)
-                late = self.now() - out.end
+                if on_time and end - time.perf_counter() > self._lead:
+                    await self._timer.sleep_until(end - self._lead)
+                # The step's bookkeeping (the scheduler's update, the hand-off) before its end:
+                # the step's tokens wait on the outbox, and only their release waits for the end.
+                began = time.perf_counter()
                 engine.commit(out)
                 self._hand_off(out)
+                self._lead = min(LEAD_MAX_S, LEAD_MARGIN * (time.perf_counter() - began) + LEAD_FLOOR_S)
+                if on_time and end > time.perf_counter():
+                    await self._timer.sleep_until(end)
+                late = self.now() - out.end
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
                 log.exception("twin step failed")
                 self._fail_all(f"engine failure: {exc}")

@@ -179,9 +179,11 @@ def serve_twins(cfg: TwinConfig, host: str, port: int, replicas: int = 1,
               f"({cfg.gpu}, tp {cfg.tp}), system {cfg.system}", file=sys.stderr, flush=True)
     from batchlab.serve.server import SWITCH_INTERVAL_S
 
-    # the timer thread must get the GIL promptly from a busy event loop to wake a step's end
+    # where there is no timerfd, a timer thread wakes a step's end: it must get the GIL promptly
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    asyncio.run(_serve_all(servers, sockets))
+    from batchlab import event_loop
+
+    event_loop.run(_serve_all(servers, sockets))
     if cfg.save_trace:
         from batchlab.serve.server import save_trace
 

@@ -10,7 +10,9 @@ there); the step that made its first token (start and end, on the twin's clock);
 hand-off of the step's tokens (before the step's end: the bookkeeping runs ahead, the release
 waits), the first token's event formatted and written; the client's reading of it. Each gap's
 median, mean and 90th percentile over the requests (ms) are printed, and the front end: the
-client's TTFT minus the twin's (arrival to the step's end).
+client's TTFT minus the twin's (arrival to the step's end); and how many connections the
+requests came on. With another checkout's source first on PYTHONPATH it stamps that code (its
+client and twin), to compare.
 
     python benchmarks/twin_stamps.py [--rate 12] [--num-prompts 300]
 
@@ -82,7 +84,7 @@ def serve_stamped(argv: list[str]) -> int:
         headers_done(self)
         for k, v in self.headers:
             if k == b"x-idx":
-                STAMPS[int(v)] = {"recv": self._stamp_read, "headers": pc()}
+                STAMPS[int(v)] = {"recv": self._stamp_read, "headers": pc(), "peer": list(self.client or ())}
 
     h.HttpToolsProtocol.data_received = data_received
     h.HttpToolsProtocol.on_headers_complete = on_headers_complete
@@ -153,8 +155,13 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
 
     import batchlab.bench.client as client
     import batchlab.bench.runner as runner
-    from batchlab import event_loop
     from batchlab.workload import Workload
+
+    try:
+        from batchlab.event_loop import run
+    except ImportError:   # code from before its event loop choice: asyncio's
+        import asyncio
+        run = asyncio.run
 
     headers, stream_request = client.headers, client.stream_request
     wrote: dict[int, float] = {}
@@ -191,7 +198,7 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
     workload = Workload(ids=[str(i) for i in range(n)], arrival=arrival, prompt=prompt, output=output)
     bodies = runner.encode_bodies(workload, "completions", MODEL, "tokens", seed, 32000, True)
     config = runner.RunConfig(url + "/v1/completions", "completions")
-    event_loop.run(runner.run_requests(config, arrival, bodies, output))
+    run(runner.run_requests(config, arrival, bodies, output))
     return out
 
 
@@ -225,14 +232,15 @@ def main() -> int:
         table.append({"gap": name, "median_ms": statistics.median(ms), "mean_ms": statistics.mean(ms),
                       "p90_ms": ms[int(0.9 * (len(ms) - 1))]})
     front = sorted(1e3 * ((r["c_first"] - r["c_start"]) - (r["step_end"] - r["arrival"])) for r in rows)
-    out = {"rate": args.rate, "requests": len(rows), "load_average": loads, "gaps": table,
+    connections = len({tuple(r["peer"]) for r in rows})
+    out = {"rate": args.rate, "requests": len(rows), "connections": connections, "load_average": loads, "gaps": table,
            "front_end_ms": {"median": statistics.median(front), "mean": statistics.mean(front),
                             "p90": front[int(0.9 * (len(front) - 1))]}}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"{args.rate:g} req/s, {len(rows)} requests; load average {loads[0]:.2f} at the start, "
-          f"{loads[1]:.2f} at the end")
+    print(f"{args.rate:g} req/s, {len(rows)} requests on {connections} connections; load average "
+          f"{loads[0]:.2f} at the start, {loads[1]:.2f} at the end")
     print(f"{'':42s} {'median':>8s} {'mean':>8s} {'p90':>8s}  (ms)")
     for row in table:
         print(f"{row['gap']:42s} {row['median_ms']:8.3f} {row['mean_ms']:8.3f} {row['p90_ms']:8.3f}")

@@ -10,14 +10,16 @@ preset's defaults (the calibrated operators model and its engine CPU time per st
 printed with its relative error; `--cost roofline` shows the seed's paper GPU beside them.
 Below them, the same CI's Llama-3-70B at TP 4 (3,990.6, 2,444.5 and 2,076.3 ms), never fitted
 on: a check of the tensor-parallel price, whose all-reduces run vLLM's custom kernel
-(hardware/custom_allreduce.py).
+(hardware/custom_allreduce.py). Last, the same CI's Mixtral-8x7B at TP 2 on the H100 and the
+H200 (2,326.97 and 1,917.44 ms), never fitted on either: a check of the mixture-of-experts
+price, whose decode steps read the weights of the distinct experts their tokens touch.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from batchlab.calibrate.vllm_runs import VLLM_LATENCY_RUNS, VLLM_TP4_RUNS, predict_e2e_ms
+from batchlab.calibrate.vllm_runs import VLLM_LATENCY_RUNS, VLLM_MOE_RUNS, VLLM_TP4_RUNS, predict_e2e_ms
 
 
 def main() -> None:
@@ -25,7 +27,7 @@ def main() -> None:
     parser.add_argument("--cost", choices=("roofline", "operators"), default=None)
     args = parser.parse_args()
     print(f"{'model':<13} {'TP':>2} {'GPU':<10} {'measured ms':>12} {'predicted ms':>13} {'error':>8}")
-    for run in VLLM_LATENCY_RUNS + VLLM_TP4_RUNS:
+    for run in VLLM_LATENCY_RUNS + VLLM_TP4_RUNS + VLLM_MOE_RUNS:
         predicted = predict_e2e_ms(run, args.cost)
         print(f"{run.model:<13} {run.tp:>2} {run.gpu:<10} {run.mean_e2e_ms:>12,.1f} {predicted:>13,.1f} "
               f"{(predicted - run.mean_e2e_ms) / run.mean_e2e_ms:>+8.1%}")

@@ -6,7 +6,9 @@ and 128 output tokens) report the mean end-to-end latency of the batch on each G
 the check of the presets' engine CPU time per step (presets.VLLM_ENGINE_STEP_S), which is one
 figure for every GPU: vLLM's own work per step, not a GPU's. The same CI times Llama-3-70B at
 tensor parallel 4 in the same shape (`latency_llama70B_tp4`): those runs are held out, never
-fitted on, a check of the tensor-parallel price (its all-reduces) beside the 8B's.
+fitted on, a check of the tensor-parallel price (its all-reduces) beside the 8B's. Its third
+test, `latency_mixtral8x7B_tp2` (Mixtral-8x7B-Instruct-v0.1, tensor parallel 2), is held out
+too: a check of the mixture-of-experts price (the distinct experts a step's tokens touch).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ VLLM_TP4_RUNS = (
     LatencyRun("A100-80GB", "Llama-3-70B", 8, 32, 128, 3990.6, tp=4),
     LatencyRun("H100-SXM", "Llama-3-70B", 8, 32, 128, 2444.5, tp=4),
     LatencyRun("H200", "Llama-3-70B", 8, 32, 128, 2076.3, tp=4),
+)
+# `latency_mixtral8x7B_tp2` on the same job pages: the H100 table that holds build 9555's 8B
+# and 70B figures, and build 9515 (buildkite.com/vllm/performance-benchmark/builds/9515) for
+# the H200. No A100 figure of this test was found published.
+VLLM_MOE_RUNS = (
+    LatencyRun("H100-SXM", "Mixtral-8x7B", 8, 32, 128, 2326.97, tp=2),
+    LatencyRun("H200", "Mixtral-8x7B", 8, 32, 128, 1917.44, tp=2),
 )
 
 

@@ -46,6 +46,8 @@ FENCE = "```"
 MARK = re.compile(r"^<!-- docs-output: ([a-z ]+) -->$")
 MARKS = ("slow", "timing", "server")
 PROMPT = "$ "
+# Unset for every command: output is piped, so plain tables, WIDE, whatever the terminal
+PIPED_UNSET = ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 
 
 @dataclass
@@ -145,8 +147,8 @@ def run(command: Command, timeout: float = 1800.0) -> list[str]:
     env = dict(os.environ, **settings)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    for name in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
-        env.pop(name, None)       # output is piped: plain tables, WIDE, whatever the terminal
+    for name in PIPED_UNSET:
+        env.pop(name, None)
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     return tidy((done.stdout + done.stderr).split("\n"))
 

@@ -1,10 +1,14 @@
 import json
 import os
 
-import pytest
-from hypothesis import Phase, settings
+# One BLAS thread, as .ci/run sets (before numpy loads): the CLI now runs in this process, and on
+# two cores a second BLAS thread only contends (the mini model's tests run several times slower).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from helpers import run_cli
+import pytest  # noqa: E402
+from hypothesis import Phase, settings  # noqa: E402
+
+from helpers import run_cli  # noqa: E402
 
 # Hypothesis: by default ("ci") every run draws the same examples, keeps no example database and
 # times nothing; BATCHLAB_HYPOTHESIS=thorough draws new random examples on each run.

@@ -2,7 +2,9 @@
 conftest), never from one another or from conftest.
 
 - `ROOT`, `EXAMPLES`: the repository and its examples;
-- `run_cli`: `batchlab ARGS` in a fresh process; `need`: skip (fail in CI) without a tool;
+- `run_cli`: `batchlab ARGS` through the CLI's main() in this process, output captured;
+  `run_cli_process`: the same in a fresh process (exit codes and stderr as the program
+  leaves them, another hash seed); `need`: skip (fail in CI) without a tool;
 
 - `assert_same` / `assert_same_trace`: two results equal bit for bit (floats by their hex);
 - `MODEL`, `GPU`, `ROOFLINE_STEP_S`, `PROFILE`: the paper GPU and the hypothesis profile of the
@@ -10,7 +12,8 @@ conftest), never from one another or from conftest.
 - `ARRIVAL`, `OFFSETS`, `TIMES`, `SERVED`: a hand-made trace of four requests;
 - `small_sweep`: a four-point sweep config;
 - `count_colours`: distinct colours of a rendered figure;
-- `imported_modules`: every module a source file imports;
+- `source_tree`: a source file's syntax tree, parsed once a run; `imported_modules`: every
+  module a source file imports;
 - `main_within`: the CLI's exit code, or a failure if it hangs.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -63,10 +67,63 @@ def fast_path_runs():
         yield runs
 
 
-def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def run_cli_process(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """`batchlab ARGS` in a fresh process, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "batchlab.cli", *args], input=stdin,
                           capture_output=True, text=True, cwd=ROOT)
+
+
+# Python's own warning filters at start-up (no -W, no PYTHONWARNINGS): what a fresh `batchlab`
+# process prints on stderr, where pytest's filters would show or hide others.
+STARTUP_WARNING_FILTERS = (("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, None),
+                           ("ignore", PendingDeprecationWarning, None), ("ignore", ImportWarning, None),
+                           ("ignore", ResourceWarning, None))
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`batchlab ARGS` as `run_cli_process` runs it, but through `batchlab.cli.main` in this
+    process: a second's start-up (numpy, matplotlib, rich) saved per call. It answers the same
+    way: from the repository's root, standard input `stdin` (else empty, as CI gives none),
+    stdout and stderr as text that is no terminal (newlines read as a pipe's), the warnings a
+    fresh process prints on stderr, and an exception the program lets out as exit code 1 with
+    its traceback on stderr."""
+    import io
+    import traceback
+    import warnings
+
+    from batchlab.cli import main
+
+    def stream() -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+
+    def text(s: io.TextIOWrapper) -> str:   # read back as subprocess.run(text=True) reads a pipe
+        s.flush()
+        return io.TextIOWrapper(io.BytesIO(s.buffer.getvalue()), encoding="utf-8").read()
+
+    out, err = stream(), stream()
+    here = os.getcwd()
+    saved = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin or ""), out, err
+    os.chdir(ROOT)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()
+            for action, category, module in STARTUP_WARNING_FILTERS:
+                warnings.filterwarnings(action, category=category, module=module or "")
+            try:
+                code = main(list(args))
+            except SystemExit as exc:   # a command that exits by itself
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:   # the interpreter's answer to an uncaught exception
+                traceback.print_exc(file=err)
+                code = 1
+        for w in caught:
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved
+        os.chdir(here)
+    return subprocess.CompletedProcess(["batchlab", *args], code, text(out), text(err))
+
 
 MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
 # A small decode step of this model on this GPU lasts about 6 ms; roofline arrivals are drawn in
@@ -147,12 +204,18 @@ def count_colours(img) -> int:
     return len(np.unique(packed))
 
 
+@functools.cache
+def source_tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once for every test that scans the source (read it only)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imported_modules(path: Path, root: Path = SRC.parent) -> set[str]:
     """Every module a file imports, at the top or inside functions, relative imports resolved
     (`root` holds the top-level package)."""
     package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(source_tree(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -7,18 +7,39 @@ import os
 import pty
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from batchlab import __version__
 from batchlab.cli import COMMANDS, build_parser, suggestion
 
-from helpers import EXAMPLES, ROOT, run_cli
+from helpers import EXAMPLES, ROOT, need, run_cli, run_cli_process
+
+# The console script pip installs beside this interpreter (`pip install -e .`).
+SCRIPT = Path(sys.executable).parent / "batchlab"
 
 
 def test_version():
     res = run_cli("--version")
     assert res.returncode == 0 and res.stdout.strip() == f"batchlab {__version__}"
+
+
+def test_the_installed_console_script_runs_the_program():
+    need(SCRIPT.exists(), f"no console script at {SCRIPT}: pip install -e . installs it")
+    res = subprocess.run([str(SCRIPT), "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0 and res.stdout.strip() == f"batchlab {__version__}" and res.stderr == ""
+
+
+@pytest.mark.parametrize("args, field", [(["cost", "--batchh", "2"], "--batchh"),
+                                         (["tick", "no/such/case.json"], "no/such/case.json")])
+def test_a_process_refused_its_input_exits_2_with_one_line_and_no_traceback(args, field):
+    """The whole program as a user runs it: parser errors and InputError alike end the process
+    with code 2 and one line on stderr (the in-process tests call main(), which returns the code)."""
+    res = run_cli_process(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    assert len(res.stderr.strip().splitlines()) == 1 and field in res.stderr
+    assert res.stderr.startswith(f"batchlab {args[0]}: error:") and "Traceback" not in res.stderr
 
 
 def test_bare_command_prints_help():
@@ -128,10 +149,7 @@ def test_every_command_with_a_figure_has_plot():
 def test_plot_writes_and_says_so(tmp_path, args, stems):
     """--json stays clean on stdout; one 'wrote PATH' line per file on stderr, each file there."""
     out = tmp_path / "figs"
-    # one BLAS thread: the mini model's numpy on a busy 2-core machine is many times slower with more
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, "-m", "batchlab.cli", *args, "--plot", str(out), "--json"],
-                         capture_output=True, text=True, cwd=ROOT, env=env)
+    res = run_cli(*args, "--plot", str(out), "--json")
     assert res.returncode == 0, res.stderr
     json.loads(res.stdout)
     assert wrote(res.stderr) == pairs(out, *stems)

@@ -4,7 +4,7 @@ module outside the core calls (or reads) an engine member whose name starts with
 import ast
 from pathlib import Path
 
-from helpers import ROOT, imported_modules
+from helpers import ROOT, imported_modules, source_tree
 
 from batchlab.engine import Engine, Pipeline
 
@@ -79,8 +79,7 @@ def private_engine_members() -> set[str]:
 
 def private_uses(path: Path, private: set[str]) -> list[str]:
     """`x._name` for each private engine member `_name` in the file, as "line: _name"."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return [f"{node.lineno}: {node.attr}" for node in ast.walk(tree)
+    return [f"{node.lineno}: {node.attr}" for node in ast.walk(source_tree(path))
             if isinstance(node, ast.Attribute) and node.attr in private
             and not (isinstance(node.value, ast.Name) and node.value.id == "self")]
 

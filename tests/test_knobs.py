@@ -14,6 +14,8 @@ from batchlab.experiments.experiments import Setting
 from batchlab.experiments.knobs import EXPERIMENTS, Overrides, identical, run_knobs, select
 from batchlab.workload import make_workload
 
+from helpers import run_cli_process
+
 MODEL, GPU = resolve_model("Llama-3-8B"), resolve_gpu("H100-SXM")
 SMALL_MEMORY = 0.3   # of 80 GB: 24 GB, 8 GB of it left for KV after the weights
 ROW_KEYS = {"rate", "p50_ttft_ms", "p99_ttft_ms", "max_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "max_itl_ms", "output_throughput",
@@ -48,7 +50,7 @@ def test_json_shape_and_determinism(cli):
             assert row["completed"] == 40 and row["failed"] == 0
     assert report["experiments"][1]["config"]["workload"] == "long"
     assert report["experiments"][1]["config"]["slo_ms"] == {"ttft": 2000.0, "tpot": 50.0}
-    again = cli(*args)
+    again = run_cli_process(*args)   # another process: another hash seed, same bytes
     assert again.stdout == out.stdout   # same seed, same bytes
 
 

@@ -14,6 +14,8 @@ from batchlab.memory.prefix import PrefixCacheMemory
 from batchlab.request import Request, Status
 from batchlab.workload import Content
 
+from helpers import source_tree
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "batchlab"
 
 
@@ -108,7 +110,7 @@ NOT_A_MANAGER = {"experiments/systems.py"}   # System.memory there is the manage
 
 def _names_read(path: Path):
     """(attribute, line) of every read of a manager-like object's attribute, by `.` or getattr."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(source_tree(path)):
         if isinstance(node, ast.Attribute):
             v = node.value
             owner = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else None

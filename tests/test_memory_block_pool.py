@@ -48,3 +48,27 @@ def test_shared_accounting_catches_a_miscounted_reference():
     pool.check([table], "prefix")
     with pytest.raises(IntegrityError, match="references"):
         pool.check([table, table[:1]], "prefix")
+
+
+def _held_two_of_six(shared: bool) -> tuple[BlockPool, list[int]]:
+    pool = BlockPool(6, shared=shared)
+    table = pool.take_free(2)
+    for b in table if shared else ():
+        pool.ref[b] = 1
+    pool.check([table], "pool")
+    return pool, table
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda pool, table: (pool.free.append(pool.free[0]), [table])[1], "on the free list twice"),
+    (lambda pool, table: (pool.free.pop(), [table])[1], r"free \+ 0 cached unreferenced \+ 2 referenced != 6"),
+    (lambda pool, table: (setattr(pool, "extra_refs", 1), [table])[1], "1 shared references counted, 0 held"),
+    (lambda pool, table: [table, table[:1]], "has 1 references, 2 holders"),
+    (lambda pool, table: (pool.idle.__setitem__(pool.free[0], None), [table])[1], "free or evictable"),
+], ids=["freed-twice", "lost", "shared-count", "held-twice", "free-and-idle"])
+def test_each_broken_account_is_caught_with_its_reason(shared, corrupt, message):
+    """Every way the free list, the idle blocks, the tables and the counts can disagree."""
+    pool, table = _held_two_of_six(shared)
+    with pytest.raises(IntegrityError, match=message):
+        pool.check(corrupt(pool, table), "pool")

@@ -217,6 +217,49 @@ def test_integrity_catches_a_referenced_block_in_the_lru():
         m.check_integrity()
 
 
+
+def _cached_and_freed():
+    """A cache whose request has finished: two full blocks idle and keyed, the rest free."""
+    m = PrefixCacheMemory(64, block_size=4)
+    a = request("a", range(9))
+    admit(m, a)
+    finish(m, a)
+    assert len(m.pool.idle) == 2 and len(m.index.cached) == 2
+    return m
+
+
+def test_integrity_catches_the_pool_and_the_keys_disagreeing():
+    m = _cached_and_freed()
+    m.index.key_of[m.pool.free[0]] = 123                         # a free block with a key
+    with pytest.raises(AssertionError, match="free list is still cached"):
+        m.check_integrity()
+    m = _cached_and_freed()
+    m.index.key_of[next(iter(m.pool.idle))] = None               # an evictable block without one
+    with pytest.raises(AssertionError, match="evictable block is not cached"):
+        m.check_integrity()
+    m = _cached_and_freed()
+    key, block = next(iter(m.index.cached.items()))
+    m.index.cached[key] = next(b for b in m.pool.idle if b != block)   # a key naming another block
+    with pytest.raises(AssertionError, match="keys disagree"):
+        m.check_integrity()
+    m = _cached_and_freed()
+    del m.index.cached[key]                                      # a block keyed but not in the map
+    with pytest.raises(AssertionError, match="keys disagree"):
+        m.check_integrity()
+
+
+def test_integrity_catches_a_held_block_cached_under_other_content():
+    m = PrefixCacheMemory(64, block_size=4)
+    a = request("a", range(9))
+    admit(m, a)
+    m.observe(0.0)                                # its full blocks are keyed
+    first = m.block_table(a)[0]
+    del m.index.cached[m.index.key_of[first]]
+    m.index.cached[999] = first                   # the index and the block agree, the content not
+    m.index.key_of[first] = 999
+    with pytest.raises(AssertionError, match="a block 0 holds other content"):
+        m.check_integrity()
+
 # --- through the engine ---------------------------------------------------------------------------
 
 def run(rows, memory, **config):

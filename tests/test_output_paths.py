@@ -25,6 +25,8 @@ from batchlab.cli import main
 from batchlab.errors import InputError
 from batchlab.io_checks import write_atomic
 
+from helpers import source_tree
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "batchlab"
 HELPER = SRC / "io_checks.py"
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -57,13 +59,13 @@ def _temporaries(tree: ast.AST) -> list[int]:
 def test_no_module_renames_a_file_but_the_output_helper():
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = source_tree(path)
         for line in _renames(tree) + _temporaries(tree):
             if path != HELPER:
                 offenders.append(f"{path.relative_to(SRC)}:{line}")
     assert offenders == [], ("write outputs with batchlab.io_checks.write_atomic, which never "
                              f"renames over a device: {offenders}")
-    helper = ast.parse(HELPER.read_text(encoding="utf-8"))
+    helper = source_tree(HELPER)
     assert _renames(helper) and _temporaries(helper)   # the scan does see the one that is allowed
 
 

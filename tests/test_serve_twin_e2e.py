@@ -31,7 +31,7 @@ def twins():
     # replica 0 as it is, 1 answers 500 to every generation request, 2 stops answering at once;
     # a slow GPU (L4) and a long context keep a long request running while its client leaves
     s = ServeProcess("--simulate", "--model", "Llama-3.1-8B", "--gpu", "L4", "--replicas", "3",
-                     "--max-model-len", "8192", "--check-memory", "--drain-timeout", "5",
+                     "--max-model-len", "8192", "--check-memory", "--drain-timeout", "1",
                      "--fault", "1:errors=1", "--fault", "2:hang", cwd=ROOT)
     yield s, [f"http://127.0.0.1:{s.port + k}" for k in range(3)]
     assert s.stop() == 0

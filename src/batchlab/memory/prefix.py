@@ -395,10 +395,14 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
             if len(set(table.blocks)) != len(table.blocks):
                 raise IntegrityError(f"paged-prefix: {r.id} holds a block twice")
             keys = table.keys or []
-            for j in range(min(table.registered, len(keys))):
-                k = key_of[table.blocks[j]]
-                if k is not None and k != keys[j]:   # a shared block sits where its content is
-                    raise IntegrityError(f"paged-prefix: {r.id} block {j} holds other content")
+            n = min(table.registered, len(keys))
+            # every registered block keyed as its content (looked up in C; a checked run asks
+            # after each step), else each is looked at: an uncached one may hold any
+            if n and list(map(key_of.__getitem__, table.blocks[:n])) != keys[:n]:
+                for j in range(n):
+                    k = key_of[table.blocks[j]]
+                    if k is not None and k != keys[j]:   # a shared block sits where its content is
+                        raise IntegrityError(f"paged-prefix: {r.id} block {j} holds other content")
             keying += bool(table.next_key_at)
             shared += table.shared_tail
         if (keying, shared) != (self._keying, self._shared):

@@ -157,13 +157,14 @@ class RooflinePrice:
         """`decode`'s times of up to `steps` steps of a run (each sequence one token longer a step)
         from `start`, up to the first that ends at or after `until`, for a caller that runs them
         one at a time (often one or two between events): the sums grow by what a step adds."""
-        if self.doubles is not None:
-            per_batch_f, per_cached_f, per_batch_b, b0, bp = self.doubles
+        doubles = self.doubles
+        if doubles is not None:
+            per_batch_f, per_cached_f, per_batch_b, b0, bp = doubles
             flops, more_flops = per_batch_f * batch + per_cached_f * cached, per_cached_f * batch
             nbytes, more_bytes = b0 + per_batch_b * batch + bp * cached, bp * batch
         # exact integers in doubles unless the last step's reach FLOAT_EXACT (a rounded product or
         # sum on the way would reach it, and so would they): then the integers
-        if self.doubles is None or max(flops + more_flops * steps, nbytes + more_bytes * steps) >= FLOAT_EXACT:
+        if doubles is None or flops + more_flops * steps >= FLOAT_EXACT or nbytes + more_bytes * steps >= FLOAT_EXACT:
             flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
         times = []

@@ -5,7 +5,7 @@ are each that step's price, bit for bit."""
 
 from __future__ import annotations
 
-import itertools
+import math
 
 import numpy as np
 import pytest
@@ -72,7 +72,9 @@ def test_a_runs_steps_are_each_steps_price(name, batch, cached, steps):
     price = PRICES[name]
     one_by_one = [price.decode(batch, cached + batch * j) for j in range(steps)]
     assert one_by_one[0] == price.step(batch, cached, 0, 0, 0, 0, batch, batch)
-    assert list(itertools.islice(price.decode_steps(batch, cached), steps)) == one_by_one
+    assert price.decode_times(batch, cached, steps, 0.0, math.inf) == one_by_one
+    until = float(np.add.accumulate([7.5, *one_by_one])[1 + steps // 2])   # where step steps // 2 ends
+    assert price.decode_times(batch, cached, steps, 7.5, until) == one_by_one[:steps // 2 + 1]
     run = price.decode_run(batch, cached, steps)
     assert run.tolist() == one_by_one
     started = price.decode_run(batch, cached, steps, start=7.5)

@@ -268,7 +268,7 @@ class FastPath:
             self.held = self.held_tokens()
         held = computed if self.stored_held else self.held
         self.rows.append((t, duration, emits, prompt_sum, batch, held, computed, emits))
-        if len(self.rows) == FLUSH_ROWS:   # to the step log as a matrix: long runs have many
+        if len(self.rows) >= FLUSH_ROWS:   # to the step log as a matrix: long runs have many
             self.flush_rows()
         self.ends.append(end)
         self.duration = duration
@@ -309,55 +309,54 @@ class FastPath:
         and nothing changed, if the fast path cannot run the first."""
         live, finishing, crossings = self.live, self.finishing, self.crossings
         price, run_min, bs = self.price, self.run_min, self.bs
-        stored_held, budget, ends, rows = self.stored_held, self.budget, self.ends, self.rows
-        s, batch, computed, held, end = self.s, len(live), self.computed, self.held, None
-        decoded = 0   # into self.decoded on the way out
+        stored_held, budget, ends = self.stored_held, self.budget, self.ends
+        s, batch, computed, held, end, decoded = self.s, len(live), self.computed, self.held, None, 0
         # the decodes' new blocks, taken in one call (in step, then running order) up to the
         # next finish, which frees blocks; `free` counts what is left meanwhile (paged memory)
-        grown: list[list[int]] = []
-        free = self.memory.room() if self.grows else 0
-        duration_of_next = price.decode_steps(batch, computed).__next__   # begin's price, step by step
+        grown, free = [], self.memory.room() if self.grows else 0
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
-            grow = crossings.pop(s, None)
-            if grow is not None:   # paged: these take a block each, in running order
-                n = len(grow)
-                if n > free:   # a preemption: the general loop's
-                    crossings[s] = grow
-                    break
-                free -= n
-                grown += grow
-                held += n * bs
-            duration = duration_of_next()
-            end = t + duration
-            rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
-            if len(rows) == FLUSH_ROWS:
+            if len(self.rows) >= FLUSH_ROWS:   # to the step log as a matrix: long runs have many
                 self.flush_rows()
-                rows = self.rows
-            ends.append(end)
-            computed += batch
-            decoded += batch
-            s += 1
-            if end >= until:
-                break
-            t = end
-            if s - 1 in finishing:   # finishes: the sums change, and a run may now pay
-                if grown:
-                    self.memory.append_blocks(grown)
-                    grown = []
-                self.s, self.computed, self.held, self.duration = s, computed, held, duration
-                self.finish_due()
-                batch, computed, held = len(live), self.computed, self.held
-                if not batch or self.waiting.heap or (t + run_min * duration <= until
-                                                      and s + run_min <= self.next_finish()):
-                    self.decoded += decoded
-                    return end
-                if self.grows:
-                    free = self.memory.room()
-                duration_of_next = price.decode_steps(batch, computed).__next__
+            rows = self.rows
+            # begin's price of the steps to the next finish or past `until`, at once (the batch stands till then)
+            for duration in price.decode_times(batch, computed, self.next_finish() - s + 1, t, until):
+                grow = crossings.pop(s, None)
+                if grow is not None:   # paged: these take a block each, in running order
+                    n = len(grow)
+                    if n > free:   # a preemption: the general loop's
+                        crossings[s] = grow
+                        break
+                    free -= n
+                    grown += grow
+                    held += n * bs
+                end = t + duration
+                rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
+                ends.append(end)
+                computed += batch
+                decoded += batch
+                s += 1
+                t = end
+                last = duration
+            else:
+                if end < until:   # the last step priced finishes someone: the sums change, and a run may now pay
+                    if grown:
+                        self.memory.append_blocks(grown)
+                        grown = []
+                    self.s, self.computed, self.held, self.duration = s, computed, held, last
+                    self.finish_due()
+                    batch, computed, held = len(live), self.computed, self.held
+                    if not batch or self.waiting.heap or (t + run_min * last <= until
+                                                          and s + run_min <= self.next_finish()):
+                        self.decoded += decoded
+                        return end
+                    if self.grows:
+                        free = self.memory.room()
+                    continue
+            break
         if grown:
             self.memory.append_blocks(grown)
         if end is not None:
-            self.s, self.computed, self.held, self.duration = s, computed, held, duration
+            self.s, self.computed, self.held, self.duration = s, computed, held, last
             self.decoded += decoded
         return end
 

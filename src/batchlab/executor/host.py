@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.hardware.costmodel import decode_steps
+from batchlab.hardware.costmodel import decode_times
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
@@ -85,8 +85,8 @@ class HostPrice:
     def decode(self, batch: int, cached: int) -> float:
         return self.host.step(self.gpu.decode(batch, cached), True)
 
-    def decode_steps(self, batch: int, cached: int):
-        return decode_steps(self.decode, batch, cached)
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+        return decode_times(self.decode, batch, cached, steps, start, until)
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:

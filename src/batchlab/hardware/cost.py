@@ -9,7 +9,7 @@ costs the same, bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -124,6 +124,14 @@ class RooflinePrice:
     memory_rate: float
     overhead: float
     expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
+    # a dense model's decode coefficients as doubles (decode_times): FLOPs per sequence and per
+    # cached token, bytes per sequence, of the weights and per cached token (None: experts)
+    doubles: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ints = (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be, self.b0, self.bp)
+        object.__setattr__(self, "doubles", None if self.expert_reads is not None or max(ints) >= FLOAT_EXACT
+                           else tuple(map(float, ints)))
 
     @classmethod
     def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
@@ -145,17 +153,32 @@ class RooflinePrice:
     def decode(self, batch: int, cached: int) -> float:
         return self.step(batch, cached, 0, 0, 0, 0, batch)
 
-    def decode_steps(self, batch: int, cached: int):
-        """`decode`'s times of a run's steps, one at a time without end: its integer sums grow
-        by what a step adds."""
-        flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+        """`decode`'s times of up to `steps` steps of a run (each sequence one token longer a step)
+        from `start`, up to the first that ends at or after `until`, for a caller that runs them
+        one at a time (often one or two between events): the sums grow by what a step adds."""
+        doubles = self.doubles
+        if doubles is not None:
+            per_batch_f, per_cached_f, per_batch_b, b0, bp = doubles
+            flops, more_flops = per_batch_f * batch + per_cached_f * cached, per_cached_f * batch
+            nbytes, more_bytes = b0 + per_batch_b * batch + bp * cached, bp * batch
+        # exact integers in doubles unless the last step's reach FLOAT_EXACT (a rounded product or
+        # sum on the way would reach it, and so would they): then the integers
+        if doubles is None or flops + more_flops * steps >= FLOAT_EXACT or nbytes + more_bytes * steps >= FLOAT_EXACT:
+            flops, nbytes, more_flops, more_bytes = self.decode_totals(batch, cached)
         compute_rate, memory_rate, overhead = self.compute_rate, self.memory_rate, self.overhead
-        while True:
-            compute_s = float(flops) / compute_rate
-            memory_s = float(nbytes) / memory_rate
-            yield (compute_s if compute_s > memory_s else memory_s) + overhead
+        times = []
+        for _ in range(steps):
+            compute_s = flops / compute_rate   # an int over a float is the int as a double over it
+            memory_s = nbytes / memory_rate
+            duration = (compute_s if compute_s > memory_s else memory_s) + overhead
+            times.append(duration)
+            start += duration
+            if start >= until:
+                break
             flops += more_flops
             nbytes += more_bytes
+        return times
 
     def decode_totals(self, batch: int, cached: int) -> tuple[int, int, int, int]:
         """(FLOPs, bytes) of `batch` decodes over `cached` tokens, and what each grows by a step."""

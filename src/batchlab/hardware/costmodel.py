@@ -14,8 +14,6 @@ With tp = pp = 1 it is cost.step_time itself, with its exact integer FLOPs and b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from itertools import islice
 from typing import Protocol
 
 import numpy as np
@@ -98,7 +96,7 @@ class CostModel:
         price = self.sums_price
         durations = price.decode_run(batch, past, steps)
         if durations is None:   # past int64's safe range: each step alone from exact integers
-            durations = np.fromiter(islice(price.decode_steps(batch, past), steps), np.float64, steps)
+            durations = np.array(price.decode_times(batch, past, steps, 0.0, math.inf), dtype=np.float64)
         return durations
 
     def breakdown(self, shape: Shape) -> list[OpRow]:
@@ -126,8 +124,9 @@ class SumsPrice(Protocol):
     their new and cached tokens and causal units sum n_new * (2 n_past + n_new + 1), the
     sequences that emit, and those carried on from the step before (read only by a host's CPU
     time, executor/host.py). `decode` is a step of `batch` decodes over `cached` tokens; a run of
-    them (each one token longer a step) is priced one step at a time (`decode_steps`) or as an
-    array (`decode_run`, cheaper from `run_min` steps on), all equal to `step` bit for bit."""
+    them (each one token longer a step) is priced as a list up to the first step that ends at a
+    given time (`decode_times`) or as an array (`decode_run`, cheaper from `run_min` steps on),
+    all equal to `step` bit for bit."""
 
     run_min: int
 
@@ -136,7 +135,7 @@ class SumsPrice(Protocol):
 
     def decode(self, batch: int, cached: int) -> float: ...
 
-    def decode_steps(self, batch: int, cached: int) -> Iterator[float]: ...
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]: ...
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:
@@ -144,11 +143,15 @@ class SumsPrice(Protocol):
         so that np.add.accumulate of the array gives their ends."""
 
 
-def decode_steps(decode, batch: int, cached: int) -> Iterator[float]:
-    """SumsPrice.decode_steps from `decode`: each step priced alone, when asked for."""
-    while True:
-        yield decode(batch, cached)
-        cached += batch
+def decode_times(decode, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+    """SumsPrice.decode_times from a price of one decode step (`decode`): each step priced alone."""
+    times = []
+    for j in range(steps):
+        times.append(decode(batch, cached + batch * j))
+        start += times[-1]
+        if start >= until:
+            break
+    return times
 
 
 class ShapePrice:
@@ -171,8 +174,8 @@ class ShapePrice:
     def decode(self, batch: int, cached: int) -> float:
         return self.step(batch, cached, 0, 0, 0, 0, batch)
 
-    def decode_steps(self, batch: int, cached: int) -> Iterator[float]:
-        return decode_steps(self.decode, batch, cached)
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+        return decode_times(self.decode, batch, cached, steps, start, until)
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:

@@ -3,11 +3,12 @@
 The real server computes a step in a thread; a twin only prices it (microseconds), so its steps
 run on the event loop itself, and one process can host many twins (`--replicas`) with no thread
 per engine. Each step: arrivals up to its start join the queue, the plan is priced
-(`TwinExecutor`), the loop sleeps until just before the step's end on the wall clock (start +
-price: the CPU time spent planning is part of the step, not added to it), commits the step and
-hands its tokens off, then at the step's end (a timerfd wakes the loop: `wake.py`) releases them
-to their clients, whose streams write them out before the next step is planned while the loop
-keeps up. No token is seen before its step's end; the bookkeeping is not on its way out.
+(`TwinExecutor`), committed and its tokens handed off to the outbox at once; the loop sleeps
+until the step's end on the wall clock (start + price: the CPU time spent planning and
+committing is part of the step, not added to it; a timerfd wakes the loop: `wake.py`), then
+releases the tokens to their clients, whose streams write them out before the next step is
+planned while the loop keeps up. No token is seen before its step's end, and the step's
+bookkeeping is not on the tokens' way out.
 
 While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
 idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay
@@ -26,16 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 
 from batchlab.serve.loop import EngineLoop, Job, deliver
 from batchlab.serve.wake import step_timer
 
 log = logging.getLogger("batchlab.serve")
 CHAIN_LATE_S = 0.05   # how far behind a step's end the loop may wake and still chain the next
-# A step is committed and handed off this long before its end: twice what the last one's took,
-# plus the timer's wake-up jitter, so that its tokens are ready to go at the end itself.
-LEAD_MARGIN, LEAD_FLOOR_S, LEAD_MAX_S = 2.0, 0.0003, 0.005
 
 
 class TwinLoop(EngineLoop):
@@ -54,7 +51,6 @@ class TwinLoop(EngineLoop):
         self._task: asyncio.Task | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._timer = None   # wakes the loop at a step's end (`wake.step_timer`)
-        self._lead = LEAD_FLOOR_S   # how long before a step's end its bookkeeping starts
         self.late_steps = 0
         self.chain_late_s = CHAIN_LATE_S
 
@@ -163,18 +159,13 @@ class TwinLoop(EngineLoop):
                 self.twin_metrics.late_steps.inc()
             try:
                 out = engine.begin(start)
-                end = self.t0 + out.end
                 on_time = out.end > self.now()
-                if on_time and end - time.perf_counter() > self._lead:
-                    await self._timer.sleep_until(end - self._lead)
-                # The step's bookkeeping (the scheduler's update, the hand-off) before its end:
-                # the step's tokens wait on the outbox, and only their release waits for the end.
-                began = time.perf_counter()
+                # The step's bookkeeping (the scheduler's update, the hand-off) as soon as it is
+                # planned: its tokens wait on the outbox, and only their release waits for its end.
                 engine.commit(out)
                 self._hand_off(out)
-                self._lead = min(LEAD_MAX_S, LEAD_MARGIN * (time.perf_counter() - began) + LEAD_FLOOR_S)
-                if on_time and end > time.perf_counter():
-                    await self._timer.sleep_until(end)
+                if on_time and out.end > self.now():
+                    await self._timer.sleep_until(self.t0 + out.end)
                 late = self.now() - out.end
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
                 log.exception("twin step failed")

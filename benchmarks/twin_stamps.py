@@ -158,7 +158,7 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
     from batchlab.workload import Workload
 
     try:
-        from batchlab.event_loop import run
+        from batchlab.runtime.event_loop import run
     except ImportError:   # code from before its event loop choice: asyncio's
         import asyncio
         run = asyncio.run

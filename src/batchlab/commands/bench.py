@@ -214,7 +214,7 @@ def _offered_rate(rate: float | None, workload) -> float | str:
 
 
 def _run_with_progress(make, total: int, disabled: bool):
-    from batchlab import event_loop
+    from batchlab.runtime import event_loop
 
     if disabled:
         return event_loop.run(make(None))

@@ -1,1 +1,2 @@
-"""The process's runtime: the allocator's thresholds, garbage-collector pauses, lazy imports."""
+"""The process's runtime: the allocator's thresholds, garbage-collector pauses, lazy imports and
+the event loop."""

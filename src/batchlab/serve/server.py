@@ -181,7 +181,7 @@ def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DR
             self.draining = asyncio.ensure_future(drain(state, drain_s))
             self.draining.add_done_callback(lambda _: setattr(self, "should_exit", True))
 
-    from batchlab.event_loop import uvicorn_loop
+    from batchlab.runtime.event_loop import uvicorn_loop
 
     uv = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                         timeout_graceful_shutdown=CLOSE_S, lifespan="on", http=defaults.HTTP,

@@ -181,7 +181,7 @@ def serve_twins(cfg: TwinConfig, host: str, port: int, replicas: int = 1,
 
     # where there is no timerfd, a timer thread wakes a step's end: it must get the GIL promptly
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    from batchlab import event_loop
+    from batchlab.runtime import event_loop
 
     event_loop.run(_serve_all(servers, sockets))
     if cfg.save_trace:

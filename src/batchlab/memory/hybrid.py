@@ -242,13 +242,16 @@ class HybridPagedMemory(MemoryManager):
     def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray:
         """KV stored during each of `steps` decode steps: the full layers add a token per request
         a step, the windowed ones keep what their blocks still hold."""
+        return self.groups.stored(*self._run_sums(requests, steps)).astype(np.float64)
+
+    def _run_sums(self, requests: list[Request], steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_held_sums` of `requests` at each of `steps` decode steps, as two arrays."""
         bs = self.block_size
         computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
         skipped = np.fromiter((r.kv.skipped for r in requests), dtype=np.int64, count=len(requests))
         now = computed[:, None] + np.arange(steps, dtype=np.int64)[None, :]   # [n, steps]
         first = np.maximum(skipped[:, None], np.maximum(0, now - self.window + 1) // bs)
-        kept = np.maximum(0, now - first * bs).sum(axis=0)
-        return self.groups.stored(now.sum(axis=0), kept).astype(np.float64)
+        return now.sum(axis=0), np.maximum(0, now - first * bs).sum(axis=0)
 
     def _as_tokens(self, blocks: np.ndarray) -> np.ndarray:
         g = self.groups
@@ -297,12 +300,16 @@ class HybridPagedMemory(MemoryManager):
         return self.groups.tokens(self.total_blocks - len(self.pool.free), self.block_size)
 
     def stored_tokens(self) -> int:
+        return self.groups.stored(*self._held_sums())
+
+    def _held_sums(self) -> tuple[int, int]:
+        """Tokens computed, and of them those still inside their windows, summed over holders."""
         computed = kept = 0
         bs = self.block_size
         for r in self._held:
             computed += r.computed
             kept += max(0, r.computed - r.kv.skipped * bs)
-        return self.groups.stored(computed, kept)
+        return computed, kept
 
     def shared_tokens(self) -> int:
         """Of the computed tokens summed over holders, those not held on every layer: the

@@ -459,13 +459,8 @@ class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
 
     def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray:
         """As `hybrid.py`, less the KV shared blocks hold more than once."""
+        total, kept = self._run_sums(requests, steps)
         bs = self.block_size
-        computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
-        skipped = np.fromiter((r.kv.skipped for r in requests), dtype=np.int64, count=len(requests))
-        now = computed[:, None] + np.arange(steps, dtype=np.int64)[None, :]   # [n, steps]
-        first = np.maximum(skipped[:, None], np.maximum(0, now - self.window + 1) // bs)
-        kept = np.maximum(0, now - first * bs).sum(axis=0)
-        total = now.sum(axis=0)
         if self.n_full:
             total = total - self._extra[self._full] * bs
         if self.n_sliding:
@@ -540,17 +535,6 @@ class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
             ref[b] = 1
         return taken
 
-    def _evict(self, n: int) -> list[int]:
-        out = self.pool.evict_oldest(n)
-        self.index.evicted(out)
-        self.evictions += n
-        return out
-
-    def _trim(self) -> None:
-        over = len(self.pool.idle) - self.cache_limit
-        if over > 0:
-            self.pool.free.extend(self._evict(over))
-
     # -- the figures -----------------------------------------------------------------------
 
     def held_tokens(self) -> int:
@@ -558,11 +542,8 @@ class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
 
     def stored_tokens(self) -> int:
         """KV on every layer the held blocks store, a block shared by several requests once."""
-        computed = kept = 0
+        computed, kept = self._held_sums()
         bs = self.block_size
-        for r in self._held:
-            computed += r.computed
-            kept += max(0, r.computed - r.kv.skipped * bs)
         if self.n_full:
             computed -= self._extra[self._full] * bs
         if self.n_sliding:

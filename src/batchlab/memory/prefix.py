@@ -363,19 +363,6 @@ class PrefixCacheMemory(PrefixCacheFigures, PagedMemory):
             ref[b] = 1
         return taken
 
-    def _evict(self, n: int) -> list[int]:
-        """The n oldest idle cached blocks, out of the cache (their keys go to the host tier)."""
-        out = self.pool.evict_oldest(n)
-        self.index.evicted(out)
-        self.evictions += n
-        return out
-
-    def _trim(self) -> None:
-        """Keep at most `cache_limit` unreferenced cached blocks (the capacity experiment)."""
-        over = len(self.pool.idle) - self.cache_limit
-        if over > 0:
-            self.pool.free.extend(self._evict(over))
-
     # -- figures ---------------------------------------------------------------------------
 
     def observe(self, now: float) -> None:

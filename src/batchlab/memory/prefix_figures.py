@@ -1,6 +1,7 @@
 """What a prefix cache counts and checks of itself, in the dense cache (`prefix.py`) and the
-sliding-window one (`hybrid_prefix.py`) alike: the sizes it is given, its hits and evictions, a
-history of its use, and the invariants between its block pool and its prefix index."""
+sliding-window one (`hybrid_prefix.py`) alike: the sizes it is given, its hits and evictions (and
+the eviction itself, from the pool's LRU to the host tier), a history of its use, and the
+invariants between its block pool and its prefix index."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ class PrefixCacheFigures:
             self.history[-1] = row
         else:
             self.history.append(row)
+
+    def _evict(self, n: int) -> list[int]:
+        """The n oldest idle cached blocks, out of the cache (their keys go to the host tier)."""
+        out = self.pool.evict_oldest(n)
+        self.index.evicted(out)
+        self.evictions += n
+        return out
+
+    def _trim(self) -> None:
+        """Keep at most `cache_limit` unreferenced cached blocks (the capacity experiment)."""
+        over = len(self.pool.idle) - self.cache_limit
+        if over > 0:
+            self.pool.free.extend(self._evict(over))
 
     def history_arrays(self) -> dict[str, np.ndarray]:
         rows = np.array(self.history, dtype=np.float64).reshape(-1, len(HISTORY_COLUMNS))

@@ -132,7 +132,8 @@ class ThreadTimer:
                     pass
 
     def close(self) -> None:
-        pass   # shared by every loop of the process: its daemon thread sleeps on
+        """Nothing to close: the timer is shared by every loop of the process, and its daemon
+        thread sleeps on."""
 
 
 def _wake(future: asyncio.Future) -> None:
@@ -145,9 +146,9 @@ THREAD_TIMER = ThreadTimer()
 
 def step_timer(loop: asyncio.AbstractEventLoop):
     """The precise waker for `loop`: a timerfd where Linux has one, else the shared thread."""
-    if _LIBC is not None:
-        try:
-            return TimerFd(loop)
-        except (OSError, NotImplementedError):   # out of descriptors, or a loop without add_reader
-            pass
-    return THREAD_TIMER
+    if _LIBC is None:
+        return THREAD_TIMER
+    try:
+        return TimerFd(loop)
+    except (OSError, NotImplementedError):   # out of descriptors, or a loop without add_reader
+        return THREAD_TIMER

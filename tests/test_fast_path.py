@@ -481,3 +481,24 @@ def test_prices_that_need_more_than_sums_keep_the_general_loop(fast_path_steps):
     assert fast_path_steps[0] == 0
     trace, _ = check(rows, SchedulerConfig(), AMPLE, executor=lambda: make_executor(windowed, GPU, cost="roofline"))
     assert fast_path_steps[0] == trace.n_steps
+
+
+def test_a_step_declined_after_its_admissions_leaves_memory_and_queue_as_they_were():
+    # 32 blocks of one token: the arrival at 3 steps is admitted, then the decodes' new blocks of
+    # that step do not fit (a preemption): the admission is undone and the general loop steps
+    rows = [(0.0, 1, 4), (0.0, 7, 10), (3 * STEP, 12, 4), (4 * STEP, 8, 19)]
+    begin, free, undone = fast_path.FastPath.begin, PagedMemory.free, []
+
+    def watched(path, t):
+        memory = path.memory
+        before = (list(memory.pool.free), memory.holders(), path.waiting.in_order())
+        with mock.patch.object(PagedMemory, "free", lambda m, r: (undone.append(r.id), free(m, r))):
+            end = begin(path, t)
+        if end is None:
+            assert (list(memory.pool.free), memory.holders(), path.waiting.in_order()) == before
+            assert all(r.kv is None for r in before[2])
+        return end
+
+    with mock.patch.object(fast_path.FastPath, "begin", watched):
+        trace, _ = check(rows, SchedulerConfig(), ("paged", 32, 1, 0.0))
+    assert undone and trace.preemptions.sum() >= 1

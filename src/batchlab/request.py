@@ -73,7 +73,7 @@ class Request:
     emitted: int = 0         # output tokens produced so far
     admitted_at: float | None = None     # first admission
     preemptions: int = 0
-    evictions: list[list[float]] = field(default_factory=list)  # [preempted at, re-admitted at]
+    evictions: tuple[list[float], ...] = ()   # [preempted at, re-admitted at] (a tuple: most never have one)
     swapped: bool = False    # KV sits in host memory (swap preemption)
     in_flight: bool = False  # in a pipelined batch that has not returned yet
     reject_reason: str | None = None

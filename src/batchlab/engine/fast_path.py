@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from itertools import chain
 
 import numpy as np
 
@@ -117,11 +118,13 @@ class FastPath:
         self.seats, self.budget, self.chunk = config.seats, config.budget, config.chunk
         self.bs = getattr(memory, "block_size", 1)
         # id -> [request, step, computed then, emitted then, index in ends of its first token
-        # (-1: it came in running)], in running (admission) order
+        # (-1: it came in running), its phase (None: no blocks)], in running (admission) order
         self.live: dict[int, list] = {}
         self.finishing: dict[int, list[Request]] = {}   # step -> requests whose last token it is
         self.finish_steps: list[int] = []               # heap of finishing's keys (some done)
-        self.crossings: dict[int, list[list[int]]] = {}  # step -> block tables of decodes taking a block then
+        # the block tables of the decodes taking a block at step s: phases[s % block size], as
+        # a decode fills a block every block size steps (id -> table, in running order)
+        self.phases: list[dict[int, list[int]]] = [{} for _ in range(self.bs)]
         # each fast step's end, as C doubles in chunks of ENDS_CHUNK, earlier chunks in ends_done
         # (no object per step, and no one array growing by copies)
         self.ends = array("d")
@@ -139,10 +142,12 @@ class FastPath:
     @classmethod
     def enter(cls, engine) -> FastPath | None:
         """The fast path over `engine`'s running set; None unless every running request is decoding."""
-        running = engine.scheduler.running
+        running, memory = engine.scheduler.running, engine.memory
+        bs = memory.block_size if memory.grows_in_blocks else 0
         for r in running:
-            if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1:
-                return None
+            if not r.emitted or r.prompt_tokens + r.emitted - r.computed != 1 \
+                    or bs and not 0 <= len(memory.block_table(r)) * bs - r.computed < bs:
+                return None   # (a swapped-in request may have a block's room: its phase comes later)
         fast = cls(engine)
         for r in running:
             fast.start(r, r.computed, r.emitted, 0)
@@ -225,46 +230,42 @@ class FastPath:
         changed, if the fast path cannot run it: a newcomer is not fresh or would not prefill its
         whole prompt in it (`chunk`, and the budget the decodes leave), or a decode finds no block."""
         waiting, memory, batch, computed = self.waiting, self.memory, len(self.live), self.computed
-        n_waiting, seats, budget = len(waiting.heap), self.seats - batch, self.budget - batch
+        admits, budget = min(len(waiting.heap), self.seats - batch), self.budget - batch
         newcomers: list[Request] = []
-        room, holding = memory.room(), memory.holding()
         prompt_sum = attn = ones = 0
         fixed = True   # every newcomer fresh and prefilled whole
-        while len(newcomers) < n_waiting and len(newcomers) < seats:
+        while len(newcomers) < admits:
             r = waiting.head()
-            need = memory.need(r)
-            if not memory.fits(room, need, holding):
-                break   # it waits, and everyone behind it: admission never skips the head
             p = r.prompt_tokens
             if r.admitted_at is not None or r.emitted or r.samples or p > self.chunk or prompt_sum + p > budget:
-                fixed = False
+                fixed = not memory.can_admit(r)   # where it fits, the general loop admits it
                 break
+            if not memory.try_admit(r):
+                break   # it waits, and everyone behind it: admission never skips the head
             newcomers.append(waiting.pop_head())
-            room -= need
-            holding = True
             prompt_sum += p
             attn += p * (p + 1)
             ones += p == 1
-        grow = self.crossings.get(self.s)
+        grow = self.phases[self.s % self.bs]
         if not fixed or (not batch and not newcomers) or batch + prompt_sum > self.budget \
-                or (grow is not None and len(grow) > room):   # chunked, stuck, or a preemption
+                or grow and len(grow) > memory.room():   # chunked, stuck, or a preemption
+            for r in reversed(newcomers):   # the last admitted first: the free list is as it was
+                memory.free(r)
             for r in newcomers:
                 waiting.push(r)
             return None
         for r in newcomers:
-            memory.try_admit(r)
             r.status = Status.RUNNING
             r.admitted_at = t
-        if grow is not None:
-            del self.crossings[self.s]
-            memory.append_blocks(grow)   # the room was checked above
+        if grow:
+            memory.append_blocks(list(grow.values()))   # the room was checked above
         # the executor's price of these sums: decodes read their cached tokens, prompts start
         # from none (a prompt of one token runs the decode kernel)
         n_new, emits = batch + prompt_sum, batch + len(newcomers)
         duration = self.price.step(batch + ones, computed, len(newcomers) - ones, prompt_sum - ones, 0,
                                    attn - 2 * ones, emits, batch)
         end = t + duration
-        if newcomers or grow is not None:
+        if newcomers or grow:
             self.held = self.held_tokens()
         held = computed if self.stored_held else self.held
         self.rows.append((t, duration, emits, prompt_sum, batch, held, computed, emits))
@@ -307,58 +308,56 @@ class FastPath:
         a run would price the rest in one piece, a finish frees a seat someone waits for, or the
         fast path cannot go on; the last one's end (its finishes wait for finish_due), or None,
         and nothing changed, if the fast path cannot run the first."""
-        live, finishing, crossings = self.live, self.finishing, self.crossings
-        price, run_min, bs = self.price, self.run_min, self.bs
+        live, phases, price, run_min, bs = self.live, self.phases, self.price, self.run_min, self.bs
         stored_held, budget, ends = self.stored_held, self.budget, self.ends
-        s, batch, computed, held, end, decoded = self.s, len(live), self.computed, self.held, None, 0
+        s = s0 = self.s
+        batch, computed, held, last = len(live), self.computed, self.held, self.duration
         # the decodes' new blocks, taken in one call (in step, then running order) up to the
         # next finish, which frees blocks; `free` counts what is left meanwhile (paged memory)
-        grown, free = [], self.memory.room() if self.grows else 0
+        grown, free, finish = [], self.memory.room() if self.grows else 0, self.next_finish()
         while batch <= budget:   # else the decodes alone are over the budget: the general loop's
             if len(self.rows) >= FLUSH_ROWS:   # to the step log as a matrix: long runs have many
                 self.flush_rows()
-            rows = self.rows
+            rows, first = self.rows, s
             # begin's price of the steps to the next finish or past `until`, at once (the batch stands till then)
-            for duration in price.decode_times(batch, computed, self.next_finish() - s + 1, t, until):
-                grow = crossings.pop(s, None)
-                if grow is not None:   # paged: these take a block each, in running order
+            for duration in price.decode_times(batch, computed, finish - s + 1, t, until):
+                grow = phases[s % bs]
+                if grow:   # paged: these take a block each, in running order
                     n = len(grow)
                     if n > free:   # a preemption: the general loop's
-                        crossings[s] = grow
                         break
                     free -= n
-                    grown += grow
+                    grown += grow.values()
                     held += n * bs
-                end = t + duration
                 rows.append((t, duration, batch, 0, batch, computed if stored_held else held, computed, batch))
-                ends.append(end)
+                t += duration
+                ends.append(t)
                 computed += batch
-                decoded += batch
                 s += 1
-                t = end
-                last = duration
             else:
-                if end < until:   # the last step priced finishes someone: the sums change, and a run may now pay
+                self.decoded += batch * (s - first)
+                last = duration
+                if t < until:   # the last step priced finishes someone: the sums change, and a run may now pay
                     if grown:
                         self.memory.append_blocks(grown)
                         grown = []
                     self.s, self.computed, self.held, self.duration = s, computed, held, last
                     self.finish_due()
-                    batch, computed, held = len(live), self.computed, self.held
-                    if not batch or self.waiting.heap or (t + run_min * last <= until
-                                                          and s + run_min <= self.next_finish()):
-                        self.decoded += decoded
-                        return end
+                    batch, computed, held, finish = len(live), self.computed, self.held, self.next_finish()
+                    if not batch or self.waiting.heap or (t + run_min * last <= until and s + run_min <= finish):
+                        return t
                     if self.grows:
                         free = self.memory.room()
                     continue
+                break
+            self.decoded += batch * (s - first)   # a preemption at step s
+            if s > first:
+                last = rows[-1][1]
             break
         if grown:
             self.memory.append_blocks(grown)
-        if end is not None:
-            self.s, self.computed, self.held, self.duration = s, computed, held, last
-            self.decoded += decoded
-        return end
+        self.s, self.computed, self.held, self.duration = s, computed, held, last
+        return t if s > s0 else None
 
     # -- runs of pure decodes ------------------------------------------------------------
 
@@ -403,18 +402,20 @@ class FastPath:
         """The steps of a run from fast step s that find every new block they need (the free
         list only shrinks in a run), and the blocks they take: from the KV held now, at which of
         them and how many."""
-        s, crossings = self.s, self.crossings
-        free = self.memory.room()
-        at, taken = [], []
-        for k in self._block_steps(steps):
-            n = len(crossings[k])
+        s, bs, phases = self.s, self.bs, self.phases
+        free, at, taken = self.memory.room(), [], []
+        cycle = [i for i in range(bs) if phases[(s + i) % bs]]   # a block's steps at which some decode takes one
+        for k in (base + i for base in range(0, steps if cycle else 0, bs) for i in cycle):
+            if k >= steps:
+                break
+            n = len(phases[(s + k) % bs])
             if n > free:   # a preemption: stepped, by the general loop
-                steps = k - s
+                steps = k
                 break
             free -= n
-            at.append(k - s)
+            at.append(k)
             taken.append(n)
-        return steps, BlockGrowth(self.memory.held_tokens() // self.bs, self.bs, at, taken)
+        return steps, BlockGrowth(self.memory.held_tokens() // bs, bs, at, taken)
 
     def held_during(self, run: DecodeRun) -> DecodeRun:
         """`run` with the KV held during each of its steps, counted now if pricing left it to
@@ -424,24 +425,13 @@ class FastPath:
             run.held = self._growth(steps)[1].held(steps)
         return run
 
-    def _block_steps(self, steps: int) -> list[int]:
-        """Those of the next `steps` fast steps at which decodes take blocks, in order: a set
-        intersection (looked up in C), or the recorded crossings in range when they are fewer
-        (every recorded crossing is still ahead: the fast path takes them as it passes them)."""
-        s, crossings = self.s, self.crossings
-        if steps <= len(crossings):
-            return sorted(crossings.keys() & range(s, s + steps))
-        return sorted(k for k in crossings if k < s + steps)
-
     def apply_run(self, run: DecodeRun, steps: int) -> float:
         """Apply a run's first `steps` steps (their new blocks, step by step in running order,
         as one step at a time takes them); the end of the last. Finishes wait for finish_due."""
         s, batch, held = self.s, len(self.live), run.held
         if self.grows:   # price_run found the room: the blocks taken, step by step in running order
-            growth = self._growth(steps)[1]
-            append_blocks, crossings = self.memory.append_blocks, self.crossings
-            for k in growth.at:
-                append_blocks(crossings.pop(s + k))
+            growth, phases, bs = self._growth(steps)[1], self.phases, self.bs
+            self.memory.append_blocks(list(chain.from_iterable(phases[(s + k) % bs].values() for k in growth.at)))
             if held is None:   # _growth's count, left to the step log: it counts every run's at once
                 held = growth
         self.flush_rows()
@@ -466,20 +456,18 @@ class FastPath:
     def start(self, r: Request, computed: int, emitted: int, step: int, first: int = -1) -> None:
         """`r` decodes from fast step `step` on, with `computed` cached tokens and `emitted`
         outputs (from ends[first] on if all are this fast path's): when it finishes and, on paged
-        memory, the steps at which it takes a block."""
-        self.live[id(r)] = [r, step, computed, emitted, first]
+        memory, the phase of the steps at which it takes a block."""
         last = step + r.output_tokens - emitted - 1
         if last not in self.finishing:
             heapq.heappush(self.finish_steps, last)
             self.finishing[last] = []
         self.finishing[last].append(r)
-        if not self.grows:
-            return
-        bs, crossings, table = self.bs, self.crossings, self.memory.block_table(r)
-        at = step + len(table) * bs - computed   # its blocks are full at that step's start
-        while at <= last:   # the table itself: it stays the request's while the fast path runs it
-            crossings.setdefault(at, []).append(table)
-            at += bs
+        phase = None
+        if self.grows:   # from the step its blocks are full at, every bs steps until it finishes
+            bs, table = self.bs, self.memory.block_table(r)   # (the table stays the request's while here)
+            phase = (step + len(table) * bs - computed) % bs
+            self.phases[phase][id(r)] = table
+        self.live[id(r)] = [r, step, computed, emitted, first, phase]
 
     def next_finish(self) -> float:
         """The first fast step, from the next on, in which someone finishes (inf: none)."""
@@ -493,9 +481,11 @@ class FastPath:
         due = self.finishing.pop(self.s - 1, None)
         if due is None:
             return
-        token_lists = self.engine.token_lists
+        token_lists, phases = self.engine.token_lists, self.phases
         for r in due:
-            entry = self.live.pop(id(r))
+            entry = self.live.pop(key := id(r))
+            if entry[5] is not None:
+                del phases[entry[5]][key]
             sliced = entry[4] >= 0   # its token times, whole, are a slice of this fast path's step ends
             self.write_back(entry, token_lists or not sliced)
             if sliced:
@@ -507,7 +497,7 @@ class FastPath:
     def write_back(self, entry: list, token_times: bool = True) -> Request:
         """Write a running request's counters and (unless told not to) token times as of the
         steps run."""
-        r, step, computed, emitted, _ = entry
+        r, step, computed, emitted, _, _ = entry
         ran = self.s - step   # its steps in this fast path: the last `ran` ends
         r.computed = r.peak_computed = computed + ran
         r.emitted = emitted + ran

@@ -96,7 +96,7 @@ def step_time(gpu: GPUSpec, flops, nbytes):
 # Integers the array prices take in int64; beyond, a caller prices one step at a time.
 INT64_SAFE = 1 << 62
 # Integers up to this are exact doubles, as are their sums and products up to it.
-FLOAT_EXACT = 1 << 53
+FLOAT_EXACT = float(1 << 53)   # (a float: the checks compare doubles, in one instruction)
 # A run's steps are all memory-bound (or all compute-bound) when its first and last are by more than
 # this factor: the gap between the two prices is affine in the step, so it holds at every step
 # between, by far more than the division's rounding, and max() would pick that price at each.

@@ -165,7 +165,7 @@ class Scheduler(OutputUpdate):
     def _preempt(self, victim: Request, plan: StepPlan, now: float) -> None:
         self.running.remove(victim)
         victim.preemptions += 1
-        victim.evictions.append([now, now])   # the end is set when it is admitted again
+        victim.evictions += ([now, now],)   # the end is set when it is admitted again
         victim.status = Status.PREEMPTED
         swap_out = getattr(self.memory, "swap_out", None)
         if self.config.preempt == "swap" and swap_out is not None and swap_out(victim):

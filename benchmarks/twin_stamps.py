@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextvars
+import inspect
 import json
 import os
 import signal
@@ -173,9 +174,13 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
             d["X-Idx"] = str(i)
         return d
 
+    per_request = "extra_headers" in inspect.signature(stream_request).parameters
+
     async def _stream_request(session, url, body, result, chat, max_chunks, origin):
         IDX.set(result.index)
-        r = await stream_request(session, url, body, result, chat, max_chunks, origin)
+        # The client sets its headers once per run now (before, once per request, in headers()).
+        extra = ({"X-Idx": str(result.index)},) if per_request else ()
+        r = await stream_request(session, url, body, result, chat, max_chunks, origin, *extra)
         if r.chunk_times and not r.error:
             out[r.index] = {"c_start": origin + r.start, "c_first": origin + r.chunk_times[0],
                             "c_wrote": wrote.get(r.index)}

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+from yarl import URL
 
 from batchlab.bench.sse import DONE, SSEParser
 from batchlab.io_checks import MAX_TOKENS, brief
@@ -116,6 +117,20 @@ def _cut(text: str) -> str:
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "..."
 
 
+_scan = json.JSONDecoder().scan_once   # the C scanner json.loads ends in, without its wrappers
+
+
+def _json(data: str):
+    """`json.loads(data)`, in one call to the C scanner for an event that is one JSON value with
+    nothing around it (what servers send, a chunk every token); json.loads for anything else,
+    so whitespace around the value and every error are json.loads's."""
+    try:
+        obj, end = _scan(data, 0)
+    except StopIteration:   # not a value at index 0 (whitespace first, or not JSON)
+        return json.loads(data)
+    return obj if end == len(data) else json.loads(data)
+
+
 class _Stream:
     """Reads the events of one response into a RequestResult."""
 
@@ -133,7 +148,7 @@ class _Stream:
             self.result.error = f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB"
             return False
         try:
-            obj = json.loads(data)
+            obj = _json(data)
         except (ValueError, RecursionError):   # not JSON, a number past 4,300 digits, nested too deep
             self.result.error = f"malformed stream event: {_cut(data)}"
             return False
@@ -206,13 +221,16 @@ async def _finish_body(content: aiohttp.StreamReader) -> None:
         pass
 
 
-async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, result: RequestResult,
-                         chat: bool, max_chunks: int, origin: float) -> RequestResult:
-    """POST `body` to `url`, read the SSE stream, fill `result`. Never raises (but on cancel)."""
-    result.start = time.perf_counter() - origin
+async def stream_request(session: aiohttp.ClientSession, url: str | URL, body: bytes, result: RequestResult,
+                         chat: bool, max_chunks: int, origin: float,
+                         extra_headers: dict[str, str] | None = None) -> RequestResult:
+    """POST `body` to `url` with the session's headers (`headers()`, set once for the run) and
+    `extra_headers`, read the SSE stream, fill `result`. Never raises (but on cancel)."""
     stream = _Stream(result, chat, max_chunks)
+    # The send time, as vLLM's `st`: just before the post, after everything that is not sending.
+    result.start = time.perf_counter() - origin
     try:
-        async with session.post(url, data=body, headers=headers()) as response:
+        async with session.post(url, data=body, headers=extra_headers) as response:
             result.status = response.status
             if response.status != 200:
                 raw = await response.content.read(BODY_LIMIT)

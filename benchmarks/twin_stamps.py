@@ -176,11 +176,11 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
 
     per_request = "extra_headers" in inspect.signature(stream_request).parameters
 
-    async def _stream_request(session, url, body, result, chat, max_chunks, origin):
+    async def _stream_request(session, url, body, result, chat, max_chunks, origin, *rest):
         IDX.set(result.index)
         # The client sets its headers once per run now (before, once per request, in headers()).
-        extra = ({"X-Idx": str(result.index)},) if per_request else ()
-        r = await stream_request(session, url, body, result, chat, max_chunks, origin, *extra)
+        extra = {"extra_headers": {"X-Idx": str(result.index)}} if per_request else {}
+        r = await stream_request(session, url, body, result, chat, max_chunks, origin, *rest, **extra)
         if r.chunk_times and not r.error:
             out[r.index] = {"c_start": origin + r.start, "c_first": origin + r.chunk_times[0],
                             "c_wrote": wrote.get(r.index)}

@@ -98,9 +98,10 @@ _MODELS = (
 # one tile runs the shortest tile of 16, 32, 64 ... rows that holds them, the fit choosing
 # where that ladder starts among 16, 32 and 64 (the A100's profile chose 32, the H100's 16).
 # Products are priced on the smooth roofline with a floor by regime (opcost.py): a streaming product pays matmul_floor_s, a
-# compute-bound one matmul_compute_floor_s; the per-token kernels (norm, rope, act, add and the
-# A100's embedding) run rows_per_sm rows per SM, each row at row_bandwidth, as the fit chose
-# among 1, 2, 4 and 8 rows or none. The profiles hold no CPU time, so the CPU overheads stay 0
+# compute-bound one matmul_compute_floor_s; the per-token kernels (norm, rope, act and the
+# embedding) run rows_per_sm rows per SM, each row at row_bandwidth, as the fit chose among 1,
+# 2, 4 and 8 rows or none; an embedding of at most 16 tokens (PyTorch's small-index gather,
+# opcost.SMALL_INDEX_MAX) costs its floor plus embedding_index_s a token. The profiles hold no CPU time, so the CPU overheads stay 0
 # (fit them from a real server's steps: docs/fidelity.md), and no H100 attention, so H100
 # attention falls back to mfu / mbu.
 _A100_FIT = dict(
@@ -113,8 +114,8 @@ _A100_FIT = dict(
     rope_mbu=0.4792, rope_floor_s=1.855e-06, rope_row_bandwidth=7.669e9, rope_rows_per_sm=2,
     act_mbu=0.475, act_floor_s=1.557e-06, act_row_bandwidth=10.38e9, act_rows_per_sm=2,
     add_mbu=1.0, add_floor_s=1.873e-06,
-    embedding_mbu=0.1544, embedding_floor_s=2.219e-06, embedding_row_bandwidth=9.001e9,
-    embedding_rows_per_sm=1,
+    embedding_mbu=0.1544, embedding_floor_s=2.22e-06, embedding_index_s=7.229e-07,
+    embedding_row_bandwidth=9.202e9, embedding_rows_per_sm=1,
     allreduce_bandwidth=153.9e9, allreduce_latency_s=3.359e-05,
     p2p_bandwidth=285.8e9, p2p_latency_s=1.316e-05,
     source="datasheet peaks; operators and NVLink fitted from Vidur's A100 profiles "
@@ -127,7 +128,8 @@ _H100_FIT = dict(
     rope_mbu=0.5257, rope_floor_s=1.517e-06, rope_row_bandwidth=15.16e9, rope_rows_per_sm=1,
     act_mbu=0.5461, act_floor_s=1.163e-06, act_row_bandwidth=16.94e9, act_rows_per_sm=1,
     add_mbu=1.0, add_floor_s=1.193e-06,
-    embedding_mbu=0.185, embedding_floor_s=2.509e-06,
+    embedding_mbu=0.182, embedding_floor_s=2.164e-06, embedding_index_s=5.101e-07,
+    embedding_row_bandwidth=19.61e9, embedding_rows_per_sm=2,
     allreduce_bandwidth=323.8e9, allreduce_latency_s=2.259e-05,
     p2p_bandwidth=357.5e9, p2p_latency_s=7.591e-06,
     source="datasheet peaks; operators and NVLink fitted from Vidur's H100 profiles (DGX "
@@ -178,7 +180,7 @@ def _carry_row_kernels(fit: dict, base: Chip, chip: Chip) -> None:
     - A row's time, the latency of one block's loads and reductions, is the SM's: the row
       bandwidth scales by the clock. The flat add's launch floor likewise. (Chosen on the
       fitted GPUs' own profiles, each priced with the other's fit: the row bandwidth by clock
-      took the layers from 4.1% to 3.9% mean on the H100 and 4.8% to 4.7% on the A100; the add's
+      took the layers from 4.2% to 3.9% mean on the H100 and 4.8% to 4.6% on the A100; the add's
       floor by clock left the layers within 0.03 points and took the add from 13.4% to 10.1%
       and 12.4% to 10.7%; the other kernels' floors by clock moved the layers 0.1-0.2 points
       the wrong way, and stay as fitted.)"""
@@ -234,7 +236,7 @@ def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
 # latency runs on the A100-80GB, H100 and H200 (calibrate/vllm_runs.py; refit with
 # `python -c "from batchlab.calibrate.vllm_runs import fit_engine_overhead as f; print(f())"`,
 # each run's error with it in docs/fidelity.md), rounded to 4 digits.
-VLLM_ENGINE_STEP_S = 1.321e-3
+VLLM_ENGINE_STEP_S = 1.318e-3
 # Every preset prices steps with its operators (fitted or transferred) and vLLM's engine time
 # by default; `--cost roofline` gives the seed's two-parameter paper GPU instead.
 _CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)

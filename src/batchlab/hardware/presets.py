@@ -174,9 +174,10 @@ def _carry_row_kernels(fit: dict, base: Chip, chip: Chip) -> None:
       alone priced an A40's norm 46% and its embedding 200% above their measured times:
       docs/fidelity.md.)
     - Rows in flight. A kernel of one thread block per row holds `rows_per_sm` blocks an SM:
-      blocks of up to threads_per_sm / rows_per_sm threads each (vLLM's RMSNorm and
-      SiLU-and-multiply launch min(width, 1,024), two to an SM of 2,048, as both fits chose).
-      An SM of fewer threads holds fewer of them, at least one.
+      blocks of up to threads_per_sm / rows_per_sm threads each (vLLM's RMSNorm launches
+      min(width, 1,024), two to an SM of 2,048, as both fits chose; its SiLU-and-multiply the
+      same, two on the A100's fit, one on the H100's). An SM of fewer threads holds fewer of
+      them, at least one.
     - A row's time, the latency of one block's loads and reductions, is the SM's: the row
       bandwidth scales by the clock. The flat add's launch floor likewise. (Chosen on the
       fitted GPUs' own profiles, each priced with the other's fit: the row bandwidth by clock

@@ -15,6 +15,10 @@ are multiplied by their bucket's factor. `cross_validate` leaves one group of ro
 fits the band on the others and scores the left-out group's layers. The shipped training
 profiles hold one model per GPU (Llama-2-7B), so the groups are its tensor-parallel degrees:
 each degree splits every product's K or N, as another model's widths would change them.
+
+The same cross-validation judges a second form for a decode's thin products (at most
+`max_tokens` rows), which stream their weights: a fixed time plus the bytes at a rate of their
+own (`fit_stream`), in place of the preset's price of them.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Priced:
     wide: bool          # a product whose output is at least as wide as its input (N >= K)
     ms: float           # measured
     predicted: float    # priced, ms
+    stream_ms: float = 0.0  # a product's bytes at the GPU's full memory bandwidth, ms
 
 
 def priced(points: list[ProfilePoint], gpu: GPUSpec) -> list[Priced]:
@@ -53,13 +58,14 @@ def priced(points: list[ProfilePoint], gpu: GPUSpec) -> list[Priced]:
     for p in points:
         if p.model is None or p.op in ("step",):
             continue
-        wide = False
+        wide, stream = False, 0.0
         if p.op in PRODUCTS:
-            flops, _, rows, cols = op_work(p.op, Dims.of(p.model, p.tp),
-                                           uniform_shape(p.batch, p.context, p.tokens))
+            flops, nbytes, rows, cols = op_work(p.op, Dims.of(p.model, p.tp),
+                                                uniform_shape(p.batch, p.context, p.tokens))
             wide = cols >= flops / (2.0 * rows * cols)   # N >= K, K = FLOPs / (2 M N)
+            stream = nbytes / gpu.mem_bandwidth * 1e3
         out.append(Priced((p.source, p.row), p.tp, p.tokens, p.op, wide, p.ms,
-                          predict_ms(p, gpu)))
+                          predict_ms(p, gpu), stream))
     return out
 
 
@@ -83,16 +89,43 @@ def fit_band(items: list[Priced], width: int, by_shape: bool = False) -> dict[tu
     return {bucket: math.exp(float(np.mean(v))) for bucket, v in logs.items()}
 
 
-def layer_errors(items: list[Priced], band: dict[tuple, float], width: int = 1,
-                 by_shape: bool = False) -> np.ndarray:
-    """|predicted - measured| / measured of each layer in percent, its products multiplied by
-    their bucket's factor (1 where the band has none)."""
+def band_price(band: dict[tuple, float], width: int, by_shape: bool = False):
+    """An operator's price with the band: a product's times its bucket's factor (1 where the
+    band has none)."""
+    def price(item: Priced) -> float:
+        if item.op not in PRODUCTS:
+            return item.predicted
+        return item.predicted * band.get(band_key(item, width, by_shape), 1.0)
+    return price
+
+
+def fit_stream(items: list[Priced], max_tokens: int) -> tuple[float, float]:
+    """(fixed ms, rate as a share of the bandwidth) of the products of at most `max_tokens`
+    rows: fixed + stream_ms / share, by linear least squares on the relative error."""
+    thin = [i for i in items if i.op in PRODUCTS and i.tokens <= max_tokens]
+    measured = np.asarray([i.ms for i in thin])
+    stream = np.asarray([i.stream_ms for i in thin])
+    (fixed, per_stream), *_ = np.linalg.lstsq(np.column_stack([1.0 / measured, stream / measured]),
+                                              np.ones_like(measured), rcond=None)
+    return float(fixed), float(1.0 / per_stream)
+
+
+def stream_price(fixed: float, share: float, max_tokens: int):
+    def price(item: Priced) -> float:
+        if item.op in PRODUCTS and item.tokens <= max_tokens:
+            return fixed + item.stream_ms / share
+        return item.predicted
+    return price
+
+
+def layer_errors(items: list[Priced], price=None) -> np.ndarray:
+    """|predicted - measured| / measured of each layer in percent, each operator priced by
+    `price` (None: as the preset priced it)."""
     layers: dict[tuple, list[float]] = {}
     for item in items:
-        factor = band.get(band_key(item, width, by_shape), 1.0) if item.op in PRODUCTS else 1.0
         acc = layers.setdefault(item.layer, [0.0, 0.0, 0])
         acc[0] += item.ms
-        acc[1] += item.predicted * factor
+        acc[1] += item.predicted if price is None else price(item)
         acc[2] += 1
     return np.asarray([100.0 * abs(p - m) / m for m, p, n in layers.values() if n >= MIN_LAYER_OPS])
 
@@ -101,21 +134,31 @@ def layer_errors(items: list[Priced], band: dict[tuple, float], width: int = 1,
 class Fold:
     group: int            # the left-out group
     layers: int
-    before: tuple         # (mean, worst) |error| of its layers, in percent, without a band
-    after: tuple          # the same with the band fitted on the other groups
+    before: tuple         # (mean, worst) |error| of its layers, in percent, as the preset prices
+    after: tuple          # the same with the form fitted on the other groups
 
 
-def cross_validate(items: list[Priced], width: int, by_shape: bool = False) -> list[Fold]:
-    """Leave each group out in turn: fit on the others, score the left-out group's layers."""
+def cross_validate(items: list[Priced], fit) -> list[Fold]:
+    """Leave each group out in turn: `fit` (items -> a price of an item) on the others, score
+    the left-out group's layers."""
     folds = []
     for group in sorted({i.group for i in items}):
         held = [i for i in items if i.group == group]
-        band = fit_band([i for i in items if i.group != group], width, by_shape)
-        before = layer_errors(held, {})
-        after = layer_errors(held, band, width, by_shape)
+        price = fit([i for i in items if i.group != group])
+        before, after = layer_errors(held), layer_errors(held, price)
         folds.append(Fold(group, len(before), (float(before.mean()), float(before.max())),
                           (float(after.mean()), float(after.max()))))
     return folds
+
+
+def band_fit(width: int, by_shape: bool = False):
+    """`cross_validate`'s fit for a band of `width` tokens."""
+    return lambda items: band_price(fit_band(items, width, by_shape), width, by_shape)
+
+
+def stream_fit(max_tokens: int):
+    """`cross_validate`'s fit for the thin products' stream."""
+    return lambda items: stream_price(*fit_stream(items, max_tokens), max_tokens)
 
 
 def pooled(folds: list[Fold]) -> tuple[tuple, tuple]:

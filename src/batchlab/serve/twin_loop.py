@@ -182,6 +182,10 @@ class TwinLoop(EngineLoop):
                 chained = None
                 continue
             chained, reached, last_end = out.end, self.now(), out.end
+            if on_time and len(self.outbox) > 1:   # the step's first tokens, then its others
+                for queue, item in self.outbox.popleft():
+                    queue.put_nowait(item)
+                await asyncio.sleep(0)   # their streams write before the others are even queued
             deliver(self.outbox)
             if on_time:
                 # The streams these tokens woke write them out before the next step is planned

@@ -5,9 +5,11 @@ stamps added around its request path, and `batchlab bench`'s client runs in this
 stamps around its own: every stamp is `time.perf_counter()`, CLOCK_MONOTONIC on Linux, one clock
 for both processes. For each request: the client's send time (its TTFT starts there), aiohttp's
 request built and its body's write queued (on Python 3.11 a task of its own writes it, a turn of
-the event loop later), and its write of the request; the twin's first read of it, its headers parsed, its handler entered, the
-body read, the JSON parsed, the request checked, its arrival stamp (the engine's clock starts
-there); the step that made its first token (start and end, on the twin's clock); the twin's
+the event loop later), and its write of the request; the twin's first read of it, its arrival
+stamp (the engine's clock starts there: the read itself, or the checks' end in code before
+`serve/http_protocol.py`), its headers parsed, its handler entered, the body read, the JSON
+parsed, the request checked and submitted to the engine; the step that made its first token
+(start and end, on the twin's clock); the twin's
 hand-off of the step's tokens (before the step's end: the bookkeeping runs ahead, the release
 waits), the first token's event formatted and written; the client's reading of it. Each gap's
 median, mean and 90th percentile over the requests (ms) are printed, and the front end: the
@@ -48,13 +50,14 @@ GAPS = [("client: send time -> request written", "c_start", "c_wrote"),
         ("  of it: aiohttp builds it, queues its write", "c_start", "c_queued"),
         ("  of it: the loop's turn -> written", "c_queued", "c_wrote"),
         ("kernel and wake-up -> twin reads it", "c_wrote", "recv"),
+        ("twin: read -> arrival stamp", "recv", "arrival"),
         ("twin: HTTP parsed", "recv", "headers"),
         ("twin: -> handler", "headers", "handler"),
         ("twin: body read", "handler", "body"),
         ("twin: JSON parsed", "body", "json"),
         ("twin: request parsed", "json", "parsed"),
         ("twin: checked", "parsed", "checked"),
-        ("twin: -> arrival stamp", "checked", "arrival"),
+        ("twin: -> submitted to the engine", "checked", "submitted"),
         ("engine: arrival -> step start", "arrival", "step_start"),
         ("engine: the step", "step_start", "step_end"),
         ("twin: step end -> hand-off (< 0: ahead)", "step_end", "handoff"),
@@ -132,7 +135,7 @@ def serve_stamped(argv: list[str]) -> int:
     def _submit(self, job):
         i = IDX.get()
         if i is not None:
-            STAMPS[i]["arrival"] = self.t0 + job.arrival
+            STAMPS[i].update(arrival=self.t0 + job.arrival, submitted=pc())
             jobs[job.id] = i
         submit(self, job)
 

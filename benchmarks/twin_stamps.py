@@ -3,10 +3,13 @@
 A twin of Llama-3.1-8B on an H100 (`batchlab serve --simulate`) runs in its own process with
 stamps added around its request path, and `batchlab bench`'s client runs in this one with
 stamps around its own: every stamp is `time.perf_counter()`, CLOCK_MONOTONIC on Linux, one clock
-for both processes. For each request: the client's send time (its TTFT starts there) and its
-write of the request; the twin's first read of it, its headers parsed, its handler entered, the
-body read, the JSON parsed, the request checked, its arrival stamp (the engine's clock starts
-there); the step that made its first token (start and end, on the twin's clock); the twin's
+for both processes. For each request: the client's send time (its TTFT starts there), aiohttp's
+request built and its body's write queued (on Python 3.11 a task of its own writes it, a turn of
+the event loop later), and its write of the request; the twin's first read of it, its arrival
+stamp (the engine's clock starts there: the read itself, or the checks' end in code before
+`serve/http_protocol.py`), its headers parsed, its handler entered, the body read, the JSON
+parsed, the request checked and submitted to the engine; the step that made its first token
+(start and end, on the twin's clock); the twin's
 hand-off of the step's tokens (before the step's end: the bookkeeping runs ahead, the release
 waits), the first token's event formatted and written; the client's reading of it. Each gap's
 median, mean and 90th percentile over the requests (ms) are printed, and the front end: the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextvars
+import inspect
 import json
 import os
 import signal
@@ -43,14 +47,17 @@ pc = time.perf_counter
 
 # (name, from, to): the gaps printed, in the request's order
 GAPS = [("client: send time -> request written", "c_start", "c_wrote"),
+        ("  of it: aiohttp builds it, queues its write", "c_start", "c_queued"),
+        ("  of it: the loop's turn -> written", "c_queued", "c_wrote"),
         ("kernel and wake-up -> twin reads it", "c_wrote", "recv"),
+        ("twin: read -> arrival stamp", "recv", "arrival"),
         ("twin: HTTP parsed", "recv", "headers"),
         ("twin: -> handler", "headers", "handler"),
         ("twin: body read", "handler", "body"),
         ("twin: JSON parsed", "body", "json"),
         ("twin: request parsed", "json", "parsed"),
         ("twin: checked", "parsed", "checked"),
-        ("twin: -> arrival stamp", "checked", "arrival"),
+        ("twin: -> submitted to the engine", "checked", "submitted"),
         ("engine: arrival -> step start", "arrival", "step_start"),
         ("engine: the step", "step_start", "step_end"),
         ("twin: step end -> hand-off (< 0: ahead)", "step_end", "handoff"),
@@ -128,7 +135,7 @@ def serve_stamped(argv: list[str]) -> int:
     def _submit(self, job):
         i = IDX.get()
         if i is not None:
-            STAMPS[i]["arrival"] = self.t0 + job.arrival
+            STAMPS[i].update(arrival=self.t0 + job.arrival, submitted=pc())
             jobs[job.id] = i
         submit(self, job)
 
@@ -163,8 +170,21 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
         import asyncio
         run = asyncio.run
 
+    import aiohttp.client_reqrep as reqrep
+
     headers, stream_request = client.headers, client.stream_request
     wrote: dict[int, float] = {}
+    queued: dict[int, float] = {}
+    send = reqrep.ClientRequest.send
+
+    async def _send(self, conn):   # the request built and its body's write queued (Python 3.11)
+        response = await send(self, conn)
+        i = IDX.get()
+        if i is not None:
+            queued[i] = pc()
+        return response
+
+    reqrep.ClientRequest.send = _send
     out: dict[int, dict] = {}
 
     def _headers():
@@ -173,12 +193,16 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
             d["X-Idx"] = str(i)
         return d
 
-    async def _stream_request(session, url, body, result, chat, max_chunks, origin):
+    per_request = "extra_headers" in inspect.signature(stream_request).parameters
+
+    async def _stream_request(session, url, body, result, chat, max_chunks, origin, *rest):
         IDX.set(result.index)
-        r = await stream_request(session, url, body, result, chat, max_chunks, origin)
+        # The client sets its headers once per run now (before, once per request, in headers()).
+        extra = {"extra_headers": {"X-Idx": str(result.index)}} if per_request else {}
+        r = await stream_request(session, url, body, result, chat, max_chunks, origin, *rest, **extra)
         if r.chunk_times and not r.error:
             out[r.index] = {"c_start": origin + r.start, "c_first": origin + r.chunk_times[0],
-                            "c_wrote": wrote.get(r.index)}
+                            "c_wrote": wrote.get(r.index), "c_queued": queued.get(r.index)}
         return r
 
     for name in ("_write", "_writelines"):   # the request's bytes handed to the socket
@@ -225,7 +249,7 @@ def main() -> int:
             twin.proc.wait(60)
         server = {int(k): v for k, v in json.loads(path.read_text()).items()}
     rows = [{**server[i], **c} for i, c in client.items()
-            if i in server and "sent" in server[i] and c["c_wrote"] is not None]
+            if i in server and "sent" in server[i] and c["c_wrote"] is not None and c["c_queued"] is not None]
     table = []
     for name, a, b in GAPS:
         ms = sorted(1e3 * (r[b] - r[a]) for r in rows)
@@ -241,11 +265,11 @@ def main() -> int:
         return 0
     print(f"{args.rate:g} req/s, {len(rows)} requests on {connections} connections; load average "
           f"{loads[0]:.2f} at the start, {loads[1]:.2f} at the end")
-    print(f"{'':42s} {'median':>8s} {'mean':>8s} {'p90':>8s}  (ms)")
+    print(f"{'':44s} {'median':>8s} {'mean':>8s} {'p90':>8s}  (ms)")
     for row in table:
-        print(f"{row['gap']:42s} {row['median_ms']:8.3f} {row['mean_ms']:8.3f} {row['p90_ms']:8.3f}")
+        print(f"{row['gap']:44s} {row['median_ms']:8.3f} {row['mean_ms']:8.3f} {row['p90_ms']:8.3f}")
     fe = out["front_end_ms"]
-    print(f"{'front end (client TTFT - twin TTFT)':42s} {fe['median']:8.3f} {fe['mean']:8.3f} {fe['p90']:8.3f}")
+    print(f"{'front end (client TTFT - twin TTFT)':44s} {fe['median']:8.3f} {fe['mean']:8.3f} {fe['p90']:8.3f}")
     return 0
 
 

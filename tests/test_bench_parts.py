@@ -198,3 +198,23 @@ def test_stream_events_role_chunk_usage_and_errors():
     s = _Stream(r, chat=False, max_chunks=2)
     assert [s.event('{"choices": [{"text": "a"}]}', 0.0) for _ in range(3)] == [True, True, False]
     assert "more than 2 output chunks" in r.error
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                           max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.sampled_from(["", " ", "\t", "\n "]), st.sampled_from(["", " ", "\r\n", " x", ",1", "}"]))
+def test_stream_json_reads_as_json_loads(value, before, after):
+    from batchlab.bench.client import _json
+
+    text = before + json.dumps(value) + after
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _json(text)
+    else:
+        assert _json(text) == expected

@@ -247,6 +247,9 @@ def test_refitted_factors_price_every_step_alike():
                             if r.op_class == "norm")
     assert scaled(rows, Slowdown(2.0, 1.0)).norm_row_bandwidth == 1e9
     assert norm(scaled(rows, Slowdown(2.0, 1.0))) == pytest.approx(2.0 * norm(rows), rel=1e-9)
+    # So is a gather of few rows, one after another.
+    gather = dataclasses.replace(rows, embedding_index_s=1e-6, embedding_floor_s=2e-6)
+    assert scaled(gather, Slowdown(2.0, 1.0)).embedding_index_s == 2e-6
 
 
 def test_fit_server_without_prefills_keeps_the_factors_at_one():

@@ -32,9 +32,10 @@ def _layer_errors(gpu_name: str, mlp_file: str) -> dict[tuple[int, int], float]:
             for row, ops in layers.items()}
 
 
-# The one fitted layer beyond the 20% aim: TP 8 at 16 tokens on the H100, whose embedding took
-# 12 us where 1-64 tokens took 2-7 us (docs/fidelity.md).
-FITTED_MISSES = {"A100-80GB": set(), "H100-SXM": {(8, 16)}}
+# No fitted layer beyond the 20% aim. TP 8 at 16 tokens on the H100 was (23%) while the
+# embedding's gather of 16 rows, which took 12 us where 24-64 tokens took 3-4 us, was priced
+# as a parallel one (opcost.SMALL_INDEX_MAX).
+FITTED_MISSES = {"A100-80GB": set(), "H100-SXM": set()}
 
 
 @pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv.gz"),
@@ -44,7 +45,7 @@ def test_a_whole_layer_is_priced_within_the_aims(gpu, mlp_file):
     assert len(errors) > 100
     assert np.mean(list(errors.values())) < 0.10
     assert {key for key, error in errors.items() if error >= 0.20} == FITTED_MISSES[gpu]
-    assert max(errors.values()) < 0.25
+    assert max(errors.values()) < 0.20
 
 
 @pytest.mark.parametrize("gpu, mlp_file", [("A100-80GB", "vidur_a100_llama-2-7b_mlp.csv.gz"),

@@ -122,8 +122,8 @@ def test_cost_is_deterministic_and_grows_with_work(works, extra, model, gpu):
     bigger = step_cost(m, g, [*works, extra])
     assert bigger.flops > cost.flops and bigger.bytes > cost.bytes
     assert bigger.time_s >= cost.time_s
-    assert cost.bound == ("compute" if cost.arithmetic_intensity > g.ridge_intensity
-                          else "memory") or math.isclose(cost.arithmetic_intensity,
+    assert cost.bound == ("compute" if cost.flops / cost.bytes > g.ridge_intensity
+                          else "memory") or math.isclose(cost.flops / cost.bytes,
                                                          g.ridge_intensity)
 
 

@@ -49,7 +49,7 @@ def test_per_token_kernels_carry_their_speed_per_sm_clock():
     """A kernel below the base's highest per-token share was limited by the SMs: its absolute
     rate scales by SMs x clock (capped at that share); the memory-bound add keeps its share."""
     a100, a40 = GPU_PRESETS["A100-80GB"], GPU_PRESETS["A40"]
-    base, chip = FIT_CHIPS["A100-80GB"], Chip(84, 1.74e9, 696e9)
+    base, chip = FIT_CHIPS["A100-80GB"], Chip(84, 1.74e9, 696e9, 1536)
     scale = (84 * 1.74e9) / (108 * 1.41e9)
     assert a40.add_mbu == a100.add_mbu == max(a100.op_param(f"{k}_mbu") for k in
                                                ("norm", "rope", "act", "add", "embedding"))
@@ -60,6 +60,18 @@ def test_per_token_kernels_carry_their_speed_per_sm_clock():
     # Same chip, less bandwidth: the SM-bound kernels keep their time, a larger share.
     a100_40 = GPU_PRESETS["A100-40GB"]
     assert a100_40.norm_mbu * a100_40.mem_bandwidth == pytest.approx(a100.norm_mbu * a100.mem_bandwidth)
+    assert (a100_40.norm_rows_per_sm, a100_40.norm_row_bandwidth, a100_40.add_floor_s) == (
+        a100.norm_rows_per_sm, a100.norm_row_bandwidth, a100.add_floor_s)
+    # A block of up to 1,024 threads a row: two to the A100's SM of 2,048 threads, one to the
+    # A40's of 1,536; a row's time and the add's launch floor follow the clock.
+    clock = 1.74e9 / 1.41e9
+    for kernel in ("norm", "rope", "act"):
+        assert getattr(a100, f"{kernel}_rows_per_sm") == 2 and getattr(a40, f"{kernel}_rows_per_sm") == 1
+        assert getattr(a40, f"{kernel}_row_bandwidth") == pytest.approx(
+            getattr(a100, f"{kernel}_row_bandwidth") * clock)
+    assert a40.embedding_rows_per_sm == a100.embedding_rows_per_sm == 1
+    assert a40.add_floor_s == pytest.approx(a100.add_floor_s / clock)
+    assert GPU_PRESETS["L40S"].norm_rows_per_sm == GPU_PRESETS["L4"].norm_rows_per_sm == 1
     # No published clock (A10G) or no SMs (MI300X): shares as fitted.
     assert GPU_PRESETS["A10G"].norm_mbu == a100.norm_mbu
     assert GPU_PRESETS["MI300X"].norm_mbu == GPU_PRESETS["H200"].norm_mbu == GPU_PRESETS["H100-SXM"].norm_mbu

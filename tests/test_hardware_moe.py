@@ -136,7 +136,7 @@ def test_one_expert_top1_on_the_roofline_is_the_dense_model_bit_for_bit():
     dense = dataclasses.replace(resolve_model("Llama-3-8B"), n_params=None)
     moe = one_expert(dense)
     assert step_totals(dense, 77, 12345, 9, 99999) == step_totals(moe, 77, 12345, 9, 99999)
-    a, b = RooflinePrice.of(dense, H100), RooflinePrice.of(moe, H100)
+    a, b = RooflinePrice(dense, H100), RooflinePrice(moe, H100)
     assert a.step(60, 5000, 4, 900, 300, 123456, 62) == b.step(60, 5000, 4, 900, 300, 123456, 62)
     assert a.decode_run(16, 2000, 100).tobytes() == b.decode_run(16, 2000, 100).tobytes()
 
@@ -146,7 +146,7 @@ def test_the_roofline_reads_the_experts_a_decode_batch_touches():
     from batchlab.hardware.shapes import routed_expert_bytes
 
     model = resolve_model("Qwen/Qwen3-30B-A3B")
-    price = RooflinePrice.of(model, H100)
+    price = RooflinePrice(model, H100)
     routed = routed_expert_bytes(model)
     assert price.expert_reads(1) == round(routed * 8 / 128)   # one token: its 8 experts
     assert price.expert_reads(64) == round(routed * expected_experts_touched(128, 8, 64) / 128)

@@ -188,14 +188,14 @@ def test_decode_run_equals_step_by_step_bit_for_bit(past, steps, tp, pp, kind):
     gpu = dataclasses.replace(A100, step_overhead_s=2e-4, seq_overhead_s=3e-6)
     cost = CostModel(LLAMA3, gpu, Layout(tp, pp), kind)
     run = cost.decode_run(past, steps)
-    one = [float(cost.price_works([SeqWork(1, p + j) for p in past]).time_s) for j in range(steps)]
+    one = [float(cost.price(shape_of([SeqWork(1, p + j) for p in past])).time_s) for j in range(steps)]
     assert run.dtype == np.float64 and run.shape == (steps,)
     assert run.tolist() == one  # exact equality, not approx
 
 
 def test_roofline_on_one_gpu_is_step_cost_itself():
     cost = CostModel(LLAMA3, H100, Layout(), "roofline")
-    assert cost.price_works(MIXED).time_s == step_cost(LLAMA3, H100, MIXED).time_s
+    assert cost.price(shape_of(MIXED)).time_s == step_cost(LLAMA3, H100, MIXED).time_s
     paper = dataclasses.replace(H100, cost_model="roofline")   # the seed's paper GPU
     assert isinstance(make_executor(LLAMA3, paper), RooflineExecutor)
     assert isinstance(make_executor(LLAMA3, paper, cost="operators"), CostExecutor)
@@ -221,8 +221,8 @@ def test_executor_prices_a_plan_as_its_works():
     assert plan_shape(plan) == shape_of(works)
     executor = CostExecutor(LLAMA3, A100, Layout(2, 2), "operators")
     model = CostModel(LLAMA3, A100, Layout(2, 2), "operators")
-    assert executor.run(plan) == float(model.price_works(works).time_s)
-    assert executor.stage_time(plan) == float(model.price_works(works).stage_s)
+    assert executor.run(plan) == float(model.price(shape_of(works)).time_s)
+    assert executor.stage_time(plan) == float(model.price(shape_of(works)).stage_s)
     assert executor.run(StepPlan()) == 0.0
 
 

@@ -230,3 +230,48 @@ def test_the_flat_add_is_fitted_without_rows_and_transfers_across_widths():
     small = [op_time(params, *op_work("add", Dims.of(m, 1), uniform_shape(1, 0, 2)))
              for m in (LLAMA2, wide)]
     assert small[1] / small[0] < 1.01   # the launch's latency, not the row's bytes
+
+
+def test_a_gather_of_few_rows_runs_them_one_after_another():
+    """PyTorch's index_select copies at most 16 rows one index after another (its small-index
+    kernel): floor + rows * embedding_index_s, however wide; from 17 rows the rows run in
+    parallel, on the per-row model."""
+    from batchlab.hardware.opcost import SMALL_INDEX_MAX
+
+    gather = dataclasses.replace(BARE, embedding_mbu=0.2, embedding_floor_s=2e-6,
+                                 embedding_index_s=0.7e-6, embedding_rows_per_sm=1,
+                                 embedding_row_bandwidth=9e9)
+    parallel = dataclasses.replace(gather, embedding_index_s=None)
+    for tokens in (1, 2, 8, SMALL_INDEX_MAX):
+        assert _time(gather, "embedding", tokens) == pytest.approx(2e-6 + tokens * 0.7e-6, rel=1e-12)
+    # the 16-row gather is dearer than the 17-row one, as Vidur timed it (14 us, then 4 us)
+    assert _time(gather, "embedding", 16) > 2 * _time(gather, "embedding", 17)
+    for tokens in (17, 24, 4096):
+        assert _time(gather, "embedding", tokens) == _time(parallel, "embedding", tokens)
+    # arrays price each element as the floats do
+    import numpy as np
+    rows = np.asarray([1.0, 16.0, 17.0, 300.0])
+    p = class_params(gather)["embedding"]
+    work = op_work("embedding", Dims.of(LLAMA2, 1), uniform_shape(1, 0, 1))
+    row_bytes = work[3]
+    got = op_time(p, 0.0, rows * row_bytes, rows, row_bytes)
+    want = [op_time(p, 0.0, r * row_bytes, r, row_bytes) for r in rows]
+    assert list(got) == want
+    with pytest.raises(InputError, match="embedding_index_s"):
+        dataclasses.replace(gather, embedding_index_s=-1e-6)
+
+
+def test_fitter_recovers_the_gathers_time_per_row():
+    true = dataclasses.replace(BARE, embedding_mbu=0.2, embedding_floor_s=2e-6,
+                               embedding_index_s=0.7e-6, embedding_rows_per_sm=1,
+                               embedding_row_bandwidth=9e9)
+    points = []
+    for tokens in (1, 2, 4, 8, 16, 24, 32, 64, 128, 264, 1024, 4096, 8192):
+        point = ProfilePoint("synthetic", 0, "embedding", tokens, 1, 0, 1, 1.0, LLAMA2)
+        point.ms = predict_ms(point, true)
+        points.append(point)
+    gpu = fit(points, BARE).gpu
+    assert gpu.embedding_index_s == pytest.approx(0.7e-6, rel=1e-3)
+    assert gpu.embedding_floor_s == pytest.approx(2e-6, rel=1e-3)
+    # a CPU base (no SMs) has no such regime to fit
+    assert fit(points, dataclasses.replace(BARE, sm_count=None)).gpu.embedding_index_s is None

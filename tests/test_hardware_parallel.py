@@ -9,7 +9,7 @@ import pytest
 
 from batchlab import cli
 from batchlab.errors import InputError
-from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, kv_capacity_tokens, step_cost
+from batchlab.hardware import GPU_PRESETS, MODEL_PRESETS, SeqWork, kv_capacity_tokens, step_cost, step_totals
 from batchlab.hardware.costmodel import CostModel
 from batchlab.hardware.custom_allreduce import tp_allreduce_s
 from batchlab.hardware.opcost import OperatorCost, shape_of, uniform_shape
@@ -42,7 +42,7 @@ def test_new_model_presets_have_their_published_shapes():
 
 def test_one_gpu_layout_gives_todays_results_exactly():
     works = [SeqWork(300, 0), SeqWork(1, 4000), SeqWork(64, 128, emits=False)]
-    assert CostModel(LLAMA3, H100, Layout(1, 1), "roofline").price_works(works).time_s == \
+    assert CostModel(LLAMA3, H100, Layout(1, 1), "roofline").price(shape_of(works)).time_s == \
         step_cost(LLAMA3, H100, works).time_s
     assert kv_capacity_tokens_split(LLAMA3, H100, Layout()) == kv_capacity_tokens(LLAMA3, H100)
 
@@ -105,10 +105,10 @@ def test_roofline_stage_is_the_gpus_share_plus_its_allreduces():
     layout = Layout(8, 2)
     roof = CostModel(GPT3, A100, layout, "roofline")
     shape = uniform_shape(32, 256, 1)
-    flops, nbytes = roof._roofline_totals(shape)
+    flops, nbytes = step_totals(GPT3, 32, 32 * 256, 32, 2 * 32 * 256 + 2 * 32)   # 32 decodes over 256 tokens
     expected = (max(flops / 16 / A100.compute_rate, nbytes / 16 / A100.memory_rate)
                 + 48 * 2 * allreduce_s(A100, 2 * 32 * 12288, 8))
-    assert roof.stage_time(shape) == pytest.approx(expected, rel=1e-12)
+    assert roof.price(shape).stage_s == pytest.approx(expected, rel=1e-12)
 
 
 def test_bad_layouts_are_input_errors():

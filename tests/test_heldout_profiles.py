@@ -20,17 +20,17 @@ ACHIEVED = {
     ("A100-80GB", "llama-2-70b"): (24, 2.3, 5.6),
     ("A100-80GB", "llama-3-70b"): (8, 1.5, 2.2),
     ("A100-80GB", "qwen-72b"): (16, 1.5, 4.1),
-    ("A100-80GB", "internlm-20b"): (16, 1.9, 7.8),
-    ("A100-80GB", "phi-2"): (17, 8.8, 25.1),
-    ("H100-SXM", "llama-2-70b"): (16, 3.3, 8.5),
-    ("H100-SXM", "internlm-20b"): (8, 2.3, 5.3),
-    ("H100-SXM", "qwen-72b"): (8, 5.7, 8.2),
-    ("H100-SXM", "phi-2"): (9, 8.2, 15.1),
-    ("A40", "llama-2-7b"): (17, 4.4, 12.3),
-    ("A40", "llama-2-70b"): (17, 3.7, 10.7),
-    ("A40", "internlm-20b"): (16, 3.3, 18.9),
-    ("A40", "qwen-72b"): (8, 4.4, 7.0),
-    ("A40", "phi-2"): (9, 6.3, 12.6),
+    ("A100-80GB", "internlm-20b"): (16, 1.4, 4.7),
+    ("A100-80GB", "phi-2"): (17, 8.4, 25.1),
+    ("H100-SXM", "llama-2-70b"): (16, 3.5, 8.5),
+    ("H100-SXM", "internlm-20b"): (8, 2.5, 5.2),
+    ("H100-SXM", "qwen-72b"): (8, 5.7, 8.1),
+    ("H100-SXM", "phi-2"): (9, 7.4, 11.5),
+    ("A40", "llama-2-7b"): (17, 3.6, 12.7),
+    ("A40", "llama-2-70b"): (17, 4.6, 11.0),
+    ("A40", "internlm-20b"): (16, 4.2, 19.1),
+    ("A40", "qwen-72b"): (8, 5.4, 7.6),
+    ("A40", "phi-2"): (9, 6.4, 13.5),
 }
 # The aim: 10% mean and 20% worst per model and GPU. One worst row misses it: phi-2 at 136
 # tokens on the A100, whose products cuBLAS runs dearer than at 160 and 184 tokens
@@ -65,6 +65,24 @@ def test_the_one_miss_is_a_row_dearer_than_larger_ones():
     for point in load_profile(phi):
         layer[point.tokens] = layer.get(point.tokens, 0.0) + point.ms
     assert layer[136] > layer[160] > layer[184]
+
+
+def test_the_a40s_per_token_kernels_follow_its_own_chip():
+    """The A40's RMSNorm runs one 1,024-thread block a row, one to an SM of 1,536 threads, each
+    row at the A100's row rate scaled by the clock: priced within 10% on average over the
+    Llama-shaped models' rows (32.6% off with the A100's two rows an SM and row rate), and its
+    residual add at its own clock's launch floor within 30% (36.7% off at the A100's)."""
+    errors: dict[str, list[float]] = {"norm": [], "add": []}
+    for path in heldout_files():
+        _, gpu, model, *_ = path.name.split("_")
+        if gpu != "a40" or model == "phi-2":   # phi-2 runs PyTorch's LayerNorm
+            continue
+        for point, predicted, _ in check(load_profile(path), gpu_preset("A40")).rows:
+            if point.op in errors:
+                errors[point.op].append(abs(predicted - point.ms) / point.ms)
+    assert len(errors["norm"]) > 100 and len(errors["add"]) > 50
+    assert sum(errors["norm"]) / len(errors["norm"]) < 0.10
+    assert sum(errors["add"]) / len(errors["add"]) < 0.30
 
 
 def test_the_a40_preset_is_transferred_not_fitted():

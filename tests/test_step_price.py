@@ -1,4 +1,4 @@
-"""The one price of a step from its sums (costmodel.SumsPrice), for every cost model and layout:
+"""The one price of a step from its sums (cost.SumsPrice), for every cost model and layout:
 a step from its sums is what the model prices the same step's Shape (or, for the roofline on one
 GPU, its integer FLOPs and bytes) at, and the decode steps of a run, one at a time or as an array,
 are each that step's price, bit for bit."""

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+from yarl import URL
 
 from batchlab.bench.sse import DONE, SSEParser
 from batchlab.io_checks import MAX_TOKENS, brief
@@ -116,6 +117,20 @@ def _cut(text: str) -> str:
     return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS] + "..."
 
 
+_scan = json.JSONDecoder().scan_once   # the C scanner json.loads ends in, without its wrappers
+
+
+def _json(data: str):
+    """`json.loads(data)`, in one call to the C scanner for an event that is one JSON value with
+    nothing around it (what servers send, a chunk every token); json.loads for anything else,
+    so whitespace around the value and every error are json.loads's."""
+    try:
+        obj, end = _scan(data, 0)
+    except StopIteration:   # not a value at index 0 (whitespace first, or not JSON)
+        return json.loads(data)
+    return obj if end == len(data) else json.loads(data)
+
+
 class _Stream:
     """Reads the events of one response into a RequestResult."""
 
@@ -133,7 +148,7 @@ class _Stream:
             self.result.error = f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB"
             return False
         try:
-            obj = json.loads(data)
+            obj = _json(data)
         except (ValueError, RecursionError):   # not JSON, a number past 4,300 digits, nested too deep
             self.result.error = f"malformed stream event: {_cut(data)}"
             return False
@@ -206,40 +221,54 @@ async def _finish_body(content: aiohttp.StreamReader) -> None:
         pass
 
 
-async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, result: RequestResult,
-                         chat: bool, max_chunks: int, origin: float) -> RequestResult:
-    """POST `body` to `url`, read the SSE stream, fill `result`. Never raises (but on cancel)."""
-    result.start = time.perf_counter() - origin
+async def _exchange(session: aiohttp.ClientSession, url: str | URL, body: bytes, stream: _Stream,
+                    origin: float, extra_headers: dict[str, str] | None) -> None:
+    """Send the request and read its response into `stream.result`."""
+    result = stream.result
+    async with session.post(url, data=body, headers=extra_headers) as response:
+        result.status = response.status
+        if response.status != 200:
+            raw = await response.content.read(BODY_LIMIT)
+            result.error = error_message(response.status, raw.decode("utf-8", errors="replace"))
+            return
+        parser = SSEParser()
+        reading = True
+        async for raw in response.content.iter_any():
+            # Every event in one read arrived at the same moment: one clock reading for all.
+            now = time.perf_counter() - origin
+            events = parser.feed(raw)
+            if parser.pending > EVENT_LIMIT:
+                result.error = (f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB; "
+                                "a token's event is a few hundred bytes")
+                break
+            for data in events:
+                if not stream.event(data, now):
+                    reading = False
+                    break
+            if not reading:
+                break
+        if reading:
+            now = time.perf_counter() - origin
+            for data in parser.finish():
+                stream.event(data, now)
+        elif stream.done:
+            await _finish_body(response.content)
+
+
+async def stream_request(session: aiohttp.ClientSession, url: str | URL, body: bytes, result: RequestResult,
+                         chat: bool, max_chunks: int, origin: float, timeout_s: float | None = None,
+                         extra_headers: dict[str, str] | None = None) -> RequestResult:
+    """POST `body` to `url` with the session's headers (`headers()`, set once for the run) and
+    `extra_headers`, read the SSE stream, fill `result`; a response not complete within
+    `timeout_s` of its send is a timeout. Never raises (but on cancel)."""
     stream = _Stream(result, chat, max_chunks)
+    # The send time, as vLLM's `st`: just before the post, after everything that is not sending.
+    result.start = time.perf_counter() - origin
     try:
-        async with session.post(url, data=body, headers=headers()) as response:
-            result.status = response.status
-            if response.status != 200:
-                raw = await response.content.read(BODY_LIMIT)
-                result.error = error_message(response.status, raw.decode("utf-8", errors="replace"))
-                return result
-            parser = SSEParser()
-            reading = True
-            async for raw in response.content.iter_any():
-                # Every event in one read arrived at the same moment: one clock reading for all.
-                now = time.perf_counter() - origin
-                events = parser.feed(raw)
-                if parser.pending > EVENT_LIMIT:
-                    result.error = (f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB; "
-                                    "a token's event is a few hundred bytes")
-                    break
-                for data in events:
-                    if not stream.event(data, now):
-                        reading = False
-                        break
-                if not reading:
-                    break
-            if reading:
-                now = time.perf_counter() - origin
-                for data in parser.finish():
-                    stream.event(data, now)
-            elif stream.done:
-                await _finish_body(response.content)
+        # One deadline for the whole exchange, as aiohttp's total timeout is, without aiohttp's
+        # timer entered and left around every read of the stream.
+        async with asyncio.timeout(timeout_s):
+            await _exchange(session, url, body, stream, origin, extra_headers)
     except asyncio.TimeoutError:
         result.error = "timeout: no complete response within --request-timeout"
     except (aiohttp.ClientError, OSError) as exc:

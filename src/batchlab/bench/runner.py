@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import aiohttp
 import numpy as np
+from yarl import URL
 
-from batchlab.bench.client import CHAT, RequestResult, request_body, stream_request
+from batchlab.bench.client import CHAT, RequestResult, headers, request_body, stream_request
 from batchlab.bench.prompts import TEXT, as_text, token_prompts
 from batchlab.workload import Workload
 
@@ -59,17 +60,21 @@ async def run_requests(config: RunConfig, arrival: np.ndarray, bodies: list[byte
     n = len(bodies)
     limit = config.max_concurrency or 0  # 0: aiohttp's "no limit"
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
-    timeout = aiohttp.ClientTimeout(total=config.request_timeout_s, sock_connect=config.connect_timeout_s)
+    # The request timeout is each request's own deadline (stream_request's), not aiohttp's total.
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
     gate = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else contextlib.nullcontext()
     chat = config.kind == CHAT
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    # What every request shares is made once, not between each one's send time and its send: the
+    # URL parsed, and the headers as the session's own.
+    url = URL(config.url)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers()) as session:
         origin = time.perf_counter()
 
         async def one(i: int, released: float) -> RequestResult:
             result = RequestResult(index=i, scheduled=released)
             async with gate:
-                await stream_request(session, config.url, bodies[i], result, chat,
-                                     2 * int(max_tokens[i]) + CHUNK_SLACK, origin)
+                await stream_request(session, url, bodies[i], result, chat,
+                                     2 * int(max_tokens[i]) + CHUNK_SLACK, origin, config.request_timeout_s)
             if on_done is not None:
                 on_done(result)
             return result

@@ -25,7 +25,7 @@ class SSEParser:
         return len(self._buffer)
 
     def feed(self, chunk: bytes) -> list[str]:
-        buffer = self._buffer + chunk
+        buffer = self._buffer + chunk if self._buffer else chunk
         held = b""
         if b"\r" in buffer:
             # The SSE spec allows CRLF and CR line ends; normalise so the split below holds. A CR
@@ -37,6 +37,10 @@ class SSEParser:
         self._buffer = events.pop() + held  # the unfinished tail ("" when the read ended on a boundary)
         payloads = []
         for event in events:
+            if event.startswith(b"data: ") and b"\n" not in event:
+                # What servers send: one `data: ` line per event, taken without splitting lines.
+                payloads.append(event[6:].decode("utf-8", errors="replace"))
+                continue
             data = _data_of(event)
             if data is not None:
                 payloads.append(data)

@@ -40,6 +40,7 @@ from batchlab.hardware.opcost import (
     Dims,
     OperatorCost,
     class_params,
+    few_rows,
     MIN_TILE_ROWS,
     kernel_floor,
     op_class,
@@ -102,6 +103,9 @@ VECTOR = Param("matmul_vector_mbu", 1.0, *EFF, (0.5,))
 # place of the saturation curve: matmul_half_tokens gives way to these (`matmul_candidates`).
 GPU_MATMUL = (Param("matmul_roofline_p", 1.0, 1.0, 64.0, (1.5, 4.0)),
               Param("matmul_compute_floor_s", US, 0.0, 1e5, (5.0,)))
+# A GPU base's embedding also fits its gather's time per row of few rows (opcost.SMALL_INDEX_MAX:
+# PyTorch's small-index kernel); a CPU's gather has no such regime.
+INDEX = Param("embedding_index_s", US, 0.0, 1e3, (0.5,))
 # A GPU base's per-token kernels try each count of rows per SM (and none): the thread blocks
 # of one row each that an SM holds at once (one to eight for kernels of 256-1,024 threads).
 ROWS_PER_SM = (1, 2, 4, 8)
@@ -122,7 +126,8 @@ GROUP_OF["step"] = "step"
 CHOSEN_WITH = {**{f: "matmul" for f in (*TILE_FIELDS, "matmul_min_tile_rows", VECTOR.field,
                                        *(p.field for p in GPU_MATMUL))},
                **{f"{kind}_{f}": kind for kind in ROW_KERNELS
-                  for f in ("row_bandwidth", "rows_per_sm")}}
+                  for f in ("row_bandwidth", "rows_per_sm")},
+               INDEX.field: "embedding"}
 HOLD_OUT_FIELDS = ("op", "tp", "tokens", "batch", "context", "source")
 # Points of a group on which its tile candidates and starts are compared (`_fit_group`).
 SEARCH_POINTS = 5_000
@@ -162,6 +167,8 @@ def group_params(group: str, gpu: GPUSpec) -> tuple[Param, ...]:
         params = (*params, dataclasses.replace(VECTOR, starts=(gpu.matmul_vector_mbu,)))
     if group in ROW_KERNELS and getattr(gpu, f"{group}_rows_per_sm") is not None:
         params = (*params, Param(f"{group}_row_bandwidth", GB, 1e-3, 1e5, (10.0, 50.0)))
+    if group == "embedding" and gpu.sm_count is not None:
+        params = (*params, INDEX)
     return params
 
 
@@ -264,6 +271,8 @@ def _residual_fn(group: str, points: list[ProfilePoint], gpu: GPUSpec, params: t
             fixed = kernel_floor(floor * US, None if compute_floor is None else compute_floor * US,
                                  compute, memory)
             time = roofline(compute, memory, v.get("matmul_roofline_p", 0.0)) + fixed
+            if "embedding_index_s" in v:  # a gather of few rows, one after another
+                time = few_rows(rows, floor * US + rows * (v["embedding_index_s"] * US), time)
             if "matmul_vector_mbu" in v:  # one row: the matrix-vector kernel
                 vector = np.maximum(flops / (peak * mfu), nbytes / (bw * v["matmul_vector_mbu"]))
                 time = np.where(rows == 1, vector + floor * US, time)

@@ -427,7 +427,7 @@ def scaled(gpu, slow: Slowdown | float):
     """The spec with its work `slow` times slower (a number: both kinds alike).
 
     Rates are divided, times multiplied: peak_flops by `compute`, mem_bandwidth, the per-token
-    kernels' row bandwidths and the floors by `memory`, and matmul_half_tokens multiplied by
+    kernels' row bandwidths, the floors and a gather's time per row by `memory`, and matmul_half_tokens multiplied by
     memory / compute: the packing term is priced at the FLOP rate per weight, so it becomes
     `memory` times slower while the per-row FLOPs become `compute` times slower."""
     from batchlab.hardware.specs import OPERATOR_FIELDS
@@ -437,7 +437,7 @@ def scaled(gpu, slow: Slowdown | float):
     changes: dict[str, float] = {}
     for f in OPERATOR_FIELDS:
         value = getattr(gpu, f)
-        if value is not None and f.endswith("_floor_s"):
+        if value is not None and f.endswith(("_floor_s", "_index_s")):
             changes[f] = value * slow.memory
         elif value is not None and f.endswith("_row_bandwidth"):
             changes[f] = value / slow.memory

@@ -100,7 +100,7 @@ def compute(args) -> dict:
         "flops": cost.flops, "bytes": cost.bytes,
         "bound": cost.bound if simple else _bound(rows),
         "compute_s": cost.flops / gpu.compute_rate, "memory_s": cost.bytes / gpu.memory_rate,
-        "arithmetic_intensity": cost.arithmetic_intensity,
+        "arithmetic_intensity": cost.flops / cost.bytes,
         "ridge_intensity": gpu.ridge_intensity,
         "weight_bytes": model.weight_bytes, "kv_bytes_per_token": model.kv_bytes_per_token,
         "weight_bytes_per_gpu": weight_bytes_per_gpu(model, layout),

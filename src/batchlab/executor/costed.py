@@ -21,17 +21,13 @@ from batchlab.scheduler.plan import StepPlan
 def plan_shape(plan: StepPlan, window: int = 0) -> Shape:
     """The sums of a plan's decodes and prefill chunks (opcost.shape_with); with a sliding
     window, also as windowed layers see it."""
-    if window:
-        return shape_with(plan.prefills, len(plan.decodes), sum(r.computed for r in plan.decodes),
-                          window, sum(min(r.computed + 1, window) for r in plan.decodes))
-    return shape_with(plan.prefills, len(plan.decodes), sum(r.computed for r in plan.decodes))
+    decodes = plan.decodes
+    keys = sum(min(r.computed + 1, window) for r in decodes) if window else 0
+    return shape_with(plan.prefills, len(decodes), sum(r.computed for r in decodes), window, keys)
 
 
 class CostExecutor:
-    name = "cost"
-
-    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
-                 cost: str | None = None) -> None:
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU, cost: str | None = None) -> None:
         self.cost = CostModel(model, gpu, layout, cost)
         self.name = self.cost.kind
         # the operators model caps windowed layers' attention at the window; the roofline does not
@@ -67,12 +63,11 @@ class CostExecutor:
                     prefill_tokens += n_new
                     prefill_past += n_past
                     units += n_new * (2 * n_past + n_new + 1)
-            duration = self._price.step(decodes, decode_past, prefills, prefill_tokens, prefill_past,
-                                        units, emits)
+            duration = self._price.step(decodes, decode_past, prefills, prefill_tokens, prefill_past, units, emits)
         else:
             duration = float(self.cost.step_time(plan_shape(plan, self._window)))
         swapped = plan.swap_in_tokens + plan.swap_out_tokens
-        if swapped:
+        if swapped:   # over the host link, serialised with the step (pessimistic but simple)
             duration += swapped * self._swap_bytes / self._host_link
         if self._bucket_s and plan.decodes:   # each decode's keys: its cached tokens and the new one
             keys = [r.computed + 1 for r in plan.decodes]
@@ -81,13 +76,12 @@ class CostExecutor:
 
     def stage_time(self, plan: StepPlan) -> float:
         """The busiest pipeline stage's time for this plan (no CPU, no sends)."""
-        return float(self.cost.stage_time(plan_shape(plan, self._window))) if plan else 0.0
+        return float(self.cost.price(plan_shape(plan, self._window)).stage_s) if plan else 0.0
 
     def release(self, request: Request) -> None:
         pass  # a paper GPU keeps no state
 
     def decode_run(self, n_past: list[int], steps: int) -> np.ndarray:
-        """`steps` pure-decode steps priced at once, equal to pricing each alone."""
         durations = self.cost.decode_run(n_past, steps)
         if self._bucket_s and n_past:   # step j: every sequence one token longer than at j - 1
             lengths = np.asarray(n_past, dtype=np.int64)[None, :] + 1 + np.arange(steps)[:, None]
@@ -96,8 +90,7 @@ class CostExecutor:
 
 
 class RooflineExecutor(CostExecutor):
-    """The seed's roofline on one GPU, from the plan's integer sums (`RooflinePrice`); swapped KV
-    is added at the host link's bandwidth, serialised with the step (pessimistic but simple)."""
+    """The seed's roofline on one GPU, from the plan's integer sums (`RooflinePrice`)."""
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec) -> None:
         super().__init__(model, gpu, cost="roofline")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.errors import InputError
-from batchlab.hardware.costmodel import decode_times
+from batchlab.hardware.cost import SumsPrice
 from batchlab.request import Request
 from batchlab.scheduler.plan import StepPlan
 
@@ -66,8 +66,8 @@ def carries_on(plan: StepPlan) -> bool:
     return any(id(item.request) not in new for item in plan.prefills)
 
 
-class HostPrice:
-    """A GPU's price of a step from its sums (costmodel.SumsPrice) with the host's CPU time
+class HostPrice(SumsPrice):
+    """A GPU's price of a step from its sums (cost.SumsPrice) with the host's CPU time
     applied: the same interface, so the fast path prices host-timed steps as the executor does.
     A step carries on when some of its sequences ran before it (`carried`); every step of a run
     of decodes does."""
@@ -84,9 +84,6 @@ class HostPrice:
 
     def decode(self, batch: int, cached: int) -> float:
         return self.host.step(self.gpu.decode(batch, cached), True)
-
-    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
-        return decode_times(self.decode, batch, cached, steps, start, until)
 
     def decode_run(self, batch: int, cached: int, steps: int,
                    start: float | None = None) -> np.ndarray | None:

@@ -27,19 +27,14 @@ class PipelineExecutor(CostExecutor):
         return self.stage_time(plan), self.run(plan)
 
 
-def in_flight(system: System, layout: Layout) -> int:
-    """Batches kept in the pipeline: one per stage under iteration-level scheduling, one for
-    static (request-level) batching."""
-    return 1 if system.batching == "static" else layout.pp
-
-
 def replica_engine(system: System, model: ModelSpec, gpu: GPUSpec, layout: Layout) -> Engine:
     """The engine of `system` on `model` split over `layout` GPUs of type `gpu`."""
     check_layout(model, layout)
     if system.cpu_ms:
         raise InputError(f"system {system.name!r}: field 'cpu_ms': a fleet's replicas do not price CPU work "
                          "per step; `simulate` and `compare` do")
-    slots = in_flight(system, layout)
+    # batches kept in the pipeline: one per stage, but one for static (request-level) batching
+    slots = 1 if system.batching == "static" else layout.pp
     executor = PipelineExecutor(model, gpu, layout) if slots > 1 else make_executor(model, gpu, layout)
     memory = system.memory_manager(model, gpu, layout)
     config = system.scheduler_config()

@@ -137,9 +137,7 @@ class Replica:
         if self.decode_run is not None:
             return self.decode_run.held_at(now)
         held = self.fast_path.held_at(now) if self.fast_path is not None else None
-        if held is not None:
-            return held
-        return self.engine.memory.held_tokens()
+        return self.engine.memory.held_tokens() if held is None else held
 
     def kv_demand_share(self, now: float) -> float:
         """KV held now plus what waiting requests need to start, over capacity (0 if unlimited)."""

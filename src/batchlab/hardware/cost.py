@@ -1,15 +1,15 @@
-"""The paper GPU: FLOPs, bytes and roofline time of one engine step.
+"""The paper GPU: FLOPs, bytes and roofline time of one engine step; the one price of a step.
 
 A step is a list of `SeqWork`; its cost is the roofline of Williams, Waterman and Patterson
 (2009, "Roofline: an insightful visual performance model"): the slower of doing its FLOPs at
 peak * mfu and moving its bytes at bandwidth * mbu, plus a fixed per-step overhead. FLOPs and
 bytes are exact Python integers (int64 in the vectorized helpers), so the same step always
-costs the same, bit for bit.
+costs the same, bit for bit. `SumsPrice` is how every cost model prices a step from its sums.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,10 +24,8 @@ FLOPS_PER_MAC = 2
 
 @dataclass(slots=True)
 class SeqWork:
-    """One sequence's share of a step: `n_new` tokens on top of `n_past` cached ones.
-
-    `emits` is False for a prefill chunk that does not finish the prompt: no LM head runs for it.
-    """
+    """One sequence's share of a step: `n_new` tokens on top of `n_past` cached ones; `emits` is
+    False for a prefill chunk that does not finish the prompt (no LM head runs for it)."""
 
     n_new: int
     n_past: int
@@ -43,11 +41,6 @@ class StepCost:
     bytes: int
     bound: str  # "compute" or "memory"
 
-    @property
-    def arithmetic_intensity(self) -> float:
-        """FLOPs per byte moved."""
-        return self.flops / self.bytes
-
 
 def step_coefficients(model: ModelSpec) -> tuple[int, int, int, int, int, int, int]:
     """The roofline's FLOPs and bytes of a step as integer coefficients of its sums:
@@ -57,12 +50,11 @@ def step_coefficients(model: ModelSpec) -> tuple[int, int, int, int, int, int, i
     h, d, kv = model.n_heads, model.head_dim, model.kv_bytes_per_token
     dv = model.v_head_dim or d   # MLA's value heads are narrower than its query/key heads
     # Linear layers 2N per token (Kaplan et al. 2020); LM head 2HV per emitted token; causal
-    # attention: QK^T and AV each 2*h*d per (query, key) pair, and query i of a chunk sees
-    # n_past + i keys, so sum_i (n_past + i) = n_new*(n_past + (n_new+1)/2) pairs; in all
-    # 4*L*h*d*n_new*(n_past + (n_new+1)/2) = 2*L*h*d*n_new*(2*n_past + n_new + 1) (the PaLM
-    # paper, Chowdhery et al. 2022, appendix B, and Hoffmann et al. 2022, "Chinchilla",
-    # appendix F, count attention the same way).
-    # QK^T over d and AV over dv per pair: 2*h*(d + dv), which is 4*h*d when dv = d.
+    # attention: QK^T over d and AV over dv, 2*h*(d + dv) per (query, key) pair, and query i of a
+    # chunk sees n_past + i keys, so sum_i (n_past + i) = n_new*(n_past + (n_new+1)/2) pairs; in
+    # all L*h*(d + dv)*n_new*(2*n_past + n_new + 1) (the PaLM paper, Chowdhery et al. 2022,
+    # appendix B, and Hoffmann et al. 2022, "Chinchilla", appendix F, count attention the same
+    # way, with dv = d).
     # Weights once per step (a mixture of experts' routed experts apart: a step reads those its
     # tokens touch, `expert_reads`); each sequence's KV read once; the new tokens' KV written;
     # the activations that leave or enter HBM: input embeddings gathered, logits written.
@@ -70,8 +62,7 @@ def step_coefficients(model: ModelSpec) -> tuple[int, int, int, int, int, int, i
             model.weight_bytes - routed_expert_bytes(model), kv + b * H, kv, b * V)
 
 
-def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int,
-            attn_units: int) -> tuple[int, int]:
+def step_totals(model: ModelSpec, sum_new: int, sum_past: int, n_emit: int, attn_units: int) -> tuple[int, int]:
     """FLOPs and bytes of a step from its sums (Python ints, exact, or int64 arrays);
     attn_units = sum n_new*(2*n_past + n_new + 1)."""
     fn, fe, fa, b0, bn, bp, be = step_coefficients(model)
@@ -85,11 +76,8 @@ def step_time(gpu: GPUSpec, flops, nbytes):
     """max(flops / (peak*mfu), bytes / (bandwidth*mbu)) + overhead, for scalars or arrays: both
     do the same IEEE operations in the same order, so an array element equals the scalar bit for bit."""
     if isinstance(flops, np.ndarray) or isinstance(nbytes, np.ndarray):
-        compute_s = np.asarray(flops).astype(np.float64) / gpu.compute_rate
-        memory_s = np.asarray(nbytes).astype(np.float64) / gpu.memory_rate
-        return np.maximum(compute_s, memory_s) + gpu.step_overhead_s
-    compute_s = float(flops) / gpu.compute_rate
-    memory_s = float(nbytes) / gpu.memory_rate
+        return np.maximum(flops / gpu.compute_rate, nbytes / gpu.memory_rate) + gpu.step_overhead_s
+    compute_s, memory_s = float(flops) / gpu.compute_rate, float(nbytes) / gpu.memory_rate
     return (compute_s if compute_s > memory_s else memory_s) + gpu.step_overhead_s
 
 
@@ -103,40 +91,62 @@ FLOAT_EXACT = float(1 << 53)   # (a float: the checks compare doubles, in one in
 DOMINATES = 1 - 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class RooflinePrice:
-    """The roofline of one GPU as the roofline's SumsPrice (costmodel.py): `step_coefficients`
-    and `step_time` with the GPU's rates read once, equal to `step_time(step_totals(...))` bit
-    for bit; a run of decode steps is priced as an array (its FLOPs and bytes are affine in
-    the step), with the same IEEE operations."""
+class SumsPrice:
+    """The price of a step from its sums, through which the executor, the fast path and fleets
+    price steps, whichever cost model and layout (`CostModel.sums_price`). A step's sums: its
+    one-token sequences (`decodes`) and their cached tokens, its longer chunks (`prefills`) with
+    their new and cached tokens and causal units sum n_new * (2 n_past + n_new + 1), the
+    sequences that emit, and those carried on from the step before (read only by a host's CPU
+    time, executor/host.py). A run of decode steps, each sequence one token longer a step, is
+    priced equal to `step` at each, bit for bit."""
 
+    __slots__ = ()
+    # one array price of a run costs about as much as this many steps priced one at a time
+    run_min = 6
+
+    def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
+             prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
+        """The step's time."""
+
+    def decode(self, batch: int, cached: int) -> float:
+        """A step of `batch` decodes over `cached` tokens."""
+        return self.step(batch, cached, 0, 0, 0, 0, batch)
+
+    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
+        """The times of up to `steps` decode steps from `start`, up to the first that ends at or
+        after `until`, for a caller that runs them one at a time."""
+        times = []
+        for j in range(steps):
+            times.append(self.decode(batch, cached + batch * j))
+            start += times[-1]
+            if start >= until:
+                break
+        return times
+
+    def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:
+        """`steps` decode steps' times as an array (cheaper from `run_min` steps on; None: too
+        large for one); with `start` in a first slot, so that np.add.accumulate gives their ends."""
+
+
+class RooflinePrice(SumsPrice):
+    """The roofline of one GPU: `step_coefficients` and `step_time` with the GPU's rates read
+    once, equal to `step_time(step_totals(...))` bit for bit; a run's FLOPs and bytes are affine
+    in the step, priced with the same IEEE operations."""
+
+    __slots__ = ("fn", "fe", "fa", "b0", "bn", "bp", "be", "compute_rate", "memory_rate", "overhead",
+                 "expert_reads", "doubles")
     # numpy's set-up of a run's arrays costs about as much as this many steps priced in Python
     run_min = 24
 
-    fn: int
-    fe: int
-    fa: int
-    b0: int
-    bn: int
-    bp: int
-    be: int
-    compute_rate: float
-    memory_rate: float
-    overhead: float
-    expert_reads: object = None   # tokens -> routed expert bytes read (None: a dense model)
-    # a dense model's decode coefficients as doubles (decode_times): FLOPs per sequence and per
-    # cached token, bytes per sequence, of the weights and per cached token (None: experts)
-    doubles: tuple[float, ...] | None = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, model: ModelSpec, gpu: GPUSpec) -> None:
+        self.fn, self.fe, self.fa, self.b0, self.bn, self.bp, self.be = step_coefficients(model)
+        self.compute_rate, self.memory_rate, self.overhead = gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s
+        self.expert_reads = expert_reads(model)   # tokens -> routed expert bytes read (None: a dense model)
+        # a dense model's decode coefficients as doubles (decode_times): FLOPs per sequence and per
+        # cached token, bytes per sequence, of the weights and per cached token (None: experts)
         ints = (self.fn + self.fe + 2 * self.fa, 2 * self.fa, self.bn + self.be, self.b0, self.bp)
-        object.__setattr__(self, "doubles", None if self.expert_reads is not None or max(ints) >= FLOAT_EXACT
-                           else tuple(map(float, ints)))
-
-    @classmethod
-    def of(cls, model: ModelSpec, gpu: GPUSpec) -> RooflinePrice:
-        return cls(*step_coefficients(model), gpu.compute_rate, gpu.memory_rate, gpu.step_overhead_s,
-                   expert_reads(model))
+        exact = self.expert_reads is None and max(ints) < FLOAT_EXACT
+        self.doubles = tuple(map(float, ints)) if exact else None
 
     def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
              prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float:
@@ -150,13 +160,8 @@ class RooflinePrice:
                          + self.be * emits) / self.memory_rate
         return (compute_s if compute_s > memory_s else memory_s) + self.overhead
 
-    def decode(self, batch: int, cached: int) -> float:
-        return self.step(batch, cached, 0, 0, 0, 0, batch)
-
     def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
-        """`decode`'s times of up to `steps` steps of a run (each sequence one token longer a step)
-        from `start`, up to the first that ends at or after `until`, for a caller that runs them
-        one at a time (often one or two between events): the sums grow by what a step adds."""
+        """SumsPrice.decode_times, the sums growing by what a step adds (often one or two steps a call)."""
         doubles = self.doubles
         if doubles is not None:
             per_batch_f, per_cached_f, per_batch_b, b0, bp = doubles
@@ -223,9 +228,7 @@ def affine_range(first: int, step: int, n: int) -> np.ndarray:
 
 
 def _priced(gpu: GPUSpec, flops: int, nbytes: int) -> StepCost:
-    compute_s = float(flops) / gpu.compute_rate
-    memory_s = float(nbytes) / gpu.memory_rate
-    bound = "compute" if compute_s > memory_s else "memory"
+    bound = "compute" if float(flops) / gpu.compute_rate > float(nbytes) / gpu.memory_rate else "memory"
     return StepCost(step_time(gpu, flops, nbytes), flops, nbytes, bound)
 
 
@@ -243,18 +246,12 @@ def check_works(works, caller: str) -> None:
 def step_cost(model: ModelSpec, gpu: GPUSpec, works) -> StepCost:
     """Time, FLOPs, bytes and bound of one step running `works` (a non-empty list)."""
     check_works(works, "step_cost")
-    sum_new = sum_past = n_emit = attn_units = 0
-    for work in works:
-        n_new, n_past = work.n_new, work.n_past
-        sum_new += n_new
-        sum_past += n_past
-        n_emit += 1 if work.emits else 0
-        attn_units += n_new * (2 * n_past + n_new + 1)
-    return _priced(gpu, *step_totals(model, sum_new, sum_past, n_emit, attn_units))
+    return _priced(gpu, *step_totals(model, sum(w.n_new for w in works), sum(w.n_past for w in works),
+                                     sum(1 for w in works if w.emits),
+                                     sum(w.n_new * (2 * w.n_past + w.n_new + 1) for w in works)))
 
 
-def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int,
-                      new_tokens: int = 1) -> StepCost:
+def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int, new_tokens: int = 1) -> StepCost:
     """step_cost of `batch` works SeqWork(new_tokens, context), in O(1) for any batch."""
     check_uniform(batch, context, new_tokens)
     return _priced(gpu, *step_totals(model, batch * new_tokens, batch * context, batch,
@@ -262,7 +259,6 @@ def uniform_step_cost(model: ModelSpec, gpu: GPUSpec, batch: int, context: int,
 
 
 def check_uniform(batch: int, context: int, new_tokens: int) -> None:
-    """InputError unless `batch` >= 1, `context` >= 0 and `new_tokens` >= 1 are integers."""
     for field, value, low in (("batch", batch, 1), ("context", context, 0), ("new_tokens", new_tokens, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InputError(f"field '{field}' must be an integer >= {low}, got {value!r}")

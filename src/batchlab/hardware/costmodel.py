@@ -2,8 +2,8 @@
 
 `CostModel(model, gpu, layout, kind)` prices steps with the single roofline (`kind="roofline"`,
 cost.py: the seed's hand figures) or operator by operator (`kind="operators"`, opcost.py); the
-default is the GPU spec's `cost_model`. Both expose the same `price(shape)` -> StepPrice
-(per-stage times, sends, CPU, step time), `step_time`, `stage_time`, `decode_run` and `breakdown`.
+default is the GPU spec's `cost_model`. Both give `price(shape)` -> StepPrice (per-stage times,
+sends, CPU, step time), `decode_run` and `breakdown`; `sums_price` is the price from a step's sums.
 
 The roofline under a layout prices each GPU's share: FLOPs and bytes divided by tp * pp, plus the
 all-reduces of the busiest stage, so stage = max(F / (tp pp) / (peak mfu), B / (tp pp) / (bw mbu))
@@ -14,14 +14,13 @@ With tp = pp = 1 it is cost.step_time itself, with its exact integer FLOPs and b
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 import numpy as np
 
 from batchlab.errors import InputError
+from batchlab.hardware.cost import RooflinePrice, SumsPrice, check_uniform, step_totals
 from batchlab.hardware.cost import step_time as roofline_time
-from batchlab.hardware.cost import RooflinePrice, check_uniform, step_totals
-from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, shape_of, uniform_shape
+from batchlab.hardware.opcost import OperatorCost, OpRow, Shape, StepPrice, _max, uniform_shape
 from batchlab.hardware.parallel import SINGLE_GPU, Layout, allreduce_s, check_layout, send_s, stage_layers
 from batchlab.hardware.specs import COST_MODELS, GPUSpec, ModelSpec
 
@@ -29,8 +28,7 @@ from batchlab.hardware.specs import COST_MODELS, GPUSpec, ModelSpec
 class CostModel:
     """Prices steps of one model on one GPU type split by `layout`, with either cost model."""
 
-    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU,
-                 kind: str | None = None) -> None:
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, layout: Layout = SINGLE_GPU, kind: str | None = None) -> None:
         kind = gpu.cost_model if kind is None else kind
         if kind not in COST_MODELS:
             raise InputError(f"field 'cost' must be one of {', '.join(COST_MODELS)}, got {kind!r}")
@@ -38,128 +36,67 @@ class CostModel:
         self.model, self.gpu, self.layout, self.kind = model, gpu, layout, kind
         self._ops = OperatorCost(model, gpu, layout) if kind == "operators" else None
         self._stage_layers = stage_layers(model.n_layers, layout.pp)[0]
-        # SumsPrice: none where a step's price needs more than its sums (the operators model's
+        # the price of a step from its sums: none where it needs more (the operators model's
         # sliding windows cap each request's keys)
-        if kind == "roofline" and layout.trivial:
-            self.sums_price: SumsPrice | None = RooflinePrice.of(model, gpu)
-        elif kind == "operators" and model.sliding_window:
-            self.sums_price = None
+        if kind == "operators" and model.sliding_window:
+            self.sums_price: SumsPrice | None = None
         else:
-            self.sums_price = ShapePrice(self)
+            self.sums_price = RooflinePrice(model, gpu) if kind == "roofline" and layout.trivial else ShapePrice(self)
 
-    # -- the roofline, split ---------------------------------------------------------------
-    def _roofline_totals(self, s: Shape):
+    def _roofline(self, s: Shape) -> tuple[StepPrice, object, object]:
+        """The step's price, and its FLOPs and bytes: exact integers (int64 arrays for a run)."""
+        past = s.decode_past + s.prefill_past
         attn_units = s.prefill_units + 2.0 * s.decode_past + 2.0 * s.decodes
         if isinstance(attn_units, np.ndarray):
-            return step_totals(self.model, int(s.tokens),
-                               (s.decode_past + s.prefill_past).astype(np.int64), int(s.emits),
-                               attn_units.astype(np.int64))
-        return step_totals(self.model, int(s.tokens), int(s.decode_past + s.prefill_past),
-                           int(s.emits), int(attn_units))
-
-    def _roofline(self, s: Shape) -> StepPrice:
-        flops, nbytes = self._roofline_totals(s)
+            past, attn_units = past.astype(np.int64), attn_units.astype(np.int64)
+        else:
+            past, attn_units = int(past), int(attn_units)
+        flops, nbytes = step_totals(self.model, int(s.tokens), past, int(s.emits), attn_units)
         gpu, layout = self.gpu, self.layout
         if layout.trivial:
             time_s = roofline_time(gpu, flops, nbytes)
-            return StepPrice([time_s - gpu.step_overhead_s], 0.0, gpu.step_overhead_s, time_s)
-        if isinstance(flops, np.ndarray):
-            flops, nbytes = flops.astype(np.float64), nbytes.astype(np.float64)
-        else:
-            flops, nbytes = float(flops), float(nbytes)
+            return StepPrice([time_s - gpu.step_overhead_s], 0.0, gpu.step_overhead_s, time_s), flops, nbytes
+        # an int64 array divides as its doubles do, and a Python int as float() of it
         share = float(layout.gpus)
         activation_bytes = self.model.bytes_per_value * s.tokens * self.model.hidden
         stage = (_max(flops / share / gpu.compute_rate, nbytes / share / gpu.memory_rate)
                  + self._stage_layers * 2 * allreduce_s(gpu, activation_bytes, layout.tp))
         sends = (layout.pp - 1) * send_s(gpu, activation_bytes) if layout.pp > 1 else 0.0
         return StepPrice([stage] * layout.pp, sends, gpu.step_overhead_s,
-                         layout.pp * stage + sends + gpu.step_overhead_s)
+                         layout.pp * stage + sends + gpu.step_overhead_s), flops, nbytes
 
-    # -- the interface -----------------------------------------------------------------------
     def price(self, shape: Shape) -> StepPrice:
-        return self._ops.price(shape) if self._ops is not None else self._roofline(shape)
-
-    def price_works(self, works) -> StepPrice:
-        return self.price(shape_of(works))
+        return self._ops.price(shape) if self._ops is not None else self._roofline(shape)[0]
 
     def step_time(self, shape: Shape):
         return self.price(shape).time_s
-
-    def stage_time(self, shape: Shape):
-        return self.price(shape).stage_s
 
     def decode_run(self, n_past, steps: int) -> np.ndarray:
         """`steps` decode steps priced at once, equal to pricing each alone."""
         if self._ops is not None:
             return self._ops.decode_run(n_past, steps)
         batch, past = len(n_past), sum(int(p) for p in n_past)
-        price = self.sums_price
-        durations = price.decode_run(batch, past, steps)
+        durations = self.sums_price.decode_run(batch, past, steps)
         if durations is None:   # past int64's safe range: each step alone from exact integers
-            durations = np.array(price.decode_times(batch, past, steps, 0.0, math.inf), dtype=np.float64)
+            return np.array(self.sums_price.decode_times(batch, past, steps, 0.0, math.inf), dtype=np.float64)
         return durations
 
     def breakdown(self, shape: Shape) -> list[OpRow]:
         """The operators model's per-operator table (the roofline has one row: the step)."""
         if self._ops is not None:
             return self._ops.breakdown(shape)
-        price = self._roofline(shape)
-        flops, nbytes = self._roofline_totals(shape)
-        compute = float(flops) / self.layout.gpus / self.gpu.compute_rate
-        memory = float(nbytes) / self.layout.gpus / self.gpu.memory_rate
-        rows = [OpRow("step", "roofline", 1, float(flops), float(nbytes),
-                      price.time_s - price.send_s - price.cpu_s,
-                      "compute" if compute > memory else "memory")]
+        (price, flops, nbytes), gpus = self._roofline(shape), self.layout.gpus
+        compute_bound = float(flops) / gpus / self.gpu.compute_rate > float(nbytes) / gpus / self.gpu.memory_rate
+        rows = [OpRow("step", "roofline", 1, float(flops), float(nbytes), price.time_s - price.send_s - price.cpu_s,
+                      "compute" if compute_bound else "memory")]
         if self.layout.pp > 1:
-            rows.append(OpRow("send", "interconnect", self.layout.pp - 1, 0.0, 0.0, price.send_s,
-                              "link"))
-        rows.append(OpRow("cpu", "cpu", 1, 0.0, 0.0, price.cpu_s, "cpu"))
-        return rows
+            rows.append(OpRow("send", "interconnect", self.layout.pp - 1, 0.0, 0.0, price.send_s, "link"))
+        return rows + [OpRow("cpu", "cpu", 1, 0.0, 0.0, price.cpu_s, "cpu")]
 
 
-class SumsPrice(Protocol):
-    """The price of a step from its sums, through which the executor, the fast path and fleets
-    price steps, whichever cost model and layout (`CostModel.sums_price`). A step's sums: its
-    one-token sequences (`decodes`) and their cached tokens, its longer chunks (`prefills`) with
-    their new and cached tokens and causal units sum n_new * (2 n_past + n_new + 1), the
-    sequences that emit, and those carried on from the step before (read only by a host's CPU
-    time, executor/host.py). `decode` is a step of `batch` decodes over `cached` tokens; a run of
-    them (each one token longer a step) is priced as a list up to the first step that ends at a
-    given time (`decode_times`) or as an array (`decode_run`, cheaper from `run_min` steps on),
-    all equal to `step` bit for bit."""
-
-    run_min: int
-
-    def step(self, decodes: int, decode_past: int, prefills: int, prefill_tokens: int,
-             prefill_past: int, prefill_units: int, emits: int, carried: int = 0) -> float: ...
-
-    def decode(self, batch: int, cached: int) -> float: ...
-
-    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]: ...
-
-    def decode_run(self, batch: int, cached: int, steps: int,
-                   start: float | None = None) -> np.ndarray | None:
-        """`steps` steps' times (None: too large for an array); with `start` in a first slot,
-        so that np.add.accumulate of the array gives their ends."""
-
-
-def decode_times(decode, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
-    """SumsPrice.decode_times from a price of one decode step (`decode`): each step priced alone."""
-    times = []
-    for j in range(steps):
-        times.append(decode(batch, cached + batch * j))
-        start += times[-1]
-        if start >= until:
-            break
-    return times
-
-
-class ShapePrice:
+class ShapePrice(SumsPrice):
     """SumsPrice of a CostModel through the Shape `shape_with` takes of the same step (the
     operators model, or the roofline on a tp/pp/ep layout): what the executor's plan costs."""
-
-    # one array price of a run costs about as much as this many steps priced one at a time
-    run_min = 6
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
@@ -171,14 +108,7 @@ class ShapePrice:
             float(decode_past), float(prefills), float(prefill_tokens), float(prefill_past),
             float(prefill_units))))
 
-    def decode(self, batch: int, cached: int) -> float:
-        return self.step(batch, cached, 0, 0, 0, 0, batch)
-
-    def decode_times(self, batch: int, cached: int, steps: int, start: float, until: float) -> list[float]:
-        return decode_times(self.decode, batch, cached, steps, start, until)
-
-    def decode_run(self, batch: int, cached: int, steps: int,
-                   start: float | None = None) -> np.ndarray | None:
+    def decode_run(self, batch: int, cached: int, steps: int, start: float | None = None) -> np.ndarray | None:
         cost = self.cost
         if cost._ops is not None:
             durations = cost._ops.decode_run_sums(batch, cached, steps)
@@ -186,7 +116,7 @@ class ShapePrice:
             j = np.arange(steps, dtype=np.int64)
             shape = Shape(float(batch), float(batch), float(batch), float(batch),
                           (cached + batch * j).astype(np.float64), 0.0, 0.0, 0.0, 0.0)
-            durations = np.asarray(cost.step_time(shape), dtype=np.float64) * np.ones(steps)
+            durations = cost.step_time(shape)   # float64, one per step
         return durations if start is None else np.concatenate(([start], durations))
 
 
@@ -213,8 +143,7 @@ def max_batch_under_cost(cost: CostModel, limit_s: float, context: int, new_toke
 
 def max_batch_under(model: ModelSpec, gpu: GPUSpec, limit_s: float, context: int, new_tokens: int = 1) -> int:
     """`max_batch_under_cost` on the seed's roofline, one GPU, its arguments checked first."""
-    if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not limit_s > 0 \
-            or not math.isfinite(limit_s):
+    if isinstance(limit_s, bool) or not isinstance(limit_s, (int, float)) or not 0 < limit_s < math.inf:
         raise InputError(f"field 'limit_s' must be a finite number > 0, got {limit_s!r}")
     check_uniform(1, context, new_tokens)
     return max_batch_under_cost(CostModel(model, gpu, kind="roofline"), limit_s, context, new_tokens)

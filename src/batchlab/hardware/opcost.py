@@ -66,7 +66,9 @@ A decode's few rows take one row's time, however few: the profiled norm takes 4 
 264 tokens on an H100 (two rows per SM, 132 SMs) and 7 us from 272, and an activation's time
 follows its row width, which tp divides. PyTorch's residual add (and a plain MLP's activation,
 `op_class`) is instead a flat kernel over the whole tensor: its floor and its stream combined
-smoothly (`FLAT_ROOFLINE_P`), whatever the rows' width. The parameters describe the GPU's
+smoothly (`FLAT_ROOFLINE_P`), whatever the rows' width. The embedding's gather of at most
+SMALL_INDEX_MAX rows copies them one after another (PyTorch's small-index kernel): with
+`embedding_index_s` it costs embedding_floor_s + rows * embedding_index_s. The parameters describe the GPU's
 kernels, not one model: they live in `GPUSpec` (`matmul_mfu`, ..., see specs.OPERATOR_FIELDS) and
 a class without data falls back to the GPU's mfu / mbu with no floor. Classes: matmul (qkv, o,
 up, down, lm_head), attn_prefill, attn_decode, norm, elementwise (kv_write, rope, act, add,
@@ -199,6 +201,7 @@ class ClassParams:
     min_tile_rows: float = 64.0  # the shortest tile a product of few rows runs (MIN_TILE_ROWS)
     flat: bool = False        # a flat elementwise kernel: its floor and its stream, smoothly
     #                           the longer (FLAT_ROOFLINE_P)
+    index_s: float = 0.0      # a gather's time per row of few (SMALL_INDEX_MAX) rows (0: none)
 
 
 def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
@@ -222,7 +225,8 @@ def class_params(gpu: GPUSpec) -> dict[str, ClassParams]:
         **{kind: ClassParams(gpu.peak_flops * gpu.mfu, gpu.mem_bandwidth * p(f"{kind}_mbu"), 0.0,
                              p(f"{kind}_floor_s"), row_rate=p(f"{kind}_row_bandwidth"),
                              row_slots=float(p(f"{kind}_rows_per_sm") * p("sm_count")),
-                             flat=kind in FLAT_KERNELS)
+                             flat=kind in FLAT_KERNELS,
+                             index_s=(gpu.embedding_index_s or 0.0) if kind == "embedding" else 0.0)
            for kind in ROW_KERNELS},
     }
 
@@ -566,6 +570,22 @@ def _max(a, b):
 FLAT_ROOFLINE_P = 1.5
 
 
+# PyTorch's embedding is index_select, which gathers at most this many rows with its
+# small-index kernel (aten/src/ATen/native/cuda/Indexing.cu, "numIndices <= 16"): each thread
+# copies its share of a row for every index in turn, so the time grows by one dependent load
+# per row however wide; more rows are copied all at once. Vidur's profiles show it on both
+# GPUs at every TP degree: 3, 4, 5, 8 and 14 us for 1, 2, 4, 8 and 16 tokens on the A100, 4 us
+# at 24.
+SMALL_INDEX_MAX = 16
+
+
+def few_rows(rows, small, time):
+    """`small` where a gather has at most SMALL_INDEX_MAX rows, else `time`."""
+    if isinstance(rows, np.ndarray) or isinstance(time, np.ndarray):
+        return np.where(np.asarray(rows) <= SMALL_INDEX_MAX, small, time)
+    return small if rows <= SMALL_INDEX_MAX else time
+
+
 # The shortest tile a GPU GEMM kernel runs unless the spec says otherwise
 # (`matmul_min_tile_rows`): Hopper's warpgroup MMA is 64 rows, and the smallest CUTLASS
 # tensor-core tiles for Ampere are 64 rows (fit.TILE_SIZES starts there).
@@ -667,6 +687,8 @@ def op_time(p: ClassParams, flops, nbytes, rows, width=None):
         return roofline(p.floor, _max(compute, memory), FLAT_ROOFLINE_P)
     time = (roofline(compute, memory, p.roofline_p)
             + kernel_floor(p.floor, p.compute_floor, compute, memory))
+    if p.index_s > 0:   # a gather of few rows: one row after another (SMALL_INDEX_MAX)
+        return few_rows(rows, p.floor + rows * p.index_s, time)
     if p.vector_rate > 0:
         vector = _max(flops / p.flop_rate, nbytes / p.vector_rate) + p.floor
         if isinstance(rows, np.ndarray) or isinstance(time, np.ndarray):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from batchlab.errors import InputError
 from batchlab.hardware.specs import (
+    FLAT_KERNELS,
     NVLINK3_BYTES_S,
     NVLINK4_BYTES_S,
     PCIE_GEN4_X16_BYTES_S,
@@ -97,9 +98,10 @@ _MODELS = (
 # one tile runs the shortest tile of 16, 32, 64 ... rows that holds them, the fit choosing
 # where that ladder starts among 16, 32 and 64 (the A100's profile chose 32, the H100's 16).
 # Products are priced on the smooth roofline with a floor by regime (opcost.py): a streaming product pays matmul_floor_s, a
-# compute-bound one matmul_compute_floor_s; the per-token kernels (norm, rope, act, add and the
-# A100's embedding) run rows_per_sm rows per SM, each row at row_bandwidth, as the fit chose
-# among 1, 2, 4 and 8 rows or none. The profiles hold no CPU time, so the CPU overheads stay 0
+# compute-bound one matmul_compute_floor_s; the per-token kernels (norm, rope, act and the
+# embedding) run rows_per_sm rows per SM, each row at row_bandwidth, as the fit chose among 1,
+# 2, 4 and 8 rows or none; an embedding of at most 16 tokens (PyTorch's small-index gather,
+# opcost.SMALL_INDEX_MAX) costs its floor plus embedding_index_s a token. The profiles hold no CPU time, so the CPU overheads stay 0
 # (fit them from a real server's steps: docs/fidelity.md), and no H100 attention, so H100
 # attention falls back to mfu / mbu.
 _A100_FIT = dict(
@@ -112,8 +114,8 @@ _A100_FIT = dict(
     rope_mbu=0.4792, rope_floor_s=1.855e-06, rope_row_bandwidth=7.669e9, rope_rows_per_sm=2,
     act_mbu=0.475, act_floor_s=1.557e-06, act_row_bandwidth=10.38e9, act_rows_per_sm=2,
     add_mbu=1.0, add_floor_s=1.873e-06,
-    embedding_mbu=0.1544, embedding_floor_s=2.219e-06, embedding_row_bandwidth=9.001e9,
-    embedding_rows_per_sm=1,
+    embedding_mbu=0.1544, embedding_floor_s=2.22e-06, embedding_index_s=7.229e-07,
+    embedding_row_bandwidth=9.202e9, embedding_rows_per_sm=1,
     allreduce_bandwidth=153.9e9, allreduce_latency_s=3.359e-05,
     p2p_bandwidth=285.8e9, p2p_latency_s=1.316e-05,
     source="datasheet peaks; operators and NVLink fitted from Vidur's A100 profiles "
@@ -126,7 +128,8 @@ _H100_FIT = dict(
     rope_mbu=0.5257, rope_floor_s=1.517e-06, rope_row_bandwidth=15.16e9, rope_rows_per_sm=1,
     act_mbu=0.5461, act_floor_s=1.163e-06, act_row_bandwidth=16.94e9, act_rows_per_sm=1,
     add_mbu=1.0, add_floor_s=1.193e-06,
-    embedding_mbu=0.185, embedding_floor_s=2.509e-06,
+    embedding_mbu=0.182, embedding_floor_s=2.164e-06, embedding_index_s=5.101e-07,
+    embedding_row_bandwidth=19.61e9, embedding_rows_per_sm=2,
     allreduce_bandwidth=323.8e9, allreduce_latency_s=2.259e-05,
     p2p_bandwidth=357.5e9, p2p_latency_s=7.591e-06,
     source="datasheet peaks; operators and NVLink fitted from Vidur's H100 profiles (DGX "
@@ -144,11 +147,15 @@ _FITS = {"A100-80GB": _A100_FIT, "H100-SXM": _H100_FIT}
 
 @dataclass(frozen=True, slots=True)
 class Chip:
-    """What a per-token kernel's speed follows: SMs, their boost clock, memory bandwidth."""
+    """What a per-token kernel's speed follows: SMs, their boost clock, memory bandwidth, and
+    the threads an SM holds at once (CUDA C++ Programming Guide, "Technical Specifications per
+    Compute Capability": 2,048 on compute capability 8.0 and 9.0, A100 and H100; 1,536 on 8.6
+    and 8.9, GA102 and Ada)."""
 
     sm_count: int
     sm_clock_hz: float
     mem_bandwidth: float
+    threads_per_sm: int = 2048
 
 
 # The fitted GPUs' chips. Boost clocks: A100 1,410 MHz (NVIDIA A100 Tensor Core GPU
@@ -158,12 +165,26 @@ FIT_CHIPS = {"A100-80GB": Chip(108, 1.41e9, 2.039e12), "H100-SXM": Chip(132, 1.9
 
 
 def _carry_row_kernels(fit: dict, base: Chip, chip: Chip) -> None:
-    """Carry the per-token kernels' fitted shares of bandwidth to `chip`. The kernel that
-    reached the highest share on the base (the residual add, 99-100%) was bound by memory: it
-    keeps its share. The others stayed below it because the SMs issuing their loads and
-    reductions were the limit: their absolute rate carries over, scaled by SMs x clock, up to
-    that highest share of the new bandwidth. (Carrying shares alone priced an A40's norm 46%
-    and its embedding 200% above their measured times: docs/fidelity.md.)"""
+    """Carry the per-token kernels to `chip` by what limits each on a GPU:
+
+    - Bandwidth. The kernel that reached the highest share on the base (the residual add,
+      99-100%) was bound by memory: it keeps its share. The others stayed below it because the
+      SMs issuing their loads and reductions were the limit: their absolute rate carries over,
+      scaled by SMs x clock, up to that highest share of the new bandwidth. (Carrying shares
+      alone priced an A40's norm 46% and its embedding 200% above their measured times:
+      docs/fidelity.md.)
+    - Rows in flight. A kernel of one thread block per row holds `rows_per_sm` blocks an SM:
+      blocks of up to threads_per_sm / rows_per_sm threads each (vLLM's RMSNorm launches
+      min(width, 1,024), two to an SM of 2,048, as both fits chose; its SiLU-and-multiply the
+      same, two on the A100's fit, one on the H100's). An SM of fewer threads holds fewer of
+      them, at least one.
+    - A row's time, the latency of one block's loads and reductions, is the SM's: the row
+      bandwidth scales by the clock. The flat add's launch floor likewise. (Chosen on the
+      fitted GPUs' own profiles, each priced with the other's fit: the row bandwidth by clock
+      took the layers from 4.2% to 3.9% mean on the H100 and 4.8% to 4.6% on the A100; the add's
+      floor by clock left the layers within 0.03 points and took the add from 13.4% to 10.1%
+      and 12.4% to 10.7%; the other kernels' floors by clock moved the layers 0.1-0.2 points
+      the wrong way, and stay as fitted.)"""
     shares = {k: fit[f"{k}_mbu"] for k in ROW_KERNELS if f"{k}_mbu" in fit}
     if not shares:
         return
@@ -172,6 +193,16 @@ def _carry_row_kernels(fit: dict, base: Chip, chip: Chip) -> None:
     for kernel, share in shares.items():
         if share < cap:
             fit[f"{kernel}_mbu"] = min(cap, share * base.mem_bandwidth * scale / chip.mem_bandwidth)
+    clock = chip.sm_clock_hz / base.sm_clock_hz
+    for kernel in ROW_KERNELS:
+        rows = fit.get(f"{kernel}_rows_per_sm")
+        if rows is not None:
+            fit[f"{kernel}_rows_per_sm"] = max(1, rows * chip.threads_per_sm // base.threads_per_sm)
+        if fit.get(f"{kernel}_row_bandwidth") is not None:
+            fit[f"{kernel}_row_bandwidth"] = fit[f"{kernel}_row_bandwidth"] * clock
+    for kernel in FLAT_KERNELS:
+        if fit.get(f"{kernel}_floor_s") is not None:
+            fit[f"{kernel}_floor_s"] = fit[f"{kernel}_floor_s"] / clock
 
 
 def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
@@ -206,7 +237,7 @@ def transfer_fit(base: str, name: str, link_bytes_s: float | None = None,
 # latency runs on the A100-80GB, H100 and H200 (calibrate/vllm_runs.py; refit with
 # `python -c "from batchlab.calibrate.vllm_runs import fit_engine_overhead as f; print(f())"`,
 # each run's error with it in docs/fidelity.md), rounded to 4 digits.
-VLLM_ENGINE_STEP_S = 1.321e-3
+VLLM_ENGINE_STEP_S = 1.318e-3
 # Every preset prices steps with its operators (fitted or transferred) and vLLM's engine time
 # by default; `--cost roofline` gives the seed's two-parameter paper GPU instead.
 _CALIBRATED = dict(cost_model="operators", engine_overhead_s=VLLM_ENGINE_STEP_S)
@@ -280,20 +311,22 @@ _GPUS = (
     # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), FP8 733 dense,
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 and no NVLink. 142 SMs: AD102 as configured for
     # the L40S (18,176 CUDA cores, 128 per SM; NVIDIA Ada GPU Architecture whitepaper);
-    # 2,520 MHz boost clock (the datasheet's 91.6 TFLOPS FP32 / (142 x 128 x 2)).
+    # 2,520 MHz boost clock (the datasheet's 91.6 TFLOPS FP32 / (142 x 128 x 2)); compute
+    # capability 8.9, 1,536 threads an SM.
     GPUSpec("L40S", **_CALIBRATED, device_memory=DEVICE_MEMORY["L40S"], peak_flops=362.05e12, mem_bandwidth=864e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=142,
             fp8_peak_flops=733e12,
             **transfer_fit("A100-80GB", "NVIDIA L40S", PCIE_GEN4_X16_BYTES_S,
-                           Chip(142, 2.52e9, 864e9))),
+                           Chip(142, 2.52e9, 864e9, 1536))),
     # NVIDIA A40 datasheet: BF16 149.7 TFLOPS dense (299.4 with sparsity), 48 GB GDDR6 at
     # 696 GB/s, PCIe Gen4 (an NVLink bridge joins pairs only: collectives go over PCIe), no
     # FP8. 84 SMs: GA102 as configured for the A40 (10,752 CUDA cores, 128 per SM); 1,740 MHz
-    # boost clock (the datasheet's 37.4 TFLOPS FP32 / (84 x 128 x 2)).
+    # boost clock (the datasheet's 37.4 TFLOPS FP32 / (84 x 128 x 2)); compute capability 8.6,
+    # 1,536 threads an SM.
     GPUSpec("A40", **_CALIBRATED, device_memory=DEVICE_MEMORY["A40"], peak_flops=149.7e12, mem_bandwidth=696e9, memory=48e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=84,
             **transfer_fit("A100-80GB", "NVIDIA A40", PCIE_GEN4_X16_BYTES_S,
-                           Chip(84, 1.74e9, 696e9))),
+                           Chip(84, 1.74e9, 696e9, 1536))),
     # AWS EC2 G5's NVIDIA A10G: 24 GB GDDR6 at 600 GB/s, 80 SMs, FP16/BF16 tensor 70 TFLOPS
     # dense (the A10's 125 at lower tensor clocks; AWS G5 documentation), PCIe Gen4, no FP8.
     # No published boost clock: its per-token kernels keep the A100's shares of bandwidth, as
@@ -305,11 +338,11 @@ _GPUS = (
     # with sparsity (242.5 dense), 300 GB/s GDDR6, 24 GB; PCIe Gen4 x16, no NVLink: GPUs talk
     # over PCIe. 58 SMs: NVIDIA Ada GPU Architecture whitepaper (2022), AD104 as configured for
     # the L4 (7,424 CUDA cores, 128 per SM); 2,040 MHz boost clock (the datasheet's 30.3 TFLOPS
-    # FP32 / (58 x 128 x 2)).
+    # FP32 / (58 x 128 x 2)); compute capability 8.9, 1,536 threads an SM.
     GPUSpec("L4", **_CALIBRATED, device_memory=DEVICE_MEMORY["L4"], peak_flops=121e12, mem_bandwidth=300e9, memory=24e9,
             host_link_bandwidth=PCIE_GEN4_X16_BYTES_S, interconnect="pcie", sm_count=58,
             fp8_peak_flops=242.5e12,
-            **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S, Chip(58, 2.04e9, 300e9))),
+            **transfer_fit("A100-80GB", "NVIDIA L4", PCIE_GEN4_X16_BYTES_S, Chip(58, 2.04e9, 300e9, 1536))),
 )
 
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}

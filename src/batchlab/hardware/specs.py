@@ -61,7 +61,7 @@ OPERATOR_FIELDS = ("matmul_mfu", "matmul_mbu", "matmul_half_tokens", "matmul_flo
                    "attn_decode_mbu", "attn_decode_floor_s", "norm_mbu", "norm_floor_s",
                    "elementwise_mbu", "elementwise_floor_s", "rope_mbu", "rope_floor_s",
                    "act_mbu", "act_floor_s", "add_mbu", "add_floor_s", "embedding_mbu",
-                   "embedding_floor_s",
+                   "embedding_floor_s", "embedding_index_s",
                    *(f"{kind}_{field}" for kind in ROW_KERNELS
                      for field in ("row_bandwidth", "rows_per_sm")))
 # Integer operator parameters: tile sizes of matrix products, the SMs a wave of tiles fills and
@@ -317,6 +317,10 @@ class GPUSpec:
     add_floor_s: float | None = None
     embedding_mbu: float | None = None       # embedding gather
     embedding_floor_s: float | None = None
+    # PyTorch's gather of at most SMALL_INDEX_MAX rows (opcost.py) runs each thread over the
+    # indices one after another: it costs embedding_floor_s plus this per row. None: no such
+    # regime (the rows are gathered in parallel, whatever their count).
+    embedding_index_s: float | None = None
     # Per-token kernels run one thread block per row: `<kernel>_rows_per_sm` blocks fit on an
     # SM at once, and one block streams its row at `<kernel>_row_bandwidth` bytes/s, so a few
     # rows take one row's time and more take waves of rows_per_sm * sm_count (opcost.py).

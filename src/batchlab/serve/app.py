@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from batchlab.request import Request
 from batchlab.serve import info, protocol, served_log
+from batchlab.serve.http_protocol import READ_AT
 from batchlab.serve.responses import EventStream, error_response, read_body
 from batchlab.serve.seeds import seed_state
 from batchlab.serve.loop import TOKEN_POLL_S, EngineLoop, Job, deliver
@@ -252,6 +253,9 @@ def _checked(st: ServeState, gen: Generation) -> None:
 
 async def _generate(request: HttpRequest, chat: bool) -> Response:
     st: ServeState = request.app.state.serve
+    # its arrival: when its first bytes were read (`http_protocol`), else now, before its body
+    read_at = request.scope.get(READ_AT)
+    arrival = st.loop.now() if read_at is None else read_at - st.loop.t0
     try:
         if st.draining or st.loop.failure is not None:
             raise ApiError(503, "the server is shutting down" if st.draining else st.loop.failure,
@@ -271,7 +275,7 @@ async def _generate(request: HttpRequest, chat: bool) -> Response:
         gen.sampling = replace(gen.sampling, seed=st.default_seed(st.counter))
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())   # one moment for every chunk of the response, usage included
-    job = Job(rid, gen, st.loop.now())
+    job = Job(rid, gen, arrival)
     shared = _add_samples(job) if gen.n > 1 else None
     st.loop.submit(job)
     st.active += 1

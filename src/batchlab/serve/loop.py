@@ -246,7 +246,9 @@ class EngineLoop:
         First tokens go first: the step lists them after its decodes, and the event loop writes
         the streams in the order their tokens are posted, so a new request's first token would
         wait behind every running stream's write (and its client's reading of them all): its
-        TTFT paid the whole batch's front end, where one gap of a running stream pays it now."""
+        TTFT paid the whole batch's front end, where one gap of a running stream pays it now.
+        They are posted as a list of their own: a twin lets their streams write before it even
+        queues the running streams' tokens (a few microseconds each, for a hundred streams)."""
         eos, events, firsts = self.eos, [], []
         reused = getattr(self.engine.memory, "reused_tokens", None)
         tokens, stopped, logprobs = step.tokens, {r.id for r in step.stopped}, step.logprobs or {}
@@ -278,7 +280,8 @@ class EngineLoop:
                 self.metrics.request_done(r, finish)
                 retired.append((r, finish))
         self.log.record(step, retired)   # before the tokens go: a client that has its last token finds it
-        self._post(firsts + events)
+        self._post(firsts)   # a list of their own: a twin hands them to their streams first
+        self._post(events)
 
     @staticmethod
     def _stops(job: Job, token: int, emitted: int) -> bool:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from batchlab.errors import InputError
-from batchlab.serve import defaults
+from batchlab.serve import defaults, http_protocol
 from batchlab.memory.base import MemoryManager
 from batchlab.serve.defaults import (DEFAULT_DRAIN_S, DEFAULT_KV_CACHE_TOKENS,
                                      DEFAULT_MAX_WAITING, DEFAULT_SYSTEM)
@@ -184,7 +184,8 @@ def serve(config: ServeConfig, host: str, port: int, drain_s: float = DEFAULT_DR
     from batchlab.runtime.event_loop import uvicorn_loop
 
     uv = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                        timeout_graceful_shutdown=CLOSE_S, lifespan="on", http=defaults.HTTP,
+                        timeout_graceful_shutdown=CLOSE_S, lifespan="on",
+                        http=http_protocol.protocol(defaults.HTTP),
                         loop=uvicorn_loop())
     server = DrainingServer(uv)
     server.run(sockets=[sock])

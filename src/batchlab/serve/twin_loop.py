@@ -5,16 +5,19 @@ run on the event loop itself, and one process can host many twins (`--replicas`)
 per engine. Each step: arrivals up to its start join the queue, the plan is priced
 (`TwinExecutor`), committed and its tokens handed off to the outbox at once; the loop sleeps
 until the step's end on the wall clock (start + price: the CPU time spent planning and
-committing is part of the step, not added to it; a timerfd wakes the loop: `wake.py`), then
-releases the tokens to their clients, whose streams write them out before the next step is
-planned while the loop keeps up. No token is seen before its step's end, and the step's
-bookkeeping is not on the tokens' way out.
+committing is part of the step, not added to it), then releases the tokens to their clients,
+whose streams write them out before the next step is planned while the loop keeps up. No token
+is seen before its step's end, and the step's bookkeeping is not on the tokens' way out. A
+timer's wake-up comes 0.1-0.2 ms after its deadline on a virtual machine's idle CPU, so the
+timer (a timerfd: `wake.py`) wakes the loop `WAKE_EARLY_S` before the end, and the loop turns
+(reading the requests that come meanwhile) until the end itself.
 
 While the engine is busy, a step starts when the previous one ended, as in the simulator (and an
 idle engine's step when its first request arrived), even if the event loop woke a little late (a busy CPU, a garbage collection): the steps' times stay
 the prices, exactly, and a late wake-up delays what clients see for a step or two, as the loop
-catches up, without shifting every later step. Requests read during that lag arrived after the step's start, so
-they wait for the next step, as the simulator has them. Only when the loop falls more than
+catches up, without shifting every later step. A request arrives when its first bytes were read
+(`http_protocol`); those read during that lag arrived after the step's start, so they wait for
+the next step, as the simulator has them. Only when the loop falls more than
 `CHAIN_LATE_S` behind (a starved CPU) does the next step start at the wall clock's now; those
 steps are counted (`batchlab:twin_late_steps`).
 
@@ -33,6 +36,7 @@ from batchlab.serve.wake import step_timer
 
 log = logging.getLogger("batchlab.serve")
 CHAIN_LATE_S = 0.05   # how far behind a step's end the loop may wake and still chain the next
+WAKE_EARLY_S = 0.00025   # the timer's wake-up before a step's end (its own lateness is 0.1-0.2 ms)
 
 
 class TwinLoop(EngineLoop):
@@ -120,6 +124,7 @@ class TwinLoop(EngineLoop):
         engine = self.engine
         chained: float | None = None   # the last step's end while the engine stays busy
         reached = 0.0                  # when the loop reached it (before its streams wrote)
+        last_end = -math.inf           # the last step's end, busy or not
         while True:
             if engine.idle and not self._deferred and self.inbox.empty():
                 chained = None
@@ -132,7 +137,8 @@ class TwinLoop(EngineLoop):
                 if not self._drain(block=False):
                     break
                 first = min((job.arrival for job in self._deferred), default=now)
-                start = first if now - first <= self.chain_late_s else now
+                # not before the last step's end: a request read during it and handled after
+                start = max(first if now - first <= self.chain_late_s else now, last_end)
             else:
                 slipped = reached - chained > self.chain_late_s
                 start = now if slipped else chained
@@ -165,7 +171,9 @@ class TwinLoop(EngineLoop):
                 engine.commit(out)
                 self._hand_off(out)
                 if on_time and out.end > self.now():
-                    await self._timer.sleep_until(self.t0 + out.end)
+                    await self._timer.sleep_until(self.t0 + out.end - WAKE_EARLY_S)
+                    while self.now() < out.end:   # the loop's turns read what comes meanwhile
+                        await asyncio.sleep(0)
                 late = self.now() - out.end
             except Exception as exc:   # a bug: fail what is in flight, refuse what comes
                 log.exception("twin step failed")
@@ -173,7 +181,11 @@ class TwinLoop(EngineLoop):
                 deliver(self.outbox)
                 chained = None
                 continue
-            chained, reached = out.end, self.now()
+            chained, reached, last_end = out.end, self.now(), out.end
+            if on_time and len(self.outbox) > 1:   # the step's first tokens, then its others
+                for queue, item in self.outbox.popleft():
+                    queue.put_nowait(item)
+                await asyncio.sleep(0)   # their streams write before the others are even queued
             deliver(self.outbox)
             if on_time:
                 # The streams these tokens woke write them out before the next step is planned

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from batchlab.errors import InputError
-from batchlab.serve import defaults
+from batchlab.serve import defaults, http_protocol
 from batchlab.serve.defaults import DEFAULT_DRAIN_S, DEFAULT_MAX_WAITING
 
 DEFAULT_TWIN_SYSTEM = "paged:max_bs=256"
@@ -171,7 +171,8 @@ def serve_twins(cfg: TwinConfig, host: str, port: int, replicas: int = 1,
     for (state, faults), sock in zip(built, sockets):
         config = uvicorn.Config(twin_app(state, faults), host=host, port=sock.getsockname()[1],
                                 log_level=log_level, access_log=False,
-                                timeout_graceful_shutdown=drain_s, lifespan="on", http=defaults.HTTP)
+                                timeout_graceful_shutdown=drain_s, lifespan="on",
+                                http=http_protocol.protocol(defaults.HTTP))
         servers.append(_DrainingServer(config, state))
     model = built[0][0].limits.model
     for (state, _), sock in zip(built, sockets):

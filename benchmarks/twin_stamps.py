@@ -222,6 +222,9 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
     workload = Workload(ids=[str(i) for i in range(n)], arrival=arrival, prompt=prompt, output=output)
     bodies = runner.encode_bodies(workload, "completions", MODEL, "tokens", seed, 32000, True)
     config = runner.RunConfig(url + "/v1/completions", "completions")
+    if hasattr(runner, "connections_to_open"):   # as `batchlab bench` opens them by default
+        config = runner.RunConfig(url + "/v1/completions", "completions", warm_url=url + "/v1/models",
+                                  warm=runner.connections_to_open(arrival, None))
     run(runner.run_requests(config, arrival, bodies, output))
     return out
 

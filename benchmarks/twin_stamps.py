@@ -20,7 +20,8 @@ client and twin), to compare.
     python benchmarks/twin_stamps.py [--rate 12] [--num-prompts 300]
 
 Prompts of 512 ± 256 token ids, outputs of 128 ± 64, Poisson arrivals (seed 0), after 20
-requests to warm up. The stamps cost the twin a few microseconds each.
+requests to warm up; the client opens its connections before the clock as `batchlab bench` does
+(one per request due in the first 4 s). The stamps cost the twin a few microseconds each.
 """
 
 from __future__ import annotations

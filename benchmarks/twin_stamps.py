@@ -20,7 +20,8 @@ client and twin), to compare.
     python benchmarks/twin_stamps.py [--rate 12] [--num-prompts 300]
 
 Prompts of 512 ± 256 token ids, outputs of 128 ± 64, Poisson arrivals (seed 0), after 20
-requests to warm up. The stamps cost the twin a few microseconds each.
+requests to warm up; the client opens its connections before the clock as `batchlab bench` does
+(one per request due in the first 4 s). The stamps cost the twin a few microseconds each.
 """
 
 from __future__ import annotations
@@ -222,6 +223,9 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
     workload = Workload(ids=[str(i) for i in range(n)], arrival=arrival, prompt=prompt, output=output)
     bodies = runner.encode_bodies(workload, "completions", MODEL, "tokens", seed, 32000, True)
     config = runner.RunConfig(url + "/v1/completions", "completions")
+    if hasattr(runner, "connections_to_open"):   # as `batchlab bench` opens them by default
+        config = runner.RunConfig(url + "/v1/completions", "completions", warm_url=url + "/v1/models",
+                                  warm=runner.connections_to_open(arrival, None))
     run(runner.run_requests(config, arrival, bodies, output))
     return out
 

@@ -30,3 +30,31 @@ def test_chat_streams_reuse_connections_too(capsys):
         r = _bench(capsys, stub, "--max-concurrency", "2", "--endpoint", "/v1/chat/completions")
     assert not any(r["errors"]) and r["output_lens"] == [3] * 6
     assert stub.stats.requests == 6 and len(stub.stats.peers) <= 2
+
+
+def test_connections_opened_before_the_clock_carry_the_requests(capsys):
+    # 6 requests all due at once: 6 connections opened by GET /v1/models before the clock, and
+    # every request sent on one of them (no connect after its send time).
+    with StubServer(StubConfig(tail_ms=5)) as stub:
+        r = _bench(capsys, stub, "--request-rate", "inf")
+    assert not any(r["errors"]) and r["output_lens"] == [3] * 6
+    assert stub.stats.requests == 6 and stub.stats.peers <= stub.stats.listing_peers
+    assert len(stub.stats.listing_peers) == 7   # the 6 and the model lookup's own connection
+
+
+def test_no_warm_connections_opens_none(capsys):
+    with StubServer(StubConfig(tail_ms=5)) as stub:
+        r = _bench(capsys, stub, "--request-rate", "inf", "--no-warm-connections")
+    assert not any(r["errors"]) and stub.stats.requests == 6
+    assert len(stub.stats.listing_peers) == 1 and not stub.stats.peers & stub.stats.listing_peers
+
+
+def test_connections_opened_for_the_first_seconds_at_most_the_concurrency():
+    import numpy as np
+
+    from batchlab.bench.runner import connections_to_open
+
+    arrival = np.array([0.0, 0.5, 1.0, 3.9, 4.0, 9.0])
+    assert connections_to_open(arrival, None) == 4
+    assert connections_to_open(arrival, 2) == 2
+    assert connections_to_open(np.zeros(10), None) == 10

@@ -13,7 +13,7 @@ def test_a_hit_is_the_run_of_leading_keys_found_on_the_gpu_or_in_host_memory():
     index.evicted([6])                                # key 12 moves down to the host tier
     assert index.cached == {11: 5} and index.key_of[6] is None and list(index.host) == [12]
     assert index.hits([11, 12, 13], 3) == 2           # found in host memory still
-    index.load(12, 3)                                 # copied back into a new GPU block
+    index.add([12], [3], 0, 1)                        # copied back into a new GPU block
     assert index.cached[12] == 3 and index.key_of[3] == 12
 
 

@@ -26,6 +26,10 @@ from batchlab.workload import Workload
 CHUNK_SLACK = 16  # output chunks a request may stream beyond 2 · max_tokens before it is cut off
 
 
+CONNECTIONS_WITHIN_S = 4.0  # connections opened before the clock: one per request released this early
+LISTING_LIMIT = 1024 * 1024  # bytes of a warm-up answer read; a longer one's connection is not kept
+
+
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     url: str  # base URL + endpoint
@@ -33,6 +37,33 @@ class RunConfig:
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
+    warm_url: str | None = None  # GET to open the connections with (base URL + /v1/models)
+    warm: int = 0  # connections to open before the clock starts
+
+
+def connections_to_open(arrival: np.ndarray, max_concurrency: int | None) -> int:
+    """How many connections to open before the clock starts: one per request the schedule
+    releases in its first `CONNECTIONS_WITHIN_S` seconds, at most --max-concurrency. A pool
+    hands out its idle connections oldest first, and uvicorn (vLLM's server, and batchlab's)
+    closes one idle for 5 s: connections for more requests than arrive within 4 s could cycle
+    idle past that, and be reopened (or, racing the server's close, fail) instead."""
+    released = int(np.count_nonzero(arrival < CONNECTIONS_WITHIN_S))
+    return min(released, max_concurrency) if max_concurrency else released
+
+
+async def open_connections(session: aiohttp.ClientSession, url: str, count: int, timeout_s: float) -> None:
+    """`count` GETs of `url` at once, each read to its end, so `count` connections wait in the
+    pool when the clock starts: the requests sent on them pay no connect (and the server no
+    accept) between their send time and their send. A failure is left alone: the request
+    that finds no connection opens its own, as it would have."""
+    async def one() -> None:
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+                await response.content.read(LISTING_LIMIT)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            pass
+
+    await asyncio.gather(*(one() for _ in range(count)))
 
 
 @dataclass(slots=True)
@@ -68,6 +99,8 @@ async def run_requests(config: RunConfig, arrival: np.ndarray, bodies: list[byte
     # URL parsed, and the headers as the session's own.
     url = URL(config.url)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers()) as session:
+        if config.warm and config.warm_url:
+            await open_connections(session, config.warm_url, config.warm, config.connect_timeout_s)
         origin = time.perf_counter()
 
         async def one(i: int, released: float) -> RequestResult:

@@ -48,6 +48,7 @@ class StubStats:
     prompt_lens: list[int] = field(default_factory=list)
     bodies: list[dict] = field(default_factory=list)
     peers: set = field(default_factory=set)  # the clients' (host, port): one per connection
+    listing_peers: set = field(default_factory=set)  # the same, of GET /v1/models
 
 
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
@@ -57,7 +58,8 @@ def _error(status: int, message: str, param: str | None = None) -> web.Response:
 
 
 def make_app(config: StubConfig, stats: StubStats) -> web.Application:
-    async def models(_request: web.Request) -> web.Response:
+    async def models(request: web.Request) -> web.Response:
+        stats.listing_peers.add(request.transport.get_extra_info("peername") if request.transport else None)
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model", "root": MODEL}]})
 
     async def health(_request: web.Request) -> web.Response:

@@ -98,6 +98,10 @@ def register(subparsers) -> None:
     g.add_argument("--burstiness", type=flagtypes.burstiness, default=1.0,
                    help="gamma shape of the gaps: 1 is Poisson, below 1 burstier (default: %(default)s)")
     g.add_argument("--max-concurrency", type=flagtypes.requests, metavar="N", help="at most N requests in flight")
+    g.add_argument("--warm-connections", action=argparse.BooleanOptionalAction, default=True,
+                   help="before the clock starts, open one connection per request due in the first 4 s "
+                        "(at most --max-concurrency), so no request pays a connect after its send time "
+                        "(default: on)")
 
     g = p.add_argument_group("requests")
     g.add_argument("--prompt-format", default="auto", metavar="FMT",
@@ -140,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.bench.preflight import first_model
     from batchlab.bench.report import result_table
     from batchlab.bench.result import bench_result
-    from batchlab.bench.runner import RunConfig, encode_bodies, run_requests
+    from batchlab.bench.runner import RunConfig, connections_to_open, encode_bodies, run_requests
     from batchlab.errors import InputError
     from batchlab.io_checks import write_atomic
 
@@ -150,9 +154,11 @@ def run(args: argparse.Namespace) -> int:
     model = asyncio.run(first_model(plan["base_url"], args.model, args.connect_timeout))
     bodies = encode_bodies(workload, plan["kind"], model, args.prompt_format, args.seed, args.vocab_size,
                            args.ignore_eos, plan["extra"])
+    warm = connections_to_open(workload.arrival, args.max_concurrency) if args.warm_connections else 0
     config = RunConfig(url=plan["base_url"] + args.endpoint, kind=plan["kind"],
                        max_concurrency=args.max_concurrency, request_timeout_s=args.request_timeout,
-                       connect_timeout_s=args.connect_timeout)
+                       connect_timeout_s=args.connect_timeout, warm_url=plan["base_url"] + "/v1/models",
+                       warm=warm)
     rate = plan["spec"].request_rate
     process = "Poisson process" if args.burstiness == 1.0 else "Gamma distribution"
     traffic = ("the trace's own timestamps" if rate is None and plan["spec"].is_trace
@@ -160,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Traffic request rate: {traffic}", file=sys.stderr)
     print(f"Burstiness factor: {args.burstiness} ({process})", file=sys.stderr)
     print(f"Maximum request concurrency: {args.max_concurrency}", file=sys.stderr)
+    print(f"Connections opened before the clock starts: {warm}", file=sys.stderr)
 
     # As vLLM does: keep the garbage collector off the long-lived setup while timing.
     gc.collect()

@@ -1,12 +1,9 @@
 """The memory-manager interface: it answers and accounts; the scheduler decides.
 
-A manager tracks, in tokens of KV cache, what each running request holds (`held`: reserved or
-allocated) and what it actually stores (`stored`: tokens computed so far). Check-then-act as in
-nano-vllm's block manager: `try_admit` and `grow` either succeed and account, or fail and change
-nothing. `check_integrity` proves the accounting balances at any moment (mini-sglang's kvcache base).
-
-`can_admit` is `fits(room(), need(r), holding())`, asked in parts so that the decode fast path
-can admit a queue's head and the ones behind it in one step, subtracting each need from the room.
+A manager tracks, in tokens of KV, what running requests hold (reserved or allocated) and store.
+Check-then-act as nano-vllm's block manager: `try_admit` and `grow` succeed and account, or fail
+and change nothing; `check_integrity` proves the books balance (mini-sglang). `can_admit` is
+`fits(room(), need(r), holding())`, asked in parts so the decode fast path admits several at once.
 """
 
 from __future__ import annotations
@@ -36,10 +33,8 @@ class MemoryManager(ABC):
         """Why `request` can never run here, or None if it can (asked once, at arrival)."""
         return None
 
-    # -- the common questions (the defaults: no limit) -------------------------------------
-
     def room(self) -> int:
-        """What admissions can take now, in the unit of `need` (blocks, or tokens)."""
+        """What admissions can take now, in the unit of `need` (blocks or tokens; here no limit)."""
         return 0
 
     def need(self, request: Request) -> int:
@@ -67,13 +62,11 @@ class MemoryManager(ABC):
         return True
 
     def cached_tokens(self, request: Request) -> int:
-        """Leading tokens of `request` whose KV a prefix cache holds now (at most its known
-        tokens − 1, so one is always computed); 0 without a cache. Changes nothing."""
+        """Leading tokens of `request` whose KV a prefix cache holds now (≤ known − 1), else 0; changes nothing."""
         return 0
 
     def reused_tokens(self, request: Request) -> int:
-        """Tokens of `request`'s KV its latest admission found in a prefix cache: the scheduler
-        starts its `computed` there. 0 without a cache."""
+        """Tokens its latest admission found in a prefix cache: its `computed` starts there."""
         return 0
 
     def loaded_tokens(self, request: Request) -> int:
@@ -92,14 +85,12 @@ class MemoryManager(ABC):
         self._held[request] = None
 
     def fork(self, parent: Request, child: Request) -> bool:
-        """Parallel sampling: `child` continues from `parent`'s computed tokens. Without shared
-        blocks it takes memory of its own for a copy of them (a paged manager with reference
-        counts shares them instead); False and no change if there is no room."""
+        """Parallel sampling: `child` continues from `parent`'s computed tokens, here in memory of
+        its own (a prefix cache shares the blocks instead); False and no change if no room."""
         return self.try_admit(child)
 
     def grow(self, request: Request, n_tokens: int) -> bool:
-        """Room for `n_tokens` more computed tokens; False and no change if there is none
-        (only where `may_refuse_growth`)."""
+        """Room for `n_tokens` more computed tokens; False and no change if none (`may_refuse_growth`)."""
         return True
 
     def grow_each(self, requests: list[Request]) -> bool:
@@ -124,20 +115,17 @@ class MemoryManager(ABC):
         return sum(r.computed for r in self.holders())
 
     def shared_tokens(self) -> int:
-        """Of the computed tokens summed over holders, those counted more than once because
-        their KV is one block held by several requests (a prefix cache's hits, forks)."""
+        """Of the computed tokens summed over holders, those counted again: one block, several holders."""
         return 0
 
     def decode_run_stored(self, requests: list[Request], steps: int) -> np.ndarray | None:
-        """KV stored during each of `steps` decode steps in which every request grows by one,
-        where that is not the stored figure before them plus one token per request a step
-        (windowed layers keep only their window); None where it is. Called before the growth."""
+        """KV stored during each of `steps` decode steps of `requests` (called before them), or
+        None where it grows by a token per request a step (windowed layers keep only a window)."""
         return None
 
     def decode_run_room(self, requests: list[Request], steps: int) -> tuple[int, np.ndarray]:
-        """How many decode steps (at most `steps`) `requests` can all grow by one token each, k,
-        and the tokens held during each of those k steps; called before the growth. Here growth
-        never fails and what is held does not change while requests grow (reservations)."""
+        """The decode steps k ≤ `steps` in which `requests` can all grow by a token each, and the
+        tokens held in each (called before them); here growth never fails nor changes what is held."""
         return steps, np.full(steps, float(self.held_tokens()))
 
     def block_table(self, request: Request) -> list[int]:

@@ -2,13 +2,9 @@
 
 As vLLM's `block_pool.py`: free blocks wait on a free list, and a block may be held by several
 requests at once (a prefix cache's hit, a fork), counted by its reference count. A cached block
-nobody holds is free too, but keeps its content: it waits in `idle`, least recently freed
-first, and an allocation evicts it only when no plain free block is left. So the free blocks
-double as the cache's LRU.
-
-The plain free list is a stack, and a released table's blocks are pushed tail first, so a
-request admitted after another's release gets its blocks in the same order. (The managers push
-and pop the free list inline where every admission or step passes.)
+nobody holds is free too but keeps its content: it waits in `idle`, least recently freed first,
+evicted only when no plain free block is left, so the free blocks double as the cache's LRU; the
+free list is a stack, a released table pushed tail first so the next admission gets it in order.
 """
 
 from __future__ import annotations
@@ -25,14 +21,11 @@ class BlockPool:
     def __init__(self, total: int, shared: bool = False) -> None:
         self.total = total
         self.free: list[int] = list(range(total - 1, -1, -1))   # a stack: pop takes block 0 first
-        # Holders of each block, and the sum over blocks of (holders − 1): the references
-        # beyond the first, which a request's own count of stored tokens counts twice.
+        # holders of each block, and the references beyond each block's first (stored tokens' double count)
         self.ref: list[int] = [0] * total if shared else []
         self.extra_refs = 0
-        # Cached blocks no one holds, oldest first: free, but evicted only when the plain free
-        # list is empty (an OrderedDict: a plain dict's iteration slows after deletes at its front).
+        # cached blocks no one holds, oldest first (an OrderedDict: a dict slows after deletes at its front)
         self.idle: OrderedDict[int, None] = OrderedDict()
-        self._every_block: list[int] = []   # 0 .. total-1, made at the first check
 
     def available(self) -> int:
         """Blocks an allocation can take now: plain free ones and idle cached ones."""
@@ -65,54 +58,28 @@ class BlockPool:
         self.ref[block] += 1
 
     def check(self, tables: list[list[int]], name: str) -> None:
-        """Every block is exactly one of free, idle or held, and held as often as counted."""
-        if not self._balanced(tables):
-            self._find_fault(tables, name)
-
-    def _balanced(self, tables: list[list[int]]) -> bool:
-        """The whole of `check` in a few passes that run in C (a checked run asks after every
-        step, and a Python pass over every block of a large pool was most of its time): the
-        free, idle and held blocks, each counted once, are the pool's blocks exactly, and each
-        held block's references are its holders. False sends `_find_fault` to name the fault."""
-        held = list(chain.from_iterable(tables))
-        if self.ref:
-            counts = Counter(held)
-            if self.extra_refs != len(held) - len(counts):
-                return False
-            held = list(counts)
-        elif self.extra_refs:
-            return False
-        blocks = self.free + [*self.idle, *held]
-        blocks.sort()   # the free list is mostly one descending run, each table an ascending one
-        if len(self._every_block) != self.total:
-            self._every_block = list(range(self.total))
-        if blocks != self._every_block:   # a block missing, twice, or not the pool's
-            return False
-        if not self.ref:
-            return True
-        ref = self.ref.__getitem__
-        return list(map(ref, held)) == list(counts.values()) and not any(map(ref, self.free)) \
-            and not any(map(ref, self.idle))
-
-    def _find_fault(self, tables: list[list[int]], name: str) -> None:
-        """Raise the IntegrityError that names what `_balanced` found wrong."""
+        """Every block is exactly one of free, idle or held, and held as often as counted: first in a few
+        passes that run in C (a checked run asks every step), then, only at fault, block by block."""
+        counts = Counter(chain.from_iterable(tables))
+        shared = counts.total() - len(counts)   # the holders beyond each block's first
+        blocks = sorted(self.free + [*self.idle, *counts])   # (the free list mostly one descending run)
+        ref_of = self.ref.__getitem__
+        if self.extra_refs == shared and blocks == list(range(self.total)) and (
+                not self.ref or list(map(ref_of, counts)) == list(counts.values())
+                and not any(map(ref_of, self.free)) and not any(map(ref_of, self.idle))):
+            return
         free, idle = set(self.free), set(self.idle)
-        holders = [0] * self.total
-        for table in tables:
-            for b in table:
-                holders[b] += 1
+        holders = [counts[b] for b in range(self.total)]
         ref = self.ref or [min(c, 1) for c in holders]   # without sharing, each block held once
         if holders != ref:
             bad = next(b for b in range(self.total) if holders[b] != ref[b])
             raise IntegrityError(f"{name}: block {bad} has {ref[bad]} references, {holders[bad]} holders")
-        if self.extra_refs != sum(c - 1 for c in holders if c > 1):
-            raise IntegrityError(f"{name}: {self.extra_refs} shared references counted, "
-                                 f"{sum(c - 1 for c in holders if c > 1)} held")
+        if self.extra_refs != shared:
+            raise IntegrityError(f"{name}: {self.extra_refs} shared references counted, {shared} held")
         if len(free) != len(self.free):
             raise IntegrityError(f"{name}: a block is on the free list twice (freed twice)")
         if free & idle or any(ref[b] for b in free | idle):
             raise IntegrityError(f"{name}: a free or evictable block is referenced or both")
-        referenced = sum(1 for c in holders if c)
-        if len(free) + len(idle) + referenced != self.total:
+        if len(free) + len(idle) + len(counts) != self.total:
             raise IntegrityError(f"{name}: {len(free)} free + {len(idle)} cached unreferenced + "
-                                 f"{referenced} referenced != {self.total} blocks")
+                                 f"{len(counts)} referenced != {self.total} blocks")

@@ -1,7 +1,6 @@
-"""What a paged manager keeps for one request, on the request itself (`Request.kv`), as
-mini-sglang keeps a cache handle on its `Req`: a manager needs no per-request dictionaries, and
-nothing keyed by `id(request)` can outlive the request. A prefix cache keeps the request's block
-keys here too, from its first lookup (it may wait before it is admitted) until it finishes.
+"""What a paged manager keeps for one request, on the request (`Request.kv`) as mini-sglang keeps
+a cache handle on its `Req`: no per-request dictionaries, nothing keyed by `id(request)` to
+outlive it. A prefix cache keeps its block keys here too, from its first lookup to its finish.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ class CachedBlockTable(BlockTable):
     __slots__ = ("keys", "keys_block_size", "lookup", "registered", "next_key_at", "pending", "reused",
                  "loaded", "shared_tail")
 
-    def __init__(self) -> None:
-        self.blocks = None
+    def __init__(self, blocks: list[int] | None = None) -> None:
+        self.blocks = blocks
         self.keys: list[int] | None = None     # the chained key of each full block of its known content
         self.keys_block_size = 0               # the block size `keys` were cut at
         self.lookup: tuple = ()                # (index, version, limit, hit blocks) of its last lookup

@@ -1,19 +1,16 @@
 """Block keys for a prefix cache: one 64-bit key per full KV block, chained through the prefix.
 
-As vLLM's `hash_block_tokens` (`vllm/v1/core/kv_cache_utils.py`), the key of block j depends
-on the block's own content and on its parent's key, so equal keys mean equal prefixes:
-    key_j = mix(H_j),   H_j = H_{j-1} · P + v_j,   H_{-1} = 0,
-with v_j a mix of block j's ids. The chain is a polynomial in P, which unrolls to
-H_j = P^j · Σ_{i≤j} v_i · P^{-i} (mod 2^64, P odd so invertible): one cumulative sum instead of
-a Python loop over blocks. `mix` is splitmix64's finaliser (Steele et al., "Fast splittable
-pseudorandom number generators", OOPSLA 2014). Keys are 64 bits, so two different prefixes
-share a key with probability about n²/2^65 for n distinct blocks (1e-7 for a million), where
-vLLM's default builtin hash is also 64 bits.
+As vLLM's `hash_block_tokens` (`vllm/v1/core/kv_cache_utils.py`), block j's key depends on its
+content (v_j, a mix of its ids) and its parent's key, so equal keys mean equal prefixes:
+    key_j = mix(H_j),   H_j = H_{j-1} · P + v_j,   H_{-1} = 0.
+The chain unrolls to H_j = P^j · Σ_{i≤j} v_i · P^{-i} (mod 2^64, P odd so invertible): one
+cumulative sum instead of a Python loop over blocks. `mix` is splitmix64's finaliser (Steele et
+al., OOPSLA 2014). Two different prefixes share a 64-bit key with probability about n²/2^65 for n
+distinct blocks (1e-7 for a million), as with vLLM's default builtin hash, also 64 bits.
 
-Content ids map onto engine blocks of `block_size` tokens in two ways: token ids (or small
-hash blocks) group `block_size / unit` ids per block; hash blocks larger than an engine block
-(a trace's 512-token blocks over 16-token engine blocks) give each engine block the key of
-(hash id, index inside it), so the engine blocks of one trace block are shared together.
+Token ids (or hash blocks smaller than an engine block) group `block_size / unit` ids per engine
+block; a hash block larger than an engine block (a trace's 512-token blocks over 16-token engine
+blocks) gives each engine block the key of (hash id, index inside it), so they are shared together.
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ _P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_TABLES: dict[int, np.ndarray] = {}         # base -> its powers, mod 2^64 (`_powers`)
 
 
 def mix(x: np.ndarray) -> np.ndarray:
@@ -38,12 +36,8 @@ def mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> _S31)
 
 
-_TABLES: dict[int, np.ndarray] = {}
-
-
 def _powers(base: np.uint64, n: int) -> np.ndarray:
-    """The first n powers of `base` (mod 2^64), from a table grown by doubling (keys are hashed
-    per request)."""
+    """The first n powers of `base` (mod 2^64), from a table grown by doubling (asked per request)."""
     table = _TABLES.get(int(base))
     if table is None or table.size < n:
         table = np.full(max(n, 1024, 2 * (0 if table is None else table.size)), base, dtype=np.uint64)
@@ -83,7 +77,5 @@ def block_values(content: Content, block_size: int) -> np.ndarray:
 def block_keys(content: Content, block_size: int) -> np.ndarray:
     """[full blocks] uint64 chained keys: equal keys at block j mean equal tokens [0, (j+1)·bs)."""
     v = block_values(content, block_size)
-    if not v.size:
-        return v
     up, down = _powers(_P, v.size), _powers(_P_INV, v.size)
     return mix(up * np.add.accumulate(v * down, dtype=np.uint64))

@@ -42,8 +42,7 @@ from batchlab.memory.block_pool import BlockPool
 from batchlab.memory.hashing import block_keys
 from batchlab.memory.hybrid import RUN_CELLS, HybridPagedMemory
 from batchlab.memory.paged import DEFAULT_BLOCK_SIZE
-from batchlab.memory.prefix_figures import PrefixCacheFigures, check_cache_sizes
-from batchlab.memory.prefix_index import PrefixIndex
+from batchlab.memory.prefix_figures import PrefixCacheFigures
 from batchlab.memory.window_hit import longest_hit, window_blocks
 from batchlab.request import Request
 
@@ -77,19 +76,14 @@ class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
                  watermark: float = 0.0, host_capacity_tokens: int = 0,
                  cache_tokens: int | None = None, host_cache_tokens: float = 0) -> None:
         super().__init__(capacity_tokens, groups, block_size, watermark, host_capacity_tokens)
-        check_cache_sizes(cache_tokens, host_cache_tokens)
         self.name = "hybrid-prefix"
-        n = self.total_blocks
-        self.pool = BlockPool(n, shared=True)
-        self.cache_limit = n if cache_tokens is None else groups.blocks(cache_tokens, block_size)
-        self.index = PrefixIndex(n, math.inf if math.isinf(host_cache_tokens)
-                                 else groups.blocks(int(host_cache_tokens), block_size))
+        self.pool = BlockPool(self.total_blocks, shared=True)
+        self._start_cache(cache_tokens, host_cache_tokens, lambda tokens: groups.blocks(tokens, block_size))
         self.salts = [(g * _GOLDEN) & _MASK for g in range(len(self.windows))]
         self.full_ids = [g for g, w in enumerate(self.windows) if not w]
         self.slide_ids = [g for g, w in enumerate(self.windows) if w]
         self.contiguous = window_blocks(self.window, block_size)
         self._extra = [0] * len(self.windows)   # per group: references beyond a block's first
-        self._start_figures()
 
     # -- keys and lookups ------------------------------------------------------------------
 
@@ -205,11 +199,9 @@ class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
             new = self._allocate(len(load) + nb - max(hits, first if w else 0))
             for (at, k), b in zip(load, new):
                 t[at] = b
-                index.load(k, b)
+                index.add([k], [b], 0, 1)
             t.extend(new[len(load):])
         loaded = sum(map(len, loads))
-        if loaded:
-            index.version += 1
         table.tables = tables
         table.skipped = first
         self._held[request] = None
@@ -218,15 +210,7 @@ class HybridPrefixMemory(PrefixCacheFigures, HybridPagedMemory):
         table.registered = hits
         table.reused = hits * self.block_size
         table.loaded = self.groups.tokens(loaded, self.block_size)
-        if request.swapped:
-            pass   # its own KV comes back from host memory: no lookup to count
-        elif not request.preemptions:
-            self.queries += request.prompt_tokens
-            self.hits += table.reused
-            self.host_hits += table.loaded
-        else:
-            self.recompute_hits += table.reused
-        self._sample()
+        self._count_admission(request, table.reused, table.loaded)
 
     def fork(self, parent: Request, child: Request) -> bool:
         """Declined: each parallel sample is a request of its own that finds its prompt's full

@@ -1,30 +1,32 @@
-"""What a prefix cache counts and checks of itself, in the dense cache (`prefix.py`) and the
-sliding-window one (`hybrid_prefix.py`) alike: the sizes it is given, its hits and evictions (and
-the eviction itself, from the pool's LRU to the host tier), a history of its use, and the
-invariants between its block pool and its prefix index."""
+"""What a prefix cache counts and checks of itself, the dense (`prefix.py`) and sliding-window
+(`hybrid_prefix.py`) ones alike: its sizes, hits and evictions (and the eviction itself, from the
+pool's LRU to the host tier), a history of its use, and the agreement of its pool and index."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from batchlab.errors import InputError
 from batchlab.memory.base import IntegrityError
+from batchlab.memory.prefix_index import PrefixIndex
 
 HISTORY_COLUMNS = ("time", "cached_blocks", "evictable_blocks", "evictions", "hits", "queries")
 
 
-def check_cache_sizes(cache_tokens, host_cache_tokens) -> None:
-    """The cap on cached tokens (None: free memory) and the host tier's size (inf: unbounded)."""
-    if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) or not (
-            host_cache_tokens >= 0):
-        raise InputError(f"field 'host_cache_tokens': must be a number >= 0 or inf, got {host_cache_tokens!r}")
-    if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
-                                     or cache_tokens < 0):
-        raise InputError(f"field 'cache_tokens': must be an integer >= 0 or None, got {cache_tokens!r}")
-
-
 class PrefixCacheFigures:
-    def _start_figures(self) -> None:
+    def _start_cache(self, cache_tokens, host_cache_tokens, blocks) -> None:
+        """The cache's cap (None: free memory), its index and host tier (inf: unbounded), in `blocks`."""
+        if isinstance(host_cache_tokens, bool) or not isinstance(host_cache_tokens, (int, float)) or not (
+                host_cache_tokens >= 0):
+            raise InputError(f"field 'host_cache_tokens': must be a number >= 0 or inf, got {host_cache_tokens!r}")
+        if cache_tokens is not None and (isinstance(cache_tokens, bool) or not isinstance(cache_tokens, int)
+                                         or cache_tokens < 0):
+            raise InputError(f"field 'cache_tokens': must be an integer >= 0 or None, got {cache_tokens!r}")
+        self.cache_limit = self.total_blocks if cache_tokens is None else blocks(cache_tokens)
+        host = math.inf if math.isinf(host_cache_tokens) else blocks(int(host_cache_tokens))
+        self.index = PrefixIndex(self.total_blocks, host)
         self.queries = 0           # prompt tokens looked up at first admissions
         self.hits = 0              # of those, tokens found in the cache
         self.recompute_hits = 0    # tokens found again at re-admissions after recompute preemptions
@@ -33,13 +35,20 @@ class PrefixCacheFigures:
         self.history: list[tuple] = []
         self._now = 0.0
 
-    def _sample(self) -> None:
-        """One history row per planning moment with admissions, taken after them. Admissions are
-        the moments that decide hits, and the only ones a fast-forwarded run of decode steps
-        never skips, so the history is the same whether steps are stepped or fast-forwarded."""
+    def _count_admission(self, request, reused: int, loaded: int) -> None:
+        """An admission's hits, and a history row per planning moment with admissions, after them: the
+        only moments a fast-forwarded run of decode steps never skips, so stepping and it agree."""
+        if request.swapped:
+            pass   # its own KV comes back from host memory: no lookup to count
+        elif request.preemptions:   # a re-admission after a recompute preemption
+            self.recompute_hits += reused
+        else:
+            self.queries += request.prompt_tokens
+            self.hits += reused
+            self.host_hits += loaded
         row = (self._now, len(self.index.cached), len(self.pool.idle), self.evictions, self.hits, self.queries)
         if self.history and self.history[-1][0] == self._now:
-            self.history[-1] = row
+            self.history[-1] = row   # one row per moment: after its last admission
         else:
             self.history.append(row)
 
@@ -81,7 +90,7 @@ class PrefixCacheFigures:
             "prefix_cache_evictions": self.evictions,
             "prefix_cache_capacity_blocks": self.cache_limit,
             "prefix_cache_host_hits": self.host_hits,
-            "prefix_cache_host_capacity_blocks": self.index.host_capacity(),
+            "prefix_cache_host_capacity_blocks": None if math.isinf(self.index.host_limit) else self.index.host_limit,
             "prefix_cache_mean_cached_share": self.mean_cached_share(),
         }
 
@@ -89,10 +98,8 @@ class PrefixCacheFigures:
         """The pool and the index agree: free blocks hold no key, evictable ones do, within the
         cache's cap; every key names its block; the host tier and the counts stay in bounds."""
         pool, index, name = self.pool, self.index, self.name
-        key_of = index.key_of
-        # checked after every step of a checked run: the blocks' keys are looked up in C (map)
-        # rather than one Python test a block
-        key = key_of.__getitem__
+        # checked after every step of a checked run: keys are looked up in C (map), not block by block
+        key_of, key = index.key_of, index.key_of.__getitem__
         if list(map(key, pool.free)).count(None) != len(pool.free):
             raise IntegrityError(f"{name}: a block on the free list is still cached")
         if None in map(key, pool.idle):

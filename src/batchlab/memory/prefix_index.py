@@ -3,13 +3,11 @@
 Keys are chained through their prefix (`hashing.py`), so a request's hit is the longest run of
 its leading keys found here (vLLM's `get_computed_blocks`). A block evicted from the GPU may keep
 its key in host memory (Mooncake's KV pool in CPU DRAM, vLLM's CPU offloading), LRU, up to
-`host_limit` blocks; a key found there is copied back into a new GPU block. `version` changes
-whenever a lookup may answer differently.
+`host_limit` blocks, to be copied back into a GPU block. `version` moves whenever a lookup may.
 """
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 
 
@@ -29,8 +27,7 @@ class PrefixIndex:
         return n
 
     def add(self, keys: list[int], blocks: list[int], start: int, stop: int) -> None:
-        """Cache blocks[j] under keys[j] for j in [start, stop), where no equal block is cached
-        already (the one cached stays the one found)."""
+        """Cache blocks[j] under keys[j], j in [start, stop), unless an equal block is (it stays the one found)."""
         cached, key_of = self.cached, self.key_of
         for j in range(start, stop):
             k = keys[j]
@@ -39,11 +36,6 @@ class PrefixIndex:
                 cached[k] = b
                 key_of[b] = k
         self.version += 1
-
-    def load(self, key: int, block: int) -> None:
-        """A host-tier hit copied back into `block`: cached on the GPU again."""
-        self.cached[key] = block
-        self.key_of[block] = key
 
     def touch_host(self, key: int) -> None:
         """A host-tier hit is used: most recently used now."""
@@ -68,6 +60,3 @@ class PrefixIndex:
                 if len(host) > host_limit:
                     host.popitem(last=False)
         self.version += 1
-
-    def host_capacity(self) -> int | None:
-        return None if math.isinf(self.host_limit) else self.host_limit

@@ -1,11 +1,10 @@
 """Orca's reservation: at admission a request reserves every KV slot it may ever need.
 
 Orca (OSDI'22 §4.3) reserves `max_tokens` slots per request so an admitted request can always
-finish; vLLM's paper (SOSP'23 §6) re-implemented it three ways, which are our policies:
+finish (growth never fails); vLLM's paper (SOSP'23 §6) re-implemented it three ways, our policies:
 `max` (the model's maximum context), `pow2` (the prompt plus the output rounded up to a power of
-two, capped at the maximum context: over-reserving the output by at most 2×, "if the true output
-length is 25, it reserves 32 positions") and `oracle` (prompt + true output). Growth never
-fails: the reservation covers every token the request will ever compute.
+two, capped at the maximum context: "if the true output length is 25, it reserves 32 positions")
+and `oracle` (prompt + true output).
 """
 
 from __future__ import annotations

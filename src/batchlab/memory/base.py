@@ -3,7 +3,7 @@
 A manager tracks, in tokens of KV, what running requests hold (reserved or allocated) and store.
 Check-then-act as nano-vllm's block manager: `try_admit` and `grow` succeed and account, or fail
 and change nothing; `check_integrity` proves the books balance (mini-sglang). `can_admit` is
-`fits(room(), need(r), holding())`, asked in parts so the decode fast path admits several at once.
+`fits(room(), need(r), holding())`; `free`, the last admitted first, undoes admissions exactly.
 """
 
 from __future__ import annotations

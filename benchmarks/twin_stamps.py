@@ -11,7 +11,8 @@ stamp (the engine's clock starts there: the read itself, or the checks' end in c
 parsed, the request checked and submitted to the engine; the step that made its first token
 (start and end, on the twin's clock); the twin's
 hand-off of the step's tokens (before the step's end: the bookkeeping runs ahead, the release
-waits), the first token's event formatted and written; the client's reading of it. Each gap's
+waits), the first token's event formatted, its write called and returned (the socket's send), and
+written; the client's reading of it. Each gap's
 median, mean and 90th percentile over the requests (ms) are printed, and the front end: the
 client's TTFT minus the twin's (arrival to the step's end); and how many connections the
 requests came on. With another checkout's source first on PYTHONPATH it stamps that code (its
@@ -64,6 +65,8 @@ GAPS = [("client: send time -> request written", "c_start", "c_wrote"),
         ("twin: step end -> hand-off (< 0: ahead)", "step_end", "handoff"),
         ("twin: step end -> event formatted", "step_end", "chunk"),
         ("twin: event formatted -> written", "chunk", "sent"),
+        ("  of it: -> the write call", "chunk", "write"),
+        ("  of it: the write call (the socket's send)", "write", "wrote"),
         ("client: written -> read", "sent", "c_first"),
         ("client TTFT", "c_start", "c_first")]
 
@@ -99,6 +102,19 @@ def serve_stamped(argv: list[str]) -> int:
 
     generate, read_body, parse_json, checked = app._generate, app.read_body, app.protocol.parse_json, app._checked
     stream, submit, hand_off = app._stream, tl.TwinLoop.submit, tl.TwinLoop._hand_off
+    serve_app = app.ServeApp.__call__
+
+    async def _serve_app(self, scope, receive, send):
+        async def timed(message):   # the first token's event: its write call, socket send included
+            i = IDX.get()
+            first = (i is not None and message.get("type") == "http.response.body"
+                     and "write" not in STAMPS.get(i, {"write": None}))
+            if first:
+                _stamp("write")
+            await send(message)
+            if first:
+                _stamp("wrote")
+        await serve_app(self, scope, receive, timed)
     jobs: dict[str, int] = {}
 
     async def _generate(request, chat):
@@ -150,6 +166,7 @@ def serve_stamped(argv: list[str]) -> int:
 
     app._generate, app.read_body, app.protocol.parse_json, app._checked = _generate, _read_body, _parse_json, _checked
     app._stream, tl.TwinLoop.submit, tl.TwinLoop._hand_off = _stream, _submit, _hand_off
+    app.ServeApp.__call__ = _serve_app
     atexit.register(lambda: Path(os.environ["TWIN_STAMPS"]).write_text(json.dumps(STAMPS)))
     from batchlab.cli import main
 

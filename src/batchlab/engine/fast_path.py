@@ -47,7 +47,7 @@ def applies(engine) -> bool:
 
 
 def step_price(executor):
-    """The executor's price of a step from its sums (costmodel.SumsPrice), exactly what its `run`
+    """The executor's price of a step from its sums (cost.SumsPrice), exactly what its `run`
     prices a plan of no swaps at: a cost executor's, alone or under the host's CPU time; None
     where the fast path cannot price as the executor does."""
     inner = executor.inner if type(executor) is HostTimedExecutor else executor

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 
 import pytest
@@ -39,8 +40,22 @@ def test_a_timerfd_never_wakes_its_sleeper_before_the_deadline_and_closes_its_de
     got, fd = asyncio.run(main())
     assert len(got) == len(OFFSETS) and all(woke >= deadline for deadline, woke in got)
     with pytest.raises(OSError):
-        import os
         os.fstat(fd)
+
+
+@pytest.mark.skipif(wake._LIBC is None, reason="no timerfd on this platform")
+def test_a_loop_that_cannot_watch_descriptors_gets_the_thread_timer_and_keeps_no_timerfd():
+    class NoReaders(asyncio.SelectorEventLoop):
+        def add_reader(self, fd, callback, *args):
+            raise NotImplementedError
+
+    loop = NoReaders()
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        assert wake.step_timer(loop) is wake.THREAD_TIMER
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        loop.close()
 
 
 def test_the_thread_timer_never_wakes_its_sleeper_before_the_deadline():

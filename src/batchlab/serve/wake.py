@@ -65,7 +65,11 @@ class TimerFd:
         self.fd, self.loop = fd, loop
         self._spec = _Itimerspec()
         self._future: asyncio.Future | None = None
-        loop.add_reader(fd, self._fired)
+        try:
+            loop.add_reader(fd, self._fired)
+        except NotImplementedError:   # a loop that cannot watch descriptors: the fd is not kept
+            os.close(fd)
+            raise
 
     def sleep_until(self, deadline: float) -> asyncio.Future:
         """A future done when `perf_counter()` reaches `deadline` (at once if it has)."""
@@ -151,4 +155,4 @@ def step_timer(loop: asyncio.AbstractEventLoop):
     try:
         return TimerFd(loop)
     except (OSError, NotImplementedError):   # out of descriptors, or a loop without add_reader
-        return THREAD_TIMER
+        return THREAD_TIMER   # the precise waker that needs neither

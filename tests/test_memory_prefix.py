@@ -194,11 +194,18 @@ def test_host_hits_are_priced_as_swap_in_through_the_engine():
     assert trace.work["swapped_in"] == 12 and memory.reused_by["B"] == 12
 
 
-def test_integrity_catches_a_corrupt_book():
+def _cached_and_freed():
+    """A cache whose request has finished: two full blocks idle and keyed, the rest free."""
     m = PrefixCacheMemory(64, block_size=4)
     a = request("a", range(9))
     admit(m, a)
     finish(m, a)
+    assert len(m.pool.idle) == 2 and len(m.index.cached) == 2
+    return m
+
+
+def test_integrity_catches_a_corrupt_book():
+    m = _cached_and_freed()
     m.pool.free.append(m.pool.free[-1])               # a block freed twice
     with pytest.raises(AssertionError, match="negative usage"):
         m.check_integrity()
@@ -215,17 +222,6 @@ def test_integrity_catches_a_referenced_block_in_the_lru():
     m.pool.idle[m.block_table(a)[0]] = None
     with pytest.raises(AssertionError):
         m.check_integrity()
-
-
-
-def _cached_and_freed():
-    """A cache whose request has finished: two full blocks idle and keyed, the rest free."""
-    m = PrefixCacheMemory(64, block_size=4)
-    a = request("a", range(9))
-    admit(m, a)
-    finish(m, a)
-    assert len(m.pool.idle) == 2 and len(m.index.cached) == 2
-    return m
 
 
 def test_integrity_catches_the_pool_and_the_keys_disagreeing():

@@ -3,9 +3,8 @@
 A twin of Llama-3.1-8B on an H100 (`batchlab serve --simulate`) runs in its own process with
 stamps added around its request path, and `batchlab bench`'s client runs in this one with
 stamps around its own: every stamp is `time.perf_counter()`, CLOCK_MONOTONIC on Linux, one clock
-for both processes. For each request: the client's send time (its TTFT starts there), aiohttp's
-request built and its body's write queued (on Python 3.11 a task of its own writes it, a turn of
-the event loop later), and its write of the request; the twin's first read of it, its arrival
+for both processes. For each request: the client's send time (its TTFT starts there), its
+bytes ready and its write of them; the twin's first read of it, its arrival
 stamp (the engine's clock starts there: the read itself, or the checks' end in code before
 `serve/http_protocol.py`), its headers parsed, its handler entered, the body read, the JSON
 parsed, the request checked and submitted to the engine; the step that made its first token
@@ -16,7 +15,7 @@ written; the client's reading of it. Each gap's
 median, mean and 90th percentile over the requests (ms) are printed, and the front end: the
 client's TTFT minus the twin's (arrival to the step's end); and how many connections the
 requests came on. With another checkout's source first on PYTHONPATH it stamps that code (its
-client and twin), to compare.
+client and twin, aiohttp's client in code before bench's own), to compare.
 
     python benchmarks/twin_stamps.py [--rate 12] [--num-prompts 300]
 
@@ -45,11 +44,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL, GPU = "Llama-3.1-8B", "H100-SXM"
 IDX = contextvars.ContextVar("idx", default=None)   # the request's index, from its X-Idx header
 STAMPS: dict = {}
+WROTE: dict = {}    # the client's stamps: request index -> its bytes handed to the socket
+QUEUED: dict = {}   # -> its bytes ready (aiohttp: its request built and the body's write queued)
 pc = time.perf_counter
 
 # (name, from, to): the gaps printed, in the request's order
 GAPS = [("client: send time -> request written", "c_start", "c_wrote"),
-        ("  of it: aiohttp builds it, queues its write", "c_start", "c_queued"),
+        ("  of it: the client builds it, queues its write", "c_start", "c_queued"),
         ("  of it: the loop's turn -> written", "c_queued", "c_wrote"),
         ("kernel and wake-up -> twin reads it", "c_wrote", "recv"),
         ("twin: read -> arrival stamp", "recv", "arrival"),
@@ -173,9 +174,59 @@ def serve_stamped(argv: list[str]) -> int:
     return main(["serve", *argv])
 
 
+def _stamp_http1(http1, runner, wrote: dict, queued: dict) -> None:
+    """Stamps on bench's own HTTP/1.1 client: the write of the request's bytes (built before the
+    send time), and the request tagged by an X-Idx header for the twin's stamps."""
+    send = http1.Connection.send
+
+    def stamped(self, data, reader, origin):
+        i = IDX.get()
+        queued[i] = pc()
+        line_end = data.index(b"\r\n") + 2
+        future = send(self, data[:line_end] + b"X-Idx: %d\r\n" % i + data[line_end:], reader, origin)
+        wrote[i] = pc()
+        return future
+
+    http1.Connection.send = stamped
+
+
+def _stamp_aiohttp(client, runner, wrote: dict, queued: dict) -> None:
+    """Stamps on the aiohttp client of code before bench's own: its request built and its body's
+    write queued (on Python 3.11 a task of its own writes it, a turn of the event loop later), and
+    its write; the request tagged by an X-Idx header."""
+    import aiohttp.client_reqrep as reqrep
+    import aiohttp.http_writer as hw
+
+    send, headers, stream_request = reqrep.ClientRequest.send, client.headers, client.stream_request
+
+    async def _send(self, conn):
+        response = await send(self, conn)
+        if IDX.get() is not None:
+            queued[IDX.get()] = pc()
+        return response
+
+    reqrep.ClientRequest.send = _send
+    for name in ("_write", "_writelines"):   # the request's bytes handed to the socket
+        original = getattr(hw.StreamWriter, name)
+
+        def written(self, data, original=original):
+            if IDX.get() is not None:
+                wrote[IDX.get()] = pc()
+            return original(self, data)
+
+        setattr(hw.StreamWriter, name, written)
+    if "extra_headers" in inspect.signature(stream_request).parameters:
+        async def tagged(*args):
+            return await stream_request(*args, extra_headers={"X-Idx": str(IDX.get())})
+        runner.stream_request = tagged
+    else:   # headers made per request
+        client.headers = lambda: {**headers(), "X-Idx": str(IDX.get())}
+
+
 def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
     """`batchlab bench`'s runner on `n` Poisson requests at `rate`, stamped; {index: stamps}."""
-    import aiohttp.http_writer as hw
+    import importlib.util
+
     import numpy as np
 
     import batchlab.bench.client as client
@@ -188,52 +239,29 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
         import asyncio
         run = asyncio.run
 
-    import aiohttp.client_reqrep as reqrep
-
-    headers, stream_request = client.headers, client.stream_request
-    wrote: dict[int, float] = {}
-    queued: dict[int, float] = {}
-    send = reqrep.ClientRequest.send
-
-    async def _send(self, conn):   # the request built and its body's write queued (Python 3.11)
-        response = await send(self, conn)
-        i = IDX.get()
-        if i is not None:
-            queued[i] = pc()
-        return response
-
-    reqrep.ClientRequest.send = _send
+    wrote, queued = WROTE, QUEUED
+    if not getattr(runner, "_stamped", False):   # once per process: a second run reuses the stamps
+        if importlib.util.find_spec("batchlab.bench.http1"):
+            import batchlab.bench.http1 as http1
+            _stamp_http1(http1, runner, wrote, queued)
+        else:
+            _stamp_aiohttp(client, runner, wrote, queued)
+        runner._stamped, runner._unstamped = True, runner.stream_request
+    stream_request = runner._unstamped
+    signature = inspect.signature(client.stream_request)
     out: dict[int, dict] = {}
 
-    def _headers():
-        d, i = headers(), IDX.get()
-        if i is not None:
-            d["X-Idx"] = str(i)
-        return d
-
-    per_request = "extra_headers" in inspect.signature(stream_request).parameters
-
-    async def _stream_request(session, url, body, result, chat, max_chunks, origin, *rest):
+    async def _stream_request(*args, **kw):
+        given = signature.bind(*args, **kw).arguments
+        result, origin = given["result"], given["origin"]
         IDX.set(result.index)
-        # The client sets its headers once per run now (before, once per request, in headers()).
-        extra = {"extra_headers": {"X-Idx": str(result.index)}} if per_request else {}
-        r = await stream_request(session, url, body, result, chat, max_chunks, origin, *rest, **extra)
+        r = await stream_request(*args, **kw)
         if r.chunk_times and not r.error:
             out[r.index] = {"c_start": origin + r.start, "c_first": origin + r.chunk_times[0],
                             "c_wrote": wrote.get(r.index), "c_queued": queued.get(r.index)}
         return r
 
-    for name in ("_write", "_writelines"):   # the request's bytes handed to the socket
-        original = getattr(hw.StreamWriter, name)
-
-        def written(self, data, original=original):
-            i = IDX.get()
-            if i is not None:
-                wrote[i] = pc()
-            return original(self, data)
-
-        setattr(hw.StreamWriter, name, written)
-    client.headers, runner.stream_request = _headers, _stream_request
+    runner.stream_request = _stream_request
     rng = np.random.default_rng(seed)
     prompt, output = rng.integers(256, 769, n), rng.integers(64, 193, n)
     arrival = np.cumsum(rng.exponential(1 / rate, n)) if rate else np.zeros(n)
@@ -241,8 +269,10 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
     bodies = runner.encode_bodies(workload, "completions", MODEL, "tokens", seed, 32000, True)
     config = runner.RunConfig(url + "/v1/completions", "completions")
     if hasattr(runner, "connections_to_open"):   # as `batchlab bench` opens them by default
-        config = runner.RunConfig(url + "/v1/completions", "completions", warm_url=url + "/v1/models",
-                                  warm=runner.connections_to_open(arrival, None))
+        warm = {"warm": runner.connections_to_open(arrival, None)}
+        if "warm_url" in inspect.signature(runner.RunConfig).parameters:   # code that warmed by GETs
+            warm["warm_url"] = url + "/v1/models"
+        config = runner.RunConfig(url + "/v1/completions", "completions", **warm)
     run(runner.run_requests(config, arrival, bodies, output))
     return out
 

@@ -189,7 +189,7 @@ def test_stream_events_role_chunk_usage_and_errors():
     assert all(stream.event(e, float(t)) for t, e in enumerate(events))
     assert result.chunk_times == [1.0, 2.0] and result.chunk_texts == ["hi", ""]
     assert (result.prompt_tokens, result.completion_tokens) == (5, 1) and result.success
-    assert not stream.event("[DONE]", 4.0) and stream.done
+    assert not stream.event("[DONE]", 4.0) and stream.answered
     for bad, message in (('{"error": {"message": "engine died"}}', "stream error: engine died"),
                          ("{not json", "malformed stream event: {not json"), ("[1, 2]", "malformed stream event")):
         r = RequestResult(index=1, scheduled=0.0)

@@ -16,9 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-import aiohttp
-from yarl import URL
-
+from batchlab.bench.http1 import ConnectTimeout, Pool, exchange
 from batchlab.bench.sse import DONE, SSEParser
 from batchlab.io_checks import MAX_TOKENS, brief
 
@@ -28,8 +26,6 @@ BODY_LIMIT = 64 * 1024  # bytes of an error response read to find its message
 # could make the client buffer (and re-scan) gigabytes.
 EVENT_LIMIT = 1024 * 1024
 COMPLETIONS, CHAT = "completions", "chat"
-TAIL_BYTES = 64 * 1024   # bytes read after [DONE] to reach the body's end (a server sends 5)
-TAIL_S = 1.0             # how long the body's end may take to come after [DONE]
 
 
 @dataclass(slots=True)
@@ -132,17 +128,57 @@ def _json(data: str):
 
 
 class _Stream:
-    """Reads the events of one response into a RequestResult."""
+    """Reads one response into a RequestResult (`http1.Reader`): a 200's events, or another
+    status's message."""
 
-    __slots__ = ("result", "chat", "max_chunks", "done")
+    __slots__ = ("result", "chat", "max_chunks", "answered", "sse", "error_body")
 
     def __init__(self, result: RequestResult, chat: bool, max_chunks: int) -> None:
-        self.result, self.chat, self.max_chunks, self.done = result, chat, max_chunks, False
+        self.result, self.chat, self.max_chunks, self.answered = result, chat, max_chunks, False
+        self.sse = SSEParser()
+        self.error_body: bytearray | None = None
+
+    def status(self, code: int) -> None:
+        self.result.status = code
+        if code != 200:
+            self.error_body = bytearray()
+
+    def body(self, chunk: bytes, now: float) -> bool:
+        if self.error_body is not None:
+            self.error_body += chunk[:BODY_LIMIT - len(self.error_body)]
+            if len(self.error_body) < BODY_LIMIT:
+                return True
+            self._status_error()
+            return False
+        events = self.sse.feed(chunk)
+        if self.sse.pending > EVENT_LIMIT:
+            self.result.error = (f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB; "
+                                 "a token's event is a few hundred bytes")
+            return False
+        for data in events:
+            if not self.event(data, now):
+                return False
+        return True
+
+    def end(self, now: float) -> None:
+        if self.error_body is not None:
+            self._status_error()
+            return
+        for data in self.sse.finish():
+            if not self.event(data, now):
+                return
+
+    def fail(self, message: str) -> None:
+        if not self.result.error:
+            self.result.error = message
+
+    def _status_error(self) -> None:
+        self.result.error = error_message(self.result.status, self.error_body.decode("utf-8", errors="replace"))
 
     def event(self, data: str, now: float) -> bool:
         """Take one event's data; False when reading should stop (end or error)."""
         if data == DONE:
-            self.done = True
+            self.answered = True
             return False
         if len(data) > EVENT_LIMIT:
             self.result.error = f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB"
@@ -207,71 +243,23 @@ class _Stream:
         return True
 
 
-async def _finish_body(content: aiohttp.StreamReader) -> None:
-    """Read what follows `[DONE]`, the body's closing chunk, so the connection goes back to the
-    pool: a response left unread is closed, and the next request would pay a new connection
-    (its connect and the server's accept) between its send time and its send. At most
-    `TAIL_BYTES` within `TAIL_S`; a server that sends more, or nothing, has its connection
-    closed as before."""
-    got = 0
-    try:
-        while not content.at_eof() and got <= TAIL_BYTES:
-            got += len(await asyncio.wait_for(content.readany(), TAIL_S))
-    except (asyncio.TimeoutError, aiohttp.ClientError, OSError):
-        pass
-
-
-async def _exchange(session: aiohttp.ClientSession, url: str | URL, body: bytes, stream: _Stream,
-                    origin: float, extra_headers: dict[str, str] | None) -> None:
-    """Send the request and read its response into `stream.result`."""
-    result = stream.result
-    async with session.post(url, data=body, headers=extra_headers) as response:
-        result.status = response.status
-        if response.status != 200:
-            raw = await response.content.read(BODY_LIMIT)
-            result.error = error_message(response.status, raw.decode("utf-8", errors="replace"))
-            return
-        parser = SSEParser()
-        reading = True
-        async for raw in response.content.iter_any():
-            # Every event in one read arrived at the same moment: one clock reading for all.
-            now = time.perf_counter() - origin
-            events = parser.feed(raw)
-            if parser.pending > EVENT_LIMIT:
-                result.error = (f"the server sent an event of more than {EVENT_LIMIT // 1024} KiB; "
-                                "a token's event is a few hundred bytes")
-                break
-            for data in events:
-                if not stream.event(data, now):
-                    reading = False
-                    break
-            if not reading:
-                break
-        if reading:
-            now = time.perf_counter() - origin
-            for data in parser.finish():
-                stream.event(data, now)
-        elif stream.done:
-            await _finish_body(response.content)
-
-
-async def stream_request(session: aiohttp.ClientSession, url: str | URL, body: bytes, result: RequestResult,
-                         chat: bool, max_chunks: int, origin: float, timeout_s: float | None = None,
-                         extra_headers: dict[str, str] | None = None) -> RequestResult:
-    """POST `body` to `url` with the session's headers (`headers()`, set once for the run) and
-    `extra_headers`, read the SSE stream, fill `result`; a response not complete within
-    `timeout_s` of its send is a timeout. Never raises (but on cancel)."""
+async def stream_request(pool: Pool, request: bytes, result: RequestResult, chat: bool, max_chunks: int,
+                         origin: float, timeout_s: float | None = None) -> RequestResult:
+    """Send `request` (`http1.request_bytes`: the POST's bytes, built before its send time) on
+    one of `pool`'s connections, read the SSE stream, fill `result`; a response not complete
+    within `timeout_s` of its send is a timeout. Never raises (but on cancel)."""
     stream = _Stream(result, chat, max_chunks)
-    # The send time, as vLLM's `st`: just before the post, after everything that is not sending.
-    result.start = time.perf_counter() - origin
     try:
-        # One deadline for the whole exchange, as aiohttp's total timeout is, without aiohttp's
-        # timer entered and left around every read of the stream.
+        # One deadline for the whole exchange, set before the send time: setting it is not sending.
         async with asyncio.timeout(timeout_s):
-            await _exchange(session, url, body, stream, origin, extra_headers)
-    except asyncio.TimeoutError:
+            # The send time, as vLLM's `st`: just before the request goes out.
+            result.start = time.perf_counter() - origin
+            await exchange(pool, request, stream, origin)
+    except TimeoutError:
         result.error = "timeout: no complete response within --request-timeout"
-    except (aiohttp.ClientError, OSError) as exc:
+    except ConnectTimeout as exc:
+        result.error = f"connect timeout: {exc}"
+    except OSError as exc:
         result.error = _cut(f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 - whatever one response does, the run goes on and reports it
         result.error = _cut(f"unexpected {type(exc).__name__}: {exc}")

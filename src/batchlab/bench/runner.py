@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 import numpy as np
 from yarl import URL
 
 from batchlab.bench.client import CHAT, RequestResult, headers, request_body, stream_request
+from batchlab.bench.http1 import Pool, request_bytes, request_head
 from batchlab.bench.prompts import TEXT, as_text, token_prompts
 from batchlab.workload import Workload
 
@@ -27,7 +27,6 @@ CHUNK_SLACK = 16  # output chunks a request may stream beyond 2 · max_tokens be
 
 
 CONNECTIONS_WITHIN_S = 4.0  # connections opened before the clock: one per request released this early
-LISTING_LIMIT = 1024 * 1024  # bytes of a warm-up answer read; a longer one's connection is not kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +36,6 @@ class RunConfig:
     max_concurrency: int | None = None
     request_timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
-    warm_url: str | None = None  # GET to open the connections with (base URL + /v1/models)
     warm: int = 0  # connections to open before the clock starts
 
 
@@ -49,21 +47,6 @@ def connections_to_open(arrival: np.ndarray, max_concurrency: int | None) -> int
     idle past that, and be reopened (or, racing the server's close, fail) instead."""
     released = int(np.count_nonzero(arrival < CONNECTIONS_WITHIN_S))
     return min(released, max_concurrency) if max_concurrency else released
-
-
-async def open_connections(session: aiohttp.ClientSession, url: str, count: int, timeout_s: float) -> None:
-    """`count` GETs of `url` at once, each read to its end, so `count` connections wait in the
-    pool when the clock starts: the requests sent on them pay no connect (and the server no
-    accept) between their send time and their send. A failure is left alone: the request
-    that finds no connection opens its own, as it would have."""
-    async def one() -> None:
-        try:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
-                await response.content.read(LISTING_LIMIT)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
-            pass
-
-    await asyncio.gather(*(one() for _ in range(count)))
 
 
 @dataclass(slots=True)
@@ -89,24 +72,22 @@ def encode_bodies(workload: Workload, kind: str, model: str, prompt_format: str,
 async def run_requests(config: RunConfig, arrival: np.ndarray, bodies: list[bytes], max_tokens: np.ndarray,
                        on_done: Callable[[RequestResult], None] | None = None) -> RunOutcome:
     n = len(bodies)
-    limit = config.max_concurrency or 0  # 0: aiohttp's "no limit"
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=60)
-    # The request timeout is each request's own deadline (stream_request's), not aiohttp's total.
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout_s)
     gate = asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else contextlib.nullcontext()
     chat = config.kind == CHAT
-    # What every request shares is made once, not between each one's send time and its send: the
-    # URL parsed, and the headers as the session's own.
+    # Every request's bytes are built before the clock starts: its send is one write.
     url = URL(config.url)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers()) as session:
-        if config.warm and config.warm_url:
-            await open_connections(session, config.warm_url, config.warm, config.connect_timeout_s)
+    head = request_head(url, headers())
+    requests = [request_bytes(head, body) for body in bodies]
+    pool = Pool(url, config.connect_timeout_s)
+    try:
+        if config.warm:
+            await pool.open(config.warm)
         origin = time.perf_counter()
 
         async def one(i: int, released: float) -> RequestResult:
             result = RequestResult(index=i, scheduled=released)
             async with gate:
-                await stream_request(session, url, bodies[i], result, chat,
+                await stream_request(pool, requests[i], result, chat,
                                      2 * int(max_tokens[i]) + CHUNK_SLACK, origin, config.request_timeout_s)
             if on_done is not None:
                 on_done(result)
@@ -121,4 +102,6 @@ async def run_requests(config: RunConfig, arrival: np.ndarray, bodies: list[byte
             tasks.append(asyncio.create_task(one(i, time.perf_counter() - origin)))
         results = list(await asyncio.gather(*tasks))
         duration = time.perf_counter() - origin
+    finally:
+        pool.close()
     return RunOutcome(results, duration)

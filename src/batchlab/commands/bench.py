@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from batchlab.commands import flagtypes
 
@@ -157,8 +158,7 @@ def run(args: argparse.Namespace) -> int:
     warm = connections_to_open(workload.arrival, args.max_concurrency) if args.warm_connections else 0
     config = RunConfig(url=plan["base_url"] + args.endpoint, kind=plan["kind"],
                        max_concurrency=args.max_concurrency, request_timeout_s=args.request_timeout,
-                       connect_timeout_s=args.connect_timeout, warm_url=plan["base_url"] + "/v1/models",
-                       warm=warm)
+                       connect_timeout_s=args.connect_timeout, warm=warm)
     rate = plan["spec"].request_rate
     process = "Poisson process" if args.burstiness == 1.0 else "Gamma distribution"
     traffic = ("the trace's own timestamps" if rate is None and plan["spec"].is_trace
@@ -247,6 +247,9 @@ def _check(args: argparse.Namespace) -> dict:
     for flag, value in (("--endpoint", args.endpoint), ("--model", args.model), ("--label", args.label)):
         if value is not None and (len(value) > MAX_TEXT or not value.strip() or not value.isprintable()):
             raise InputError(f"field '{flag}' must be printable text of 1 to {MAX_TEXT} characters, got {brief(value)}")
+    key = os.environ.get("OPENAI_API_KEY", "")
+    if not (key.isascii() and key.isprintable()):   # it goes into every request's headers
+        raise InputError("field 'OPENAI_API_KEY' (environment) must be printable ASCII text")
     if not args.endpoint.startswith("/"):
         raise InputError(f"field '--endpoint' must be a path starting with '/', got {args.endpoint!r}")
     try:

@@ -15,7 +15,7 @@ range, and its part of the layer's signed error in points (which kernel a layer'
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 from batchlab.calibrate.heldout import FEW_TOKENS, by_gpu, heldout_checks, heldout_files, op_errors
 
@@ -23,17 +23,14 @@ AIM_MEAN_PCT, AIM_WORST_PCT = 10.0, 20.0
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if args and args[0] != "--by-op":
-        print(f"heldout_profiles.py: unknown argument {args[0]!r} (takes --by-op [NAME ...])",
-              file=sys.stderr)
-        sys.exit(2)
-    names = args[1:]
-    unknown = [n for n in names if not any(n in p.name for p in heldout_files())]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--by-op", nargs="*", metavar="NAME",
+                   help="split each file's errors by operator (only files whose names hold a NAME)")
+    args = p.parse_args()
+    names = args.by_op or []
+    unknown = [n for n in names if not any(n in path.name for path in heldout_files())]
     if unknown:
-        print(f"heldout_profiles.py: --by-op {unknown[0]!r} is in no held-out file's name",
-              file=sys.stderr)
-        sys.exit(2)
+        p.error(f"--by-op {unknown[0]!r} is in no held-out file's name")
     checks = heldout_checks()
     print(f"{'GPU':<10} {'model':<14} {'layers':>6} {'mean':>7} {'worst':>7} {'signed':>7}  aim")
     for c in checks:
@@ -42,7 +39,7 @@ def main() -> None:
               f"{c.signed_pct:>+6.1f}%  {met}")
     for gpu, (layers, mean, worst) in by_gpu(checks).items():
         print(f"{gpu:<10} {'all':<14} {layers:>6} {mean:>6.1f}% {worst:>6.1f}%")
-    if args:
+    if args.by_op is not None:
         by_op(names)
 
 

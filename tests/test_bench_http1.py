@@ -27,9 +27,10 @@ def _chunked(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
 
 
-async def _serve(answer: bytes, close: bool = False, hold_s: float = 0.0):
-    """A server answering every request with `answer`; it closes after it when `close`, or keeps
-    the connection silent for `hold_s` first. Returns (server, the peers of its requests)."""
+async def _serve(answer: bytes, close: bool = False, hold_s: float = 0.0, tls=None):
+    """A server answering every request with `answer` (over TLS with the context `tls`); it
+    closes after it when `close`, or keeps the connection silent for `hold_s` first. Returns
+    (server, the peers of its requests)."""
     peers: list = []
 
     async def handle(reader, writer):
@@ -50,14 +51,14 @@ async def _serve(answer: bytes, close: bool = False, hold_s: float = 0.0):
             pass
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     return server, peers
 
 
 async def _requests(answer: bytes, n: int = 2, close: bool = False, hold_s: float = 0.0,
-                    timeout_s: float = 10.0) -> tuple[list[RequestResult], list]:
-    server, peers = await _serve(answer, close, hold_s)
-    url = URL(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions")
+                    timeout_s: float = 10.0, tls=None) -> tuple[list[RequestResult], list]:
+    server, peers = await _serve(answer, close, hold_s, tls)
+    url = URL(f"{'https' if tls else 'http'}://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions")
     pool = http1.Pool(url, 5.0)
     data = http1.request_bytes(http1.request_head(url, {"Content-Type": "application/json"}), b"{}")
     results = []
@@ -149,3 +150,23 @@ def test_an_api_key_that_cannot_be_a_header_is_one_line_naming_it(monkeypatch, c
     code = main(["bench", "--base-url", "http://127.0.0.1:9", "--num-prompts", "1", "--disable-tqdm"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "'OPENAI_API_KEY'" in err
+
+
+
+def test_https_verifies_the_server_by_the_default_trust_and_streams(monkeypatch, tmp_path):
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    answer = SSE_HEAD + b"Content-Length: %d\r\n\r\n" % len(EVENTS) + EVENTS
+    # SSL_CERT_FILE: what ssl's default context trusts, as for any Python client
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    results, peers = asyncio.run(_requests(answer, tls=server_ctx))
+    assert _ok(results) and len(peers) == 2 and peers[0] == peers[1]
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "absent.pem"))   # the server is not trusted
+    results, _ = asyncio.run(_requests(answer, n=1, tls=server_ctx))
+    assert "CERTIFICATE_VERIFY_FAILED" in results[0].error

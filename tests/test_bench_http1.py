@@ -95,9 +95,10 @@ def test_a_stream_cut_before_its_end_is_that_request_failed():
     assert all(r.error == "the server closed the connection before the response's end" for r in results)
 
 
-def test_done_without_the_body_end_does_not_hang_and_the_connection_is_not_kept():
+def test_done_without_the_body_end_does_not_hang_and_the_connection_is_not_kept(monkeypatch):
     # [DONE] came, the closing chunk never does: the answer is whole, the connection is dropped
     # after http1.TAIL_S, not kept (a response out of step would corrupt the next one).
+    monkeypatch.setattr(http1, "TAIL_S", 0.2)
     unended = SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(EVENTS), EVENTS)
     results, peers = asyncio.run(_requests(unended, hold_s=3.0))
     assert _ok(results) and len(peers) == 2 and peers[0] != peers[1]

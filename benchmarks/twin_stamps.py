@@ -174,23 +174,23 @@ def serve_stamped(argv: list[str]) -> int:
     return main(["serve", *argv])
 
 
-def _stamp_http1(http1, runner, wrote: dict, queued: dict) -> None:
+def _stamp_http1(http1) -> None:
     """Stamps on bench's own HTTP/1.1 client: the write of the request's bytes (built before the
     send time), and the request tagged by an X-Idx header for the twin's stamps."""
     send = http1.Connection.send
 
     def stamped(self, data, reader, origin):
         i = IDX.get()
-        queued[i] = pc()
+        QUEUED[i] = pc()
         line_end = data.index(b"\r\n") + 2
         future = send(self, data[:line_end] + b"X-Idx: %d\r\n" % i + data[line_end:], reader, origin)
-        wrote[i] = pc()
+        WROTE[i] = pc()
         return future
 
     http1.Connection.send = stamped
 
 
-def _stamp_aiohttp(client, runner, wrote: dict, queued: dict) -> None:
+def _stamp_aiohttp(client, runner) -> None:
     """Stamps on the aiohttp client of code before bench's own: its request built and its body's
     write queued (on Python 3.11 a task of its own writes it, a turn of the event loop later), and
     its write; the request tagged by an X-Idx header."""
@@ -202,7 +202,7 @@ def _stamp_aiohttp(client, runner, wrote: dict, queued: dict) -> None:
     async def _send(self, conn):
         response = await send(self, conn)
         if IDX.get() is not None:
-            queued[IDX.get()] = pc()
+            QUEUED[IDX.get()] = pc()
         return response
 
     reqrep.ClientRequest.send = _send
@@ -211,7 +211,7 @@ def _stamp_aiohttp(client, runner, wrote: dict, queued: dict) -> None:
 
         def written(self, data, original=original):
             if IDX.get() is not None:
-                wrote[IDX.get()] = pc()
+                WROTE[IDX.get()] = pc()
             return original(self, data)
 
         setattr(hw.StreamWriter, name, written)
@@ -239,13 +239,12 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
         import asyncio
         run = asyncio.run
 
-    wrote, queued = WROTE, QUEUED
     if not getattr(runner, "_stamped", False):   # once per process: a second run reuses the stamps
         if importlib.util.find_spec("batchlab.bench.http1"):
             import batchlab.bench.http1 as http1
-            _stamp_http1(http1, runner, wrote, queued)
+            _stamp_http1(http1)
         else:
-            _stamp_aiohttp(client, runner, wrote, queued)
+            _stamp_aiohttp(client, runner)
         runner._stamped, runner._unstamped = True, runner.stream_request
     stream_request = runner._unstamped
     signature = inspect.signature(client.stream_request)
@@ -258,7 +257,7 @@ def client_stamped(url: str, rate: float, n: int, seed: int) -> dict:
         r = await stream_request(*args, **kw)
         if r.chunk_times and not r.error:
             out[r.index] = {"c_start": origin + r.start, "c_first": origin + r.chunk_times[0],
-                            "c_wrote": wrote.get(r.index), "c_queued": queued.get(r.index)}
+                            "c_wrote": WROTE.get(r.index), "c_queued": QUEUED.get(r.index)}
         return r
 
     runner.stream_request = _stream_request

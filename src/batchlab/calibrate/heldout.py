@@ -45,12 +45,17 @@ def heldout_files() -> list:
     return sorted((p for p in folder.iterdir() if p.name.endswith(".csv.gz")), key=lambda p: p.name)
 
 
+def _priced(path):
+    """(GPU preset name, model, `fit.check` of the file by that preset, nothing fitted)."""
+    _, gpu_key, model, *_ = path.name.split("_")
+    return GPU_OF[gpu_key], model, check(load_profile(path), gpu_preset(GPU_OF[gpu_key]))
+
+
 def layer_errors(path) -> HeldOutCheck:
     """One held-out profile priced by its GPU's preset: the layer errors (`fit.row_sums`)."""
-    _, gpu_key, model, *_ = path.name.split("_")
-    result = check(load_profile(path), gpu_preset(GPU_OF[gpu_key]))
+    gpu, model, result = _priced(path)
     (layers,) = row_sums(result.rows)
-    return HeldOutCheck(path.name, GPU_OF[gpu_key], model, layers["points"],
+    return HeldOutCheck(path.name, gpu, model, layers["points"],
                         layers["mean_abs_error_pct"], layers["worst_abs_error_pct"],
                         layers["mean_error_pct"])
 
@@ -72,8 +77,7 @@ class OpError:
 
 def op_errors(path) -> list[OpError]:
     """One held-out profile's errors by operator, TP degree and decode- or prefill-sized rows."""
-    _, gpu_key, model, *_ = path.name.split("_")
-    result = check(load_profile(path), gpu_preset(GPU_OF[gpu_key]))
+    gpu, model, result = _priced(path)
     layer_ms: dict[tuple[int, bool], float] = {}
     groups: dict[tuple[int, bool, str], list[tuple[float, float]]] = {}
     for point, predicted, _ in result.rows:
@@ -83,7 +87,7 @@ def op_errors(path) -> list[OpError]:
     out = []
     for (tp, few, op), pairs in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1], kv[0][2])):
         errors = [100.0 * (predicted - ms) / ms for ms, predicted in pairs]
-        out.append(OpError(GPU_OF[gpu_key], model, op, tp, few, len(pairs),
+        out.append(OpError(gpu, model, op, tp, few, len(pairs),
                            float(np.mean(errors)), min(errors), max(errors),
                            100.0 * sum(predicted - ms for ms, predicted in pairs) / layer_ms[(tp, few)]))
     return out
